@@ -1,0 +1,147 @@
+"""Bootstrap: the only stdlib-only code of the manager.
+
+`python3 -m manager ...` must work from a bare Python >= 3.10. When we are not yet
+running inside the checkout's `.venv`, make sure it exists with the manager's own
+dependencies (manager/requirements.txt), then re-execute the same command inside it.
+Once set up, the cost is one `exec` and one small file read.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+MIN_PYTHON = (3, 10)
+ROOT = Path(__file__).resolve().parent.parent
+VENV = ROOT / ".venv"
+REQUIREMENTS = Path(__file__).resolve().parent / "requirements.txt"
+# Records the hash of REQUIREMENTS the venv was last bootstrapped with.
+MARKER = VENV / "aitk_bootstrap.txt"
+# Variables that make an installer write somewhere else or load foreign packages.
+HOSTILE_ENV = (
+    "PYTHONPATH",
+    "PYTHONHOME",
+    "PIP_TARGET",
+    "PIP_PREFIX",
+    "PIP_USER",
+    "PIP_REQUIRE_VIRTUALENV",
+    "VIRTUAL_ENV",
+    "CONDA_PREFIX",
+    "UV_PROJECT_ENVIRONMENT",
+)
+
+
+def venv_python(venv: Path = VENV) -> Path:
+    if os.name == "nt":
+        return venv / "Scripts" / "python.exe"
+    return venv / "bin" / "python"
+
+
+def requirements_hash() -> str:
+    return hashlib.sha256(REQUIREMENTS.read_bytes()).hexdigest()
+
+
+def inside_venv() -> bool:
+    try:
+        return Path(sys.prefix).resolve() == VENV.resolve()
+    except OSError:
+        return False
+
+
+def bootstrapped() -> bool:
+    try:
+        return MARKER.read_text().strip() == requirements_hash() and venv_python().exists()
+    except OSError:
+        return False
+
+
+def clean_env() -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if k not in HOSTILE_ENV}
+    env["PYTHONNOUSERSITE"] = "1"
+    return env
+
+
+def find_uv() -> str | None:
+    local = ROOT / ".uv" / ("uv.exe" if os.name == "nt" else "uv")
+    if local.exists():
+        return str(local)
+    return shutil.which("uv")
+
+
+def say(message: str) -> None:
+    print(f"aitk: {message}", file=sys.stderr, flush=True)
+
+
+def create_venv() -> None:
+    """Create .venv and install the manager's dependencies into it."""
+    env = clean_env()
+    uv = find_uv()
+    python = venv_python()
+    if not python.exists():
+        say(f"creating {VENV.name} with {'uv' if uv else 'venv'}")
+        if uv:
+            cmd = [uv, "venv", "--seed", "--python", sys.executable, str(VENV)]
+        else:
+            cmd = [sys.executable, "-m", "venv", str(VENV)]
+        subprocess.run(cmd, check=True, env=env)
+    say("installing the manager's dependencies (first run only)")
+    if uv:
+        cmd = [uv, "pip", "install", "--python", str(python), "-r", str(REQUIREMENTS)]
+        env.update(pip_config_for_uv(env))
+    else:
+        cmd = [str(python), "-m", "pip", "install", "--disable-pip-version-check", "-q",
+               "-r", str(REQUIREMENTS)]
+    subprocess.run(cmd, check=True, env=env)
+    tmp = MARKER.with_suffix(".tmp")
+    tmp.write_text(requirements_hash() + "\n")
+    os.replace(tmp, MARKER)
+
+
+def pip_config_for_uv(env: dict[str, str]) -> dict[str, str]:
+    """uv does not read pip's configuration; hand the index settings on."""
+    out: dict[str, str] = {}
+    pairs = {
+        "PIP_INDEX_URL": "UV_DEFAULT_INDEX",
+        "PIP_EXTRA_INDEX_URL": "UV_INDEX",
+        "PIP_FIND_LINKS": "UV_FIND_LINKS",
+    }
+    for pip_name, uv_name in pairs.items():
+        if env.get(pip_name) and not env.get(uv_name):
+            out[uv_name] = env[pip_name]
+    return out
+
+
+def main() -> int:
+    if sys.version_info < MIN_PYTHON:
+        need = ".".join(map(str, MIN_PYTHON))
+        have = ".".join(map(str, sys.version_info[:3]))
+        print(f"aitk: Python {need} or newer is required (this is {have})", file=sys.stderr)
+        return 1
+    if inside_venv() or os.environ.get("AITK_NO_BOOTSTRAP") == "1":
+        from manager.cli import main as cli_main
+
+        return cli_main()
+    if not bootstrapped():
+        try:
+            create_venv()
+        except (OSError, subprocess.CalledProcessError) as exc:
+            say(f"could not set up {VENV}: {exc}")
+            say("fix the cause above, or delete .venv and run the command again")
+            return 1
+    python = str(venv_python())
+    argv = [python, "-m", "manager", *sys.argv[1:]]
+    env = clean_env()
+    if os.name == "nt":  # exec on Windows does not replace the process; wait instead
+        return subprocess.run(argv, env=env, cwd=ROOT).returncode
+    if Path.cwd().resolve() != ROOT:
+        env["PYTHONPATH"] = str(ROOT)  # `-m manager` must resolve from any folder
+    os.execve(python, argv, env)
+    return 1  # unreachable
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,129 @@
+"""The command line: flags -> Options -> commands/<verb>.run -> Result -> output.
+
+This is the one error boundary: ManagerError subclasses become their exit code and a
+one-line message (plus a hint); click's usage errors become exit 2 with one line.
+Commands never print, exit or import typer.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Annotated, Optional
+
+import click
+import typer
+
+from manager import errors
+from manager.output import Renderer, Result, emit, emit_json, envelope, stderr_console
+
+app = typer.Typer(
+    name="manager",
+    help="aitk manager: install, update, check and launch the toolkit.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+    rich_markup_mode=None,
+    context_settings={"help_option_names": ["-h", "--help"]},
+)
+
+JsonFlag = Annotated[bool, typer.Option("--json", help="Print one JSON document on stdout.")]
+CpuFlag = Annotated[bool, typer.Option("--cpu", help="Accept the CPU build when no GPU is found.")]
+DryRunFlag = Annotated[bool, typer.Option("--dry-run", help="Print the plan; change nothing.")]
+
+
+class _Exit(Exception):
+    def __init__(self, code: int) -> None:
+        self.code = code
+
+
+def _finish(command: str, call: Callable[[], Result], as_json: bool,
+            render: Renderer | None = None) -> None:
+    """Run a command body, render its result, and turn errors into exit codes."""
+    try:
+        result = call()
+    except errors.ManagerError as exc:
+        _fail(command, exc, as_json)
+        raise _Exit(exc.exit_code) from None
+    emit(command, result, as_json, render)
+    raise _Exit(result.exit_code)
+
+
+def _fail(command: str, exc: errors.ManagerError, as_json: bool) -> None:
+    if as_json:
+        error = {"type": type(exc).__name__, "message": exc.message, "hint": exc.hint}
+        emit_json(envelope(command, None, error=error, exit_code=exc.exit_code))
+    err = stderr_console()
+    err.print(f"aitk: error: {exc.message}", markup=False)
+    if exc.hint:
+        err.print(f"aitk: hint: {exc.hint}", markup=False)
+
+
+@app.command()
+def version(as_json: JsonFlag = False) -> None:
+    """Print the toolkit version and commit."""
+    from manager.commands import version as cmd
+
+    _finish("version", cmd.run, as_json)
+
+
+@app.command()
+def detect(as_json: JsonFlag = False) -> None:
+    """Report the hardware found and why (never fails)."""
+    from manager.commands import detect as cmd
+
+    _finish("detect", cmd.run, as_json, cmd.render)
+
+
+@app.command()
+def spec(
+    as_json: JsonFlag = False,
+    cpu: CpuFlag = False,
+    from_file: Annotated[
+        Optional[Path],
+        typer.Option("--from", help="Use a `detect --json` document instead of this machine."),
+    ] = None,
+) -> None:
+    """Print the environment spec (PyTorch build, wheels) for this machine."""
+    from manager.commands import spec as cmd
+
+    _finish("spec", lambda: cmd.run(cmd.Options(cpu=cpu, from_file=from_file)), as_json,
+            cmd.render)
+
+
+@app.command(context_settings={"allow_extra_args": True, "ignore_unknown_options": True})
+def test(ctx: typer.Context, cpu: CpuFlag = False) -> None:
+    """Set up the managed environment with test tools, then run pytest (args pass through)."""
+    from manager.commands import test as cmd
+
+    code = cmd.run(cmd.Options(pytest_args=tuple(ctx.args), cpu=cpu))
+    raise _Exit(code)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = sys.argv[1:] if argv is None else argv
+    command = typer.main.get_command(app)
+    try:
+        command.main(args=args, prog_name="python3 -m manager", standalone_mode=False)
+    except _Exit as done:
+        return done.code
+    except click.exceptions.NoArgsIsHelpError as exc:
+        # click's `no_args_is_help` raises this after formatting the help.
+        sys.stdout.write(exc.ctx.get_help() + "\n")
+        return 0
+    except click.exceptions.UsageError as exc:
+        where = exc.ctx.command_path if exc.ctx else "python3 -m manager"
+        hint = f" (see `{where} --help`)"
+        sys.stderr.write(f"aitk: usage error: {exc.format_message()}{hint}\n")
+        return errors.UsageError.exit_code
+    except errors.ManagerError as exc:  # raised outside _finish (e.g. `test`)
+        _fail("", exc, as_json=False)
+        return exc.exit_code
+    except click.exceptions.Abort:
+        sys.stderr.write("aitk: interrupted\n")
+        return errors.EXIT_INTERRUPTED
+    except KeyboardInterrupt:
+        sys.stderr.write("aitk: interrupted\n")
+        return errors.EXIT_INTERRUPTED
+    return 0

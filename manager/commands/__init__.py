@@ -1,0 +1,1 @@
+"""One module per verb: each exposes `run(options) -> Result` and never prints."""

@@ -1,0 +1,1 @@
+"""`manager detect`: placeholder until detect.py lands."""

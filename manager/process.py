@@ -1,0 +1,92 @@
+"""The one subprocess runner: argv lists, a cleaned environment, timeouts.
+
+The child environment keeps index and proxy settings (mirrors must keep working) and
+drops what makes installers write elsewhere or import foreign packages.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+# Removed from every child's environment (see design notes: installs broken by these).
+HOSTILE_ENV = frozenset(
+    {
+        "PYTHONPATH",
+        "PYTHONHOME",
+        "PIP_TARGET",
+        "PIP_PREFIX",
+        "PIP_USER",
+        "PIP_REQUIRE_VIRTUALENV",
+        "VIRTUAL_ENV",
+        "UV_PROJECT_ENVIRONMENT",
+        "CONDA_PREFIX",
+        "CONDA_DEFAULT_ENV",
+        "CONDA_SHLVL",
+        "CONDA_PYTHON_EXE",
+        "__PYVENV_LAUNCHER__",
+    }
+)
+
+
+def clean_env(extra: Mapping[str, str] | None = None, base: Mapping[str, str] | None = None) -> dict[str, str]:
+    env = {k: v for k, v in (os.environ if base is None else base).items() if k not in HOSTILE_ENV}
+    env["PYTHONNOUSERSITE"] = "1"
+    env.setdefault("PYTHONIOENCODING", "utf-8")
+    if extra:
+        env.update(extra)
+    return env
+
+
+@dataclass(frozen=True)
+class Completed:
+    argv: tuple[str, ...]
+    returncode: int
+    stdout: str
+    stderr: str
+    timed_out: bool = False
+
+    @property
+    def ok(self) -> bool:
+        return self.returncode == 0 and not self.timed_out
+
+
+def run(
+    argv: Sequence[str | os.PathLike[str]],
+    *,
+    env: Mapping[str, str] | None = None,
+    extra_env: Mapping[str, str] | None = None,
+    cwd: Path | None = None,
+    timeout: float | None = None,
+    capture: bool = True,
+) -> Completed:
+    """Run argv; never raises for a non-zero exit, a timeout or a missing program.
+
+    With capture=False the child writes straight to our terminal (installer progress).
+    """
+    args = tuple(str(a) for a in argv)
+    child_env = dict(env) if env is not None else clean_env(extra_env)
+    if env is not None and extra_env:
+        child_env.update(extra_env)
+    try:
+        proc = subprocess.run(
+            args,
+            env=child_env,
+            cwd=cwd,
+            timeout=timeout,
+            stdin=subprocess.DEVNULL,
+            capture_output=capture,
+            text=True,
+            encoding="utf-8",
+            errors="replace",
+        )
+    except subprocess.TimeoutExpired as exc:
+        out = exc.stdout if isinstance(exc.stdout, str) else ""
+        err = exc.stderr if isinstance(exc.stderr, str) else ""
+        return Completed(args, -1, out, err, timed_out=True)
+    except OSError as exc:  # not found, not executable
+        return Completed(args, 127, "", str(exc))
+    return Completed(args, proc.returncode, proc.stdout or "", proc.stderr or "")
