@@ -1,0 +1,28 @@
+"""`python -m aitk run|models|example-model ...`"""
+
+from __future__ import annotations
+
+import sys
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = sys.argv[1:] if argv is None else argv
+    verbs = {
+        "run": "aitk.cli_run",  # same as `python run.py`
+        "models": "aitk.cli_models",  # list archs and where each comes from
+        "example-model": "aitk.cli_example_model",  # build a tiny random example model
+    }
+    if not args or args[0] in ("-h", "--help") or args[0] not in verbs:
+        print("usage: python -m aitk {run,models,example-model} ...", file=sys.stderr)
+        print("  run CONFIG [CONFIG ...] [--recover] [--name NAME] [--log FILE]", file=sys.stderr)
+        print("  models                  list model archs and their source", file=sys.stderr)
+        print("  example-model DIR       write a tiny random-initialised example model",
+              file=sys.stderr)
+        return 0 if args and args[0] in ("-h", "--help") else 2
+    import importlib
+
+    return importlib.import_module(verbs[args[0]]).main(args[1:])
+
+
+if __name__ == "__main__":
+    sys.exit(main())

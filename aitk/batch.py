@@ -1,0 +1,33 @@
+"""The batch that flows from the data loader through the BaseModel hooks."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import torch
+
+from aitk.prompt_embeds import AdvancedPromptEmbeds
+
+
+@dataclass
+class DataBatch:
+    """One training batch.
+
+    tensor:   pixels (B, 3, H, W) in [-1, 1]; None when latents come from the cache.
+    latents:  clean latents (B, C, h, w), filled from the cache or `encode_images`.
+    captions: one caption per item, after trigger/dropout processing.
+    prompt_embeds: filled from the text-embed cache or `get_prompt_embeds`.
+    control_tensor: (B, 3, H, W) in [0, 1] for edit models; control_tensor_list for
+    models with `has_multiple_control_images`.
+    """
+
+    captions: list[str]
+    tensor: torch.Tensor | None = None
+    latents: torch.Tensor | None = None
+    prompt_embeds: AdvancedPromptEmbeds | None = None
+    control_tensor: torch.Tensor | None = None
+    control_tensor_list: list[torch.Tensor] | None = None
+    file_paths: list[str] = field(default_factory=list)
+
+    def __len__(self) -> int:
+        return len(self.captions)
