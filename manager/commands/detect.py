@@ -1,1 +1,1 @@
-"""`manager detect`: placeholder until detect.py lands."""
+"""`manager detect` (issue 2)."""
