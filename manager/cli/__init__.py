@@ -1,5 +1,8 @@
 """The command line: flags -> Options -> commands/<verb>.run -> Result -> output.
 
+The verbs are registered by the modules of this package, one per area (imported at
+the bottom); this module holds the app and the shared flags.
+
 This is the one error boundary: ManagerError subclasses become their exit code and a
 one-line message (plus a hint); click's usage errors become exit 2 with one line.
 Commands never print, exit or import typer.
@@ -60,47 +63,6 @@ def _fail(command: str, exc: errors.ManagerError, as_json: bool) -> None:
         err.print(f"aitk: hint: {exc.hint}", markup=False)
 
 
-@app.command()
-def version(as_json: JsonFlag = False) -> None:
-    """Print the toolkit version and commit."""
-    from manager.commands import version as cmd
-
-    _finish("version", cmd.run, as_json)
-
-
-@app.command()
-def detect(as_json: JsonFlag = False) -> None:
-    """Report the hardware found and why (never fails)."""
-    from manager.commands import detect as cmd
-
-    _finish("detect", cmd.run, as_json, cmd.render)
-
-
-@app.command()
-def spec(
-    as_json: JsonFlag = False,
-    cpu: CpuFlag = False,
-    from_file: Annotated[
-        Optional[Path],
-        typer.Option("--from", help="Use a `detect --json` document instead of this machine."),
-    ] = None,
-) -> None:
-    """Print the environment spec (PyTorch build, wheels) for this machine."""
-    from manager.commands import spec as cmd
-
-    _finish("spec", lambda: cmd.run(cmd.Options(cpu=cpu, from_file=from_file)), as_json,
-            cmd.render)
-
-
-@app.command(context_settings={"allow_extra_args": True, "ignore_unknown_options": True})
-def test(ctx: typer.Context, cpu: CpuFlag = False) -> None:
-    """Set up the managed environment with test tools, then run pytest (args pass through)."""
-    from manager.commands import test as cmd
-
-    code = cmd.run(cmd.Options(pytest_args=tuple(ctx.args), cpu=cpu))
-    raise _Exit(code)
-
-
 def main(argv: list[str] | None = None) -> int:
     args = sys.argv[1:] if argv is None else argv
     command = typer.main.get_command(app)
@@ -127,3 +89,7 @@ def main(argv: list[str] | None = None) -> int:
         sys.stderr.write("aitk: interrupted\n")
         return errors.EXIT_INTERRUPTED
     return 0
+
+
+# Register the verbs; the import order is the order `--help` lists them.
+from manager.cli import basics, env, tools, repo, health  # noqa: E402,F401,I001

@@ -1,0 +1,42 @@
+"""Verbs: version, detect, spec."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+
+from manager.cli import CpuFlag, JsonFlag, _finish, app
+
+
+@app.command()
+def version(as_json: JsonFlag = False) -> None:
+    """Print the toolkit version and commit."""
+    from manager.commands import version as cmd
+
+    _finish("version", cmd.run, as_json)
+
+
+@app.command()
+def detect(as_json: JsonFlag = False) -> None:
+    """Report the hardware found and why (never fails)."""
+    from manager.commands import detect as cmd
+
+    _finish("detect", cmd.run, as_json, cmd.render)
+
+
+@app.command()
+def spec(
+    as_json: JsonFlag = False,
+    cpu: CpuFlag = False,
+    from_file: Annotated[
+        Optional[Path],
+        typer.Option("--from", help="Use a `detect --json` document instead of this machine."),
+    ] = None,
+) -> None:
+    """Print the environment spec (PyTorch build, wheels) for this machine."""
+    from manager.commands import spec as cmd
+
+    _finish("spec", lambda: cmd.run(cmd.Options(cpu=cpu, from_file=from_file)), as_json,
+            cmd.render)

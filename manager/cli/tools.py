@@ -1,0 +1,5 @@
+"""Verbs: tools (issue 5)."""
+
+from __future__ import annotations
+
+from manager.cli import app  # noqa: F401
