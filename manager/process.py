@@ -32,7 +32,9 @@ HOSTILE_ENV = frozenset(
 )
 
 
-def clean_env(extra: Mapping[str, str] | None = None, base: Mapping[str, str] | None = None) -> dict[str, str]:
+def clean_env(
+    extra: Mapping[str, str] | None = None, base: Mapping[str, str] | None = None
+) -> dict[str, str]:
     env = {k: v for k, v in (os.environ if base is None else base).items() if k not in HOSTILE_ENV}
     env["PYTHONNOUSERSITE"] = "1"
     env.setdefault("PYTHONIOENCODING", "utf-8")

@@ -12,8 +12,7 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Callable
-from pathlib import Path
-from typing import Annotated, Optional
+from typing import Annotated
 
 import click
 import typer

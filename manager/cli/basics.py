@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import Annotated
 
 import typer
 
@@ -31,7 +31,7 @@ def spec(
     as_json: JsonFlag = False,
     cpu: CpuFlag = False,
     from_file: Annotated[
-        Optional[Path],
+        Path | None,
         typer.Option("--from", help="Use a `detect --json` document instead of this machine."),
     ] = None,
 ) -> None:

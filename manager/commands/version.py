@@ -2,8 +2,7 @@
 
 from __future__ import annotations
 
-from manager import __version__
-from manager import process
+from manager import __version__, process
 from manager.output import Result
 from manager.paths import paths
 
