@@ -7,7 +7,9 @@
 from __future__ import annotations
 
 import shutil
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from manager.paths import Paths
 
@@ -24,3 +26,21 @@ def find_uv(paths: Paths) -> Path | None:
 def child_env(paths: Paths) -> dict[str, str]:
     """Environment additions (PATH, library paths) for processes that use the tools."""
     return {}
+
+
+def ensure_uv(paths: Paths) -> Path | None:
+    """A usable uv, provisioning .uv/ when needed; None when none can be had (use pip)."""
+    return find_uv(paths)
+
+
+def provision_all(paths: Paths, report: Callable[[str], None]) -> dict[str, dict[str, Any]]:
+    """Provision every missing tool this platform needs. Never raises for one tool's
+    failure: each outcome ({"status": "ok"|"system"|"failed"|"skipped", "version",
+    "path", "detail"}) is returned for the state's `tools` record."""
+    return {}
+
+
+def report_tools(paths: Paths) -> list[dict[str, Any]]:
+    """For `manager tools` and `doctor`: name, used ("system"|"local"|None), version,
+    path, minimum, ok."""
+    return []
