@@ -172,11 +172,16 @@ def compose_env(plat: Platform, bins: Sequence[Path], libs: Sequence[Path],
         current = env.get(var, base.get(var, ""))
         env[var] = sep.join([*(str(d) for d in dirs), *([current] if current else [])])
 
+    if libs:
+        # Only FFmpeg contributes library folders; tell the trainer where they are too.
+        env[FFMPEG_LIB_ENV] = str(libs[0])
+    lib_var = LIBRARY_PATH_VAR.get(plat[0], "LD_LIBRARY_PATH")
+    if lib_var == "PATH":  # Windows: programs first, then the folders holding DLLs
+        bins, libs = [*bins, *(d for d in libs if d not in bins)], []
     if bins:
         prepend("PATH", bins)
     if libs:
-        prepend(LIBRARY_PATH_VAR.get(plat[0], "LD_LIBRARY_PATH"), libs)
-        env[FFMPEG_LIB_ENV] = str(libs[0])
+        prepend(lib_var, libs)
     return env
 
 
