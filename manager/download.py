@@ -131,7 +131,7 @@ class PlainReporter:
         self._label = ""
         self._total: int | None = None
         self._done = 0
-        self._shown = -1
+        self._shown = 0
         self._began = 0.0
 
     def _write(self, line: str) -> None:
@@ -141,7 +141,7 @@ class PlainReporter:
 
     def start(self, label: str, total: int | None, done: int) -> None:
         self._label, self._total, self._done, self._began = label, total, done, time.monotonic()
-        self._shown = -1
+        self._shown = done * 10 // total if total else 0
         size = _mib(total) if total else "unknown size"
         resumed = f", resuming at {_mib(done)}" if done else ""
         self._write(f"downloading {label} ({size}{resumed})")
@@ -199,12 +199,13 @@ def fetch(
     dest = Path(dest)
     dest.parent.mkdir(parents=True, exist_ok=True)
     retry = retry or RetryPolicy()
+    attempts = max(1, retry.attempts)
     reporter = reporter or reporter_for()
     label = label or dest.name
     expected = sha256.lower() if sha256 else None
 
     if dest.exists():  # only ever created verified; re-check before trusting it again
-        digest = _sha256_of(dest)
+        digest = sha256_file(dest)
         if expected is None or digest == expected:
             return Fetched(dest, digest, dest.stat().st_size, verified=expected is not None)
         dest.unlink()
@@ -213,15 +214,15 @@ def fetch(
     http = client or httpx.Client(timeout=DEFAULT_TIMEOUT, follow_redirects=True)
     part = dest.with_name(dest.name + ".part")
     try:
-        for failures in range(retry.attempts):
+        for failures in range(attempts):
             try:
                 _attempt(http, url, part, max_bytes, reporter, label)
                 break
             except _Retry as exc:
                 reporter.finish()
-                if failures + 1 >= retry.attempts:
+                if failures + 1 >= attempts:
                     raise DownloadError(
-                        f"downloading {url} failed after {retry.attempts} attempts: {exc}",
+                        f"downloading {url} failed after {attempts} attempts: {exc}",
                         hint="check the network or point the tool's mirror variable at a "
                              "reachable copy; the partial file is kept and resumed next time",
                     ) from None
@@ -236,7 +237,7 @@ def fetch(
         if own_client:
             http.close()
 
-    digest = _sha256_of(part)
+    digest = sha256_file(part)
     size = part.stat().st_size
     if expected is not None and digest != expected:
         _discard(part)
@@ -254,26 +255,30 @@ def fetch_text(url: str, *, max_bytes: int = 1 << 20, client: httpx.Client | Non
                retry: RetryPolicy | None = None) -> str:
     """A small text file (a checksum list), kept in memory, same timeouts and retries."""
     retry = retry or RetryPolicy()
+    attempts = max(1, retry.attempts)
     own_client = client is None
     http = client or httpx.Client(timeout=DEFAULT_TIMEOUT, follow_redirects=True)
+    problem = ""
     try:
-        for failures in range(retry.attempts):
+        for failures in range(attempts):
             try:
-                resp = http.get(url)
+                with http.stream("GET", url) as resp:
+                    if resp.status_code == 200:
+                        body = b""
+                        for chunk in resp.iter_bytes(CHUNK):
+                            body += chunk
+                            if len(body) > max_bytes:
+                                raise TooLarge(f"{url} is larger than {_mib(max_bytes)}")
+                        return body.decode("utf-8", errors="replace")
+                    if resp.status_code not in RETRY_STATUS:
+                        raise DownloadError(f"{url}: HTTP {resp.status_code}",
+                                            hint="check the URL or the mirror variable")
+                    problem = f"HTTP {resp.status_code}"
             except httpx.TransportError as exc:
                 problem = _describe(exc)
-            else:
-                if resp.status_code == 200:
-                    if len(resp.content) > max_bytes:
-                        raise TooLarge(f"{url} is larger than {_mib(max_bytes)}")
-                    return resp.text
-                if resp.status_code not in RETRY_STATUS:
-                    raise DownloadError(f"{url}: HTTP {resp.status_code}",
-                                        hint="check the URL or the mirror variable")
-                problem = f"HTTP {resp.status_code}"
-            if failures + 1 < retry.attempts:
+            if failures + 1 < attempts:
                 retry.sleep(retry.delay(failures))
-        raise DownloadError(f"fetching {url} failed after {retry.attempts} attempts: {problem}",
+        raise DownloadError(f"fetching {url} failed after {attempts} attempts: {problem}",
                             hint="check the network or the mirror variable")
     finally:
         if own_client:
@@ -375,10 +380,6 @@ def _describe(exc: httpx.TransportError) -> str:
 
 
 def sha256_file(path: Path) -> str:
-    return _sha256_of(path)
-
-
-def _sha256_of(path: Path) -> str:
     h = hashlib.sha256()
     with open(path, "rb") as fh:
         for block in iter(lambda: fh.read(1 << 20), b""):

@@ -98,6 +98,11 @@ def provision(tools: Sequence[Tool], paths: Paths, plat: Platform, ctx: Context,
             status = "system" if found.used == "system" else "ok"
             outcomes[tool.name] = _outcome(status, found)
             continue
+        refused = tool.refusal(plat, ctx.settings)
+        if refused:
+            report(f"warning: {tool.name} skipped: {refused.message}")
+            outcomes[tool.name] = _outcome("skipped", found, refused.message)
+            continue
         report(f"{tool.name}: {found.detail}; installing {tool.name} {tool.pin.version}")
         try:
             installed = tool.install(paths, plat, ctx)

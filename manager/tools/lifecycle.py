@@ -223,28 +223,47 @@ class Tool:
     def expected_sha256(self, art: Artefact, ctx: Context) -> str | None:
         return art.sha256
 
+    def refusal(self, plat: Platform, settings: Settings) -> ToolUnavailable | None:
+        """Pure: why an install would not even be tried here, or None."""
+        art = self.pin.artefact(plat)
+        if art is None:
+            return ToolUnavailable(f"{self.name}: " + self.pin.unsupported.get(
+                plat, f"no build is pinned for {platform_label(plat)}"))
+        verifiable = art.sha256 is not None or self.pin.checksum_list is not None
+        if not verifiable and self.name not in settings.allow_unverified:
+            return self._unverified()
+        return None
+
+    def _unverified(self) -> ToolUnavailable:
+        return ToolUnavailable(
+            f"{self.name} {self.pin.version}: no published checksum to verify the download "
+            f"against ({self.pin.unverified_reason or 'none pinned'}); refusing an "
+            f"unverified download",
+            hint=f"install a system {self.name}, or accept the risk with "
+                 f"{ALLOW_UNVERIFIED_ENV}={self.name}")
+
     def install(self, paths: Paths, plat: Platform, ctx: Context) -> Found:
         """Download, verify, extract, check, publish. Any failure leaves the previous
         copy and the checkout as they were."""
+        refused = self.refusal(plat, ctx.settings)
+        if refused:
+            raise refused
         art = self.pin.artefact(plat)
-        if art is None:
-            raise ToolUnavailable(
-                f"{self.name}: " + self.pin.unsupported.get(
-                    plat, f"no build is pinned for {platform_label(plat)}"))
+        assert art is not None  # refusal() covers the unsupported platforms
         url = ctx.settings.url(self.pin, art.path)
         digest = self.expected_sha256(art, ctx)
         if digest is None and self.name not in ctx.settings.allow_unverified:
-            raise ToolUnavailable(
-                f"{self.name} {self.pin.version}: no published checksum to verify the "
-                f"download against ({self.pin.unverified_reason or 'none pinned'}); "
-                f"refusing an unverified download",
-                hint=f"install a system {self.name}, or accept the risk with "
-                     f"{ALLOW_UNVERIFIED_ENV}={self.name}")
+            raise self._unverified()
         label = f"{self.name} {self.pin.version}"
-        fetched = download.fetch(
-            url, archive.staging_root(paths.root) / "downloads" / art.filename,
-            sha256=digest, max_bytes=self.pin.max_download, client=ctx.client,
-            retry=ctx.retry, reporter=ctx.reporter, label=label)
+        try:
+            fetched = download.fetch(
+                url, archive.staging_root(paths.root) / "downloads" / art.filename,
+                sha256=digest, max_bytes=self.pin.max_download, client=ctx.client,
+                retry=ctx.retry, reporter=ctx.reporter, label=label)
+        except download.DownloadError as exc:
+            exc.hint = (f"{exc.hint}; " if exc.hint else "") + (
+                f"{self.pin.mirror_env} points {self.name} downloads at a mirror")
+            raise
         marker = archive.Marker(self.name, self.pin.version, art.filename, url,
                                 fetched.sha256, fetched.verified)
         try:

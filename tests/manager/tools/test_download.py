@@ -183,3 +183,19 @@ def test_plain_reporter_prints_lines():
     assert lines[0] == "aitk: downloading node 22 (0.0 MiB)"
     assert any("(50%)" in line for line in lines)
     assert lines[-1].startswith("aitk: node 22: ") and "done" in lines[-1]
+
+
+def test_rich_reporter_draws_on_a_terminal():
+    from rich.console import Console
+
+    out = io.StringIO()
+    console = Console(file=out, force_terminal=True, width=100)
+    rep = download.reporter_for(console)
+    assert isinstance(rep, download.RichReporter)
+    rep.start("uv 0.13.9", 2 << 20, 0)
+    rep.advance(1 << 20)
+    rep.note("a note")
+    rep.finish()
+    text = out.getvalue()
+    assert "uv 0.13.9" in text and "MB" in text and "aitk: a note" in text
+    assert isinstance(download.reporter_for(Console(file=io.StringIO())), download.PlainReporter)

@@ -101,7 +101,8 @@ def test_child_env_points_children_at_local_ffmpeg(checkout, monkeypatch):
 
 def run_cli(checkout: Paths, path: str, *args: str, extra: dict | None = None):
     env = {k: v for k, v in os.environ.items() if not k.startswith("AITK_")}
-    env.update(AITK_ROOT=str(checkout.root), PATH=path, NO_COLOR="1", **(extra or {}))
+    env.update(AITK_ROOT=str(checkout.root), PATH=path, NO_COLOR="1", NO_PROXY="127.0.0.1",
+               **(extra or {}))
     return subprocess.run([sys.executable, "-m", "manager", "tools", *args], cwd=ROOT, env=env,
                           capture_output=True, text=True, timeout=120)
 
@@ -143,3 +144,62 @@ def test_tools_provision_uses_the_mirror_and_verifies(server, checkout, tmp_path
     assert not checkout.uv_dir.exists()
     assert any("warning: uv" in m for m in doc["messages"])
     assert sha(b"") not in done.stdout  # nothing fake is reported as a digest
+
+
+def _loaded_library(*names: str) -> str | None:
+    """The file of a shared library this process has mapped (a real .so to copy)."""
+    with open("/proc/self/maps") as maps:
+        paths = {line.split()[-1] for line in maps if "/" in line}
+    for name in names:
+        for path in sorted(paths):
+            if Path(path).name.startswith(name):
+                return path
+    return None
+
+
+@pytest.mark.skipif(not Path("/proc/self/maps").exists(), reason="needs Linux /proc")
+def test_venv_python_child_loads_libraries_from_local_ffmpeg(checkout, monkeypatch):
+    """The way that works: the library path is set when the interpreter starts."""
+    import ctypes  # noqa: F401  (maps libffi into this process)
+
+    lib = _loaded_library("libffi.so", "libm.so")
+    if lib is None:
+        pytest.skip("no shared library to copy")
+    monkeypatch.setenv("PATH", "/nonexistent")
+    art = FFMPEG.artefact(tools.current_platform())
+    if art is None:
+        pytest.skip("no FFmpeg build is pinned for this platform")
+    fake(checkout.ffmpeg_dir / "bin", "ffmpeg", "ffmpeg version n7.1 Copyright")
+    (checkout.ffmpeg_dir / "lib").mkdir()
+    (checkout.ffmpeg_dir / "lib" / "libaitkprobe.so").write_bytes(Path(lib).read_bytes())
+    archive.write_marker(checkout.ffmpeg_dir, archive.Marker(
+        "ffmpeg", FFMPEG.version, art.filename, "http://x", "ab" * 32, False))
+    code = "import ctypes; ctypes.CDLL('libaitkprobe.so'); print('loaded')"
+    base = {k: v for k, v in os.environ.items() if k != "LD_LIBRARY_PATH"}
+    without = subprocess.run([sys.executable, "-c", code], env=base, capture_output=True,
+                             text=True)
+    assert without.returncode != 0  # not found by the loader on its own
+    late = "import os, ctypes; os.environ['LD_LIBRARY_PATH'] = %r; ctypes.CDLL('libaitkprobe.so')"
+    too_late = subprocess.run(
+        [sys.executable, "-c", late % str(checkout.ffmpeg_dir / "lib")], env=base,
+        capture_output=True, text=True)
+    assert too_late.returncode != 0  # setting it inside a running interpreter does not help
+    env = {**base, **tools.child_env(checkout)}
+    with_env = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True,
+                              text=True)
+    assert with_env.stdout.strip() == "loaded", with_env.stderr
+
+
+def test_find_ensure_and_require_uv(server, checkout, tmp_path, monkeypatch):
+    monkeypatch.setenv("PATH", str(tmp_path / "bin"))
+    monkeypatch.setenv("NO_PROXY", "127.0.0.1")
+    monkeypatch.setenv("AITK_UV_MIRROR", server.url("uv"))  # serves nothing: 404
+    assert tools.find_uv(checkout) is None
+    assert tools.ensure_uv(checkout) is None  # a warning, never an exception
+    with pytest.raises(tools.ToolUnavailable) as info:
+        tools.require("uv", checkout)
+    assert "tools --provision" in info.value.hint
+    fake(tmp_path / "bin", "uv", "uv 0.9.2 (abc 2025-01-01)")
+    assert tools.find_uv(checkout) == tmp_path / "bin" / "uv"
+    assert tools.ensure_uv(checkout) == tmp_path / "bin" / "uv"
+    assert tools.require("uv", checkout) == tmp_path / "bin" / "uv"
