@@ -1,46 +1,194 @@
-"""Local tools (.uv, .node, .ffmpeg, .mingit): contract stub; issue 5 implements it.
+"""Local tools (.uv, .node, .ffmpeg, .mingit): which copy is used, provisioning, and the
+environment children get.
 
-`find_uv` is what the sync engine uses to choose its installer; `child_env` is what
-`launch` and the venv's Python get so they see the local tools.
+`find_uv`/`ensure_uv` are what the sync engine uses to choose its installer;
+`provision_all` is its "tools" step (never raises for one tool); `report_tools` feeds
+`manager tools` and `doctor`; `child_env` is what `launch` and the venv's Python get so
+they see the local tools; `require` is the error at a command that needs a tool.
+
+Layout: pins.py (the table), lifecycle.py (queries + the install action), one module
+per tool; the downloader is manager/download.py and the archive installer
+manager/archive.py.
 """
 
 from __future__ import annotations
 
-import shutil
-from collections.abc import Callable
+import os
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
+import httpx
+
+from manager.download import reporter_for
+from manager.errors import ManagerError
 from manager.paths import Paths
+from manager.tools.ffmpeg import Ffmpeg
+from manager.tools.lifecycle import (
+    Context,
+    Found,
+    Settings,
+    Tool,
+    ToolUnavailable,
+    current_platform,
+    platform_label,
+)
+from manager.tools.mingit import MinGit
+from manager.tools.node import Node
+from manager.tools.pins import PINS, Platform
+from manager.tools.uv import Uv, python_dir
+
+__all__ = [
+    "ToolUnavailable", "child_env", "compose_env", "default_tools", "ensure_uv", "find_uv",
+    "provision", "provision_all", "report_tools", "require",
+]
+
+LIBRARY_PATH_VAR = {"linux": "LD_LIBRARY_PATH", "macos": "DYLD_LIBRARY_PATH",
+                    "windows": "PATH"}
+FFMPEG_LIB_ENV = "AITK_FFMPEG_LIB_DIR"
+
+
+def default_tools() -> tuple[Tool, ...]:
+    return (Uv(), Node(), Ffmpeg(), MinGit())
+
+
+def _context(env: Mapping[str, str] | None = None) -> Context:
+    return Context(Settings.from_env(os.environ if env is None else env, PINS),
+                   reporter=reporter_for())
 
 
 def find_uv(paths: Paths) -> Path | None:
     """A uv good enough to use (system or .uv/), or None."""
-    local = paths.uv_dir / "uv"
-    if local.exists():
-        return local
-    found = shutil.which("uv")
-    return Path(found) if found else None
-
-
-def child_env(paths: Paths) -> dict[str, str]:
-    """Environment additions (PATH, library paths) for processes that use the tools."""
-    return {}
+    found = Uv().resolve(paths, current_platform(), probe=False)
+    return Path(found.path) if found.ok and found.path else None
 
 
 def ensure_uv(paths: Paths) -> Path | None:
     """A usable uv, provisioning .uv/ when needed; None when none can be had (use pip)."""
-    return find_uv(paths)
+    found = find_uv(paths)
+    if found:
+        return found
+    ctx = _context()
+    try:
+        installed = Uv().install(paths, current_platform(), ctx)
+    except (ManagerError, OSError, httpx.HTTPError) as exc:
+        if ctx.reporter:
+            ctx.reporter.note(f"warning: uv could not be provisioned ({exc}); using pip")
+        return None
+    return Path(installed.path) if installed.path else None
 
 
 def provision_all(paths: Paths, report: Callable[[str], None]) -> dict[str, dict[str, Any]]:
     """Provision every missing tool this platform needs. Never raises for one tool's
     failure: each outcome ({"status": "ok"|"system"|"failed"|"skipped", "version",
     "path", "detail"}) is returned for the state's `tools` record."""
-    return {}
+    return provision(default_tools(), paths, current_platform(), _context(), report)
+
+
+def provision(tools: Sequence[Tool], paths: Paths, plat: Platform, ctx: Context,
+              report: Callable[[str], None]) -> dict[str, dict[str, Any]]:
+    """The driver: for each tool, use what is good enough or install the pinned copy.
+    `skipped`: nothing was tried (no build for this platform, unverified and not opted
+    in); `failed`: an install was tried and did not finish (previous copy kept)."""
+    outcomes: dict[str, dict[str, Any]] = {}
+    for tool in tools:
+        found = tool.resolve(paths, plat)
+        if found.ok:
+            status = "system" if found.used == "system" else "ok"
+            outcomes[tool.name] = _outcome(status, found)
+            continue
+        refused = tool.refusal(plat, ctx.settings)
+        if refused:
+            report(f"warning: {tool.name} skipped: {refused.message}")
+            outcomes[tool.name] = _outcome("skipped", found, refused.message)
+            continue
+        report(f"{tool.name}: {found.detail}; installing {tool.name} {tool.pin.version}")
+        try:
+            installed = tool.install(paths, plat, ctx)
+        except ToolUnavailable as exc:
+            report(f"warning: {tool.name} skipped: {exc.message}")
+            outcomes[tool.name] = _outcome("skipped", found, exc.message)
+        except (ManagerError, OSError, httpx.HTTPError) as exc:
+            message = exc.message if isinstance(exc, ManagerError) else str(exc)
+            report(f"warning: {tool.name} could not be provisioned: {message}")
+            outcomes[tool.name] = _outcome("failed", found, message)
+        else:
+            outcomes[tool.name] = _outcome("ok", installed)
+    return outcomes
+
+
+def _outcome(status: str, found: Found, detail: str | None = None) -> dict[str, Any]:
+    return {"status": status, "version": found.version, "path": found.path,
+            "detail": detail if detail is not None else found.detail}
 
 
 def report_tools(paths: Paths) -> list[dict[str, Any]]:
     """For `manager tools` and `doctor`: name, used ("system"|"local"|None), version,
     path, minimum, ok."""
-    return []
+    plat = current_platform()
+    rows = []
+    for tool in default_tools():
+        row = asdict(tool.resolve(paths, plat))
+        row.update(minimum=tool.pin.minimum, pinned=tool.pin.version,
+                   local_dir=str(tool.target(paths)),
+                   provisionable=tool.pin.artefact(plat) is not None,
+                   checksum=tool.pin.checksum_source)
+        rows.append(row)
+    return rows
+
+
+def require(name: str, paths: Paths) -> Path:
+    """The executable of a tool a command cannot do without; ToolUnavailable if none."""
+    tool = next(t for t in default_tools() if t.name == name)
+    found = tool.resolve(paths, current_platform())
+    if not found.ok or not found.path:
+        raise ToolUnavailable(f"{name} is needed but not available: {found.detail}",
+                              hint="run `python3 -m manager tools --provision`, or see "
+                                   "`python3 -m manager tools` for what is missing")
+    return Path(found.path)
+
+
+def child_env(paths: Paths) -> dict[str, str]:
+    """Environment additions (PATH, library paths) for processes that use the tools.
+
+    Library paths only work for a process started with them (the loader reads them at
+    start-up), so `launch` runs the venv's Python as a child with this environment.
+    """
+    plat = current_platform()
+    bins: list[Path] = []
+    libs: list[Path] = []
+    for tool in default_tools():
+        found = tool.resolve(paths, plat, probe=False)
+        if found.ok and found.used == "local":
+            root = tool.target(paths)
+            bins += tool.bin_dirs(root, plat)
+            libs += tool.lib_dirs(root, plat)
+    return compose_env(plat, bins, libs, os.environ, python_dir(paths))
+
+
+def compose_env(plat: Platform, bins: Sequence[Path], libs: Sequence[Path],
+                base: Mapping[str, str], uv_python: Path) -> dict[str, str]:
+    """Pure: the variables to add for children, prepending to what `base` has."""
+    env: dict[str, str] = {"UV_PYTHON_INSTALL_DIR": str(uv_python)}
+    sep = ";" if plat[0] == "windows" else ":"
+
+    def prepend(var: str, dirs: Sequence[Path]) -> None:
+        current = env.get(var, base.get(var, ""))
+        env[var] = sep.join([*(str(d) for d in dirs), *([current] if current else [])])
+
+    if libs:
+        # Only FFmpeg contributes library folders; tell the trainer where they are too.
+        env[FFMPEG_LIB_ENV] = str(libs[0])
+    lib_var = LIBRARY_PATH_VAR.get(plat[0], "LD_LIBRARY_PATH")
+    if lib_var == "PATH":  # Windows: programs first, then the folders holding DLLs
+        bins, libs = [*bins, *(d for d in libs if d not in bins)], []
+    if bins:
+        prepend("PATH", bins)
+    if libs:
+        prepend(lib_var, libs)
+    return env
+
+
+def platform_name() -> str:
+    return platform_label(current_platform())
