@@ -67,7 +67,8 @@ def clean_env() -> dict[str, str]:
 
 def find_uv() -> str | None:
     local = ROOT / ".uv" / ("uv.exe" if os.name == "nt" else "uv")
-    if local.exists():
+    # The marker is written last by the tool installer: no marker, not trusted.
+    if local.exists() and (ROOT / ".uv" / ".aitk-tool.json").exists():
         return str(local)
     return shutil.which("uv")
 
