@@ -53,7 +53,7 @@ def shortcut_name(root: Path, platform: str) -> str:
     return f"aitk-{folder}-{digest}{SUFFIX[platform]}"
 
 
-# ---- .desktop rendering (Desktop Entry Specification 1.5) ----------------------------------
+# ---- .desktop rendering (Desktop Entry Specification 1.4) ----------------------------------
 
 _EXEC_RESERVED = set(" \t\n\"'\\><~|&;$*?#()`")
 

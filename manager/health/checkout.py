@@ -81,6 +81,10 @@ def hf_cache(environ: dict[str, str]) -> Path:
     return Path(base) / "huggingface"
 
 
+def free_bytes(path: Path) -> int:
+    return shutil.disk_usage(path).free
+
+
 def gather_places(paths: Paths, environ: dict[str, str]) -> list[Place]:
     """One Place per filesystem: outputs and venv live in the checkout, models in the HF
     cache."""
@@ -91,7 +95,7 @@ def gather_places(paths: Paths, environ: dict[str, str]) -> list[Place]:
         if device in seen:
             continue
         seen.add(device)
-        places.append(Place(label, path, shutil.disk_usage(there).free))
+        places.append(Place(label, path, free_bytes(there)))
     return places
 
 

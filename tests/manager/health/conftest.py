@@ -103,7 +103,6 @@ def checkout(tmp_path: Path, venv_template: Path, monkeypatch: pytest.MonkeyPatc
 def healthy(checkout: Checkout, monkeypatch: pytest.MonkeyPatch) -> Checkout:
     """Stand-ins for the contracts of the other parts, all reporting a healthy CPU box."""
     import spec as spec_module
-
     from manager import detect, envstatus, repo, tools
     from manager.health import checkout as checkout_health
 
