@@ -18,18 +18,13 @@ def doctor(as_json: JsonFlag = False) -> None:
     _finish("doctor", lambda: cmd.run(cmd.Options()), as_json, cmd.render)
 
 
-@app.command()
-def launch(
-    configs: Annotated[
-        list[str] | None,
-        typer.Argument(help="Job configs to run (default: the bundled example job).",
-                       show_default=False),
-    ] = None,
-) -> None:
-    """Run the trainer in the managed environment; exits with the trainer's code."""
+@app.command(context_settings={"allow_extra_args": True, "ignore_unknown_options": True})
+def launch(ctx: typer.Context) -> None:
+    """Run the trainer on CONFIG... (default: the bundled example job) in the managed
+    environment, like `python run.py CONFIG...`; exits with the trainer's code."""
     from manager.commands import launch as cmd
 
-    raise _Exit(cmd.run(cmd.Options(configs=tuple(configs or ()))))
+    raise _Exit(cmd.run(cmd.Options(configs=tuple(ctx.args))))
 
 
 @app.command()

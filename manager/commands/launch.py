@@ -39,28 +39,26 @@ _FORWARDED = ("SIGINT", "SIGTERM", "SIGHUP")
 
 @dataclass(frozen=True)
 class Options:
-    configs: tuple[str, ...] = ()
+    configs: tuple[str, ...] = ()  # run.py's arguments: configs (and its flags)
 
 
 def say(message: str) -> None:
     print(f"aitk: {message}", file=sys.stderr, flush=True)
 
 
-def trainer_argv(where: Paths, configs: tuple[str, ...], cwd: Path) -> list[str]:
-    """The command line; configs are made absolute because the trainer runs from the
-    checkout, not from where the user typed the command."""
-    if not configs:
+def trainer_argv(where: Paths, args: tuple[str, ...], cwd: Path) -> list[str]:
+    """The command line. Arguments go to run.py as given, except that a file found from
+    the user's folder is made absolute: the trainer runs from the checkout. (Anything
+    else, such as a config name run.py looks up in config/, or a flag, passes as is.)"""
+    if not args:
         example = where.root / EXAMPLE_CONFIG
         if not example.exists():
             raise errors.ManagerError(f"the bundled example job {EXAMPLE_CONFIG} is missing",
                                       hint="restore it with `git checkout -- config/examples`")
-        chosen = [example]
-    else:
-        chosen = [(cwd / c) for c in configs]
-        missing = [str(c) for c, p in zip(configs, chosen, strict=True) if not p.is_file()]
-        if missing:
-            raise errors.UsageError(f"config not found: {', '.join(missing)}")
-    return [str(where.venv_python), str(where.root / "run.py"), *map(str, chosen)]
+        return [str(where.venv_python), str(where.root / "run.py"), str(example)]
+    passed = [str(cwd / a) if not a.startswith("-") and (cwd / a).is_file() else a
+              for a in args]
+    return [str(where.venv_python), str(where.root / "run.py"), *passed]
 
 
 def check_installed(where: Paths) -> None:

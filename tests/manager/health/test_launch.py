@@ -116,10 +116,13 @@ def test_missing_venv_is_a_one_line_hint(healthy, trainer, tmp_path, run_cli):
     assert not (trainer / "argv.json").exists()
 
 
-def test_missing_config_is_a_usage_error(healthy, trainer, run_cli):
-    code, _, err = run_cli("launch", "no/such.yaml")
-    assert code == 2
-    assert "config not found: no/such.yaml" in err
+def test_other_arguments_reach_run_py_as_given(healthy, trainer, tmp_path, run_cli,
+                                               monkeypatch):
+    job = config(tmp_path, "job.yaml", exit=0)
+    monkeypatch.chdir(tmp_path)
+    code, _, err = run_cli("launch", "my_job", "--recover", "--name", "x", "job.yaml")
+    assert code == 0, err
+    assert recorded(trainer)["argv"][1:] == ["my_job", "--recover", "--name", "x", str(job)]
 
 
 def start_launcher(healthy, trainer, job: Path) -> subprocess.Popen[str]:
