@@ -21,6 +21,7 @@ from manager.health.check import (
     FIX_INSTALL,
     FIX_REPAIR,
     FIX_REPORT,
+    FIX_SYNC,
     Check,
     Probe,
     fail,
@@ -141,6 +142,8 @@ def _judge_package(name: str, found: Mapping[str, Any], pin: Pin | None,
     bad = fail if required else warn
     if not found.get("ok"):
         why = found.get("error", "not reported")
+        if why.startswith(f"ModuleNotFoundError: No module named '{name}'"):
+            return bad(name, f"{name} is not installed", FIX_INSTALL if required else FIX_SYNC)
         return bad(name, f"{name} does not import: {why}", FIX_REPAIR)
     version = found.get("version")
     runtime = report.get("runtime") or {}

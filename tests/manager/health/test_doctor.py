@@ -81,6 +81,21 @@ def test_companion_at_the_wrong_version_fails_when_required(healthy, doctor_json
     assert code == 1
 
 
+def test_torch_not_installed_points_at_install(healthy, doctor_json):
+    import shutil
+
+    from conftest import site_packages
+
+    for name in ("torch", "torchvision"):
+        shutil.rmtree(site_packages(healthy.venv) / name)
+    code, checks = doctor_json()
+    assert checks["torch"]["detail"] == "torch is not installed"
+    assert checks["torch"]["status"] == "FAIL" and "install" in checks["torch"]["fix"]
+    assert checks["torchvision"]["status"] == "WARN"
+    assert checks["gpu"]["detail"] == "skipped: torch does not import"
+    assert code == 1
+
+
 def test_torch_of_another_backend_fails(healthy, doctor_json):
     healthy.stack(torch="2.13.0+cu130")
     code, checks = doctor_json()
