@@ -18,10 +18,18 @@ from manager.commands import shortcut
 
 # Stands in for the manager: records each call, fails the ones named in AITK_TEST_FAIL.
 FAKE_MANAGER = '''
-import json, os, sys
+import json, os, signal, sys, time
 with open(os.environ["AITK_TEST_CALLS"], "a") as fh:
     fh.write(json.dumps({"argv": sys.argv[1:], "cwd": os.getcwd()}) + "\\n")
-print("manager says: " + " ".join(sys.argv[1:]))
+print("manager says: " + " ".join(sys.argv[1:]), flush=True)
+if sys.argv[1] == "launch" and os.environ.get("AITK_TEST_WAIT"):
+    def stop(signum, frame):
+        print("saved at step 7", flush=True)
+        sys.exit(130)
+    signal.signal(signal.SIGINT, stop)
+    open(os.environ["AITK_TEST_WAIT"], "w").close()
+    while True:
+        time.sleep(0.05)
 fail = os.environ.get("AITK_TEST_FAIL", "")
 sys.exit(4 if sys.argv[1] in fail.split(",") else 0)
 '''
@@ -142,6 +150,34 @@ def test_the_entry_updates_then_launches(spaced_checkout, tmp_path, run_cli, fai
         assert f"aitk: the log is {spaced_checkout}/logs/launcher.log" in done.stdout
     if fail == "update":
         assert "update failed" in log
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="runs the Linux entry")
+def test_ctrl_c_in_the_window_keeps_the_log(spaced_checkout, tmp_path, run_cli):
+    """A terminal's Ctrl+C reaches every process in the window's group: the launcher
+    shell and tee must outlive it, so the trainer's last words reach the log."""
+    import signal
+    import time
+
+    _, out, _ = run_cli("shortcut", "--desktop-dir", str(tmp_path / "desk"), "--json")
+    ready = tmp_path / "ready"
+    env = {**os.environ, "AITK_TEST_CALLS": str(tmp_path / "calls.jsonl"),
+           "AITK_TEST_WAIT": str(ready)}
+    env["PATH"] = os.pathsep.join([str(Path(sys.executable).parent), env["PATH"]])
+    argv = exec_argv(desktop_entry(Path(json.loads(out)["data"]["path"]))["Exec"])
+    window = subprocess.Popen(argv, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                              text=True, start_new_session=True)
+    deadline = time.monotonic() + 60
+    while not ready.exists():
+        assert window.poll() is None and time.monotonic() < deadline
+        time.sleep(0.05)
+    os.killpg(window.pid, signal.SIGINT)
+    shown, _ = window.communicate(timeout=60)
+    assert window.returncode == 130
+    assert "saved at step 7" in shown
+    log = (spaced_checkout / "logs" / "launcher.log").read_text()
+    assert "saved at step 7" in log
+    assert "stopped with exit status 130" in log
 
 
 def test_command_file_for_macos(tmp_path):
