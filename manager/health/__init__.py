@@ -8,6 +8,7 @@
     tooling.py      uv, node, ffmpeg, git: which copy and its version
     checkout.py     the git checkout and free disk where models and outputs go
     hazards.py      environment hazards and secrets (shown as set/unset only)
+    secrets.py      which variables hold secrets; scrubbing their values from output
 
 Each group has pure `judge_*` functions over plain data and a thin `probe` that gathers
 the data. A probe never crashes doctor: check.run_probes turns an exception or a
