@@ -9,6 +9,7 @@ Once set up, the cost is one `exec` and one small file read.
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import shutil
 import subprocess
@@ -63,6 +64,11 @@ def clean_env() -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if k not in HOSTILE_ENV}
     env["PYTHONNOUSERSITE"] = "1"
     return env
+
+
+def dropped_env() -> str:
+    """The caller's variables clean_env removes, as JSON: `doctor` reports them."""
+    return json.dumps({k: v for k, v in os.environ.items() if k in HOSTILE_ENV})
 
 
 def find_uv() -> str | None:
@@ -136,6 +142,7 @@ def main() -> int:
     python = str(venv_python())
     argv = [python, "-m", "manager", *sys.argv[1:]]
     env = clean_env()
+    env["AITK_BOOTSTRAP_DROPPED"] = dropped_env()
     if os.name == "nt":  # exec on Windows does not replace the process; wait instead
         return subprocess.run(argv, env=env, cwd=ROOT).returncode
     if Path.cwd().resolve() != ROOT:

@@ -1,17 +1,172 @@
-"""`manager launch [CONFIG ...]` (contract stub; issue 7 implements it).
+"""`manager launch [CONFIG ...]`: run the trainer in the managed environment.
 
-Runs the trainer in the managed environment and returns the trainer's exit code.
+The trainer runs as `.venv`'s Python `run.py CONFIG...` from the checkout, with the local
+tools on PATH (manager.tools.child_env) and a cleaned environment. Without configs it
+runs the bundled example job. Returns the trainer's exit code (128+N if signal N killed
+it); the install verb calls `run` too.
+
+Before starting, a fast in-sync check: when the venv is out of sync we warn, say how to
+fix it and start anyway (a stale optional package should not block a training run; the
+desktop launcher runs `update --auto` first, which syncs). Nothing installed yet is an
+error (exit 1) with a one-line hint.
+
+Signals: the trainer runs in its own process group, so a terminal's Ctrl+C reaches only
+this launcher, which forwards it (SIGINT, SIGTERM, SIGHUP) to the whole group exactly
+once; the trainer saves at the next step boundary and exits 130. A second Ctrl+C kills
+the group (checkpoints are published by rename, so this loses at most the current step).
 """
 
 from __future__ import annotations
 
+import os
+import signal
+import subprocess
+import sys
+from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
+
+from manager import errors, process
+from manager.paths import Paths, paths
+
+EXAMPLE_CONFIG = Path("config") / "examples" / "train_lora_example_cpu.yaml"
+NOT_INSTALLED = ("nothing is installed in this checkout yet: run ./install.sh "
+                 "(or python3 -m manager install) first")
+# Leftover members of the trainer's group get this long to exit after SIGTERM.
+GROUP_GRACE_S = 5.0
+_FORWARDED = ("SIGINT", "SIGTERM", "SIGHUP")
 
 
 @dataclass(frozen=True)
 class Options:
-    configs: tuple[str, ...] = ()
+    configs: tuple[str, ...] = ()  # run.py's arguments: configs (and its flags)
+
+
+def say(message: str) -> None:
+    print(f"aitk: {message}", file=sys.stderr, flush=True)
+
+
+def trainer_argv(where: Paths, args: tuple[str, ...], cwd: Path) -> list[str]:
+    """The command line. Arguments go to run.py as given, except that a file found from
+    the user's folder is made absolute: the trainer runs from the checkout. (Anything
+    else, such as a config name run.py looks up in config/, or a flag, passes as is.)"""
+    if not args:
+        example = where.root / EXAMPLE_CONFIG
+        if not example.exists():
+            raise errors.ManagerError(f"the bundled example job {EXAMPLE_CONFIG} is missing",
+                                      hint="restore it with `git checkout -- config/examples`")
+        return [str(where.venv_python), str(where.root / "run.py"), str(example)]
+    passed = [str(cwd / a) if not a.startswith("-") and (cwd / a).is_file() else a
+              for a in args]
+    return [str(where.venv_python), str(where.root / "run.py"), *passed]
+
+
+def check_installed(where: Paths) -> None:
+    if not where.venv_python.exists() or not where.state_file.exists():
+        raise errors.ManagerError(NOT_INSTALLED)
+
+
+def warn_if_out_of_sync(where: Paths, report: Callable[[str], None] = say) -> bool:
+    """Fast check (never imports torch); warns and returns False when out of sync."""
+    from manager.envstatus import quick_status
+
+    try:
+        status = quick_status(where)
+    except Exception as exc:  # noqa: BLE001 - a failed check must not block training
+        report(f"warning: could not check the environment is in sync ({exc or type(exc)})")
+        return False
+    if not status.in_sync:
+        for reason in status.reasons or ("reason unknown",):
+            report(f"warning: environment out of sync: {reason}")
+        report("warning: fix it with `python3 -m manager sync`; starting anyway")
+    return status.in_sync
+
+
+def child_environment(where: Paths) -> dict[str, str]:
+    from manager.tools import child_env
+
+    try:
+        extra = child_env(where)
+    except Exception as exc:  # noqa: BLE001
+        say(f"warning: local tools unavailable to the trainer ({exc or type(exc).__name__})")
+        extra = {}
+    env = process.clean_env(extra)
+    env["PYTHONUNBUFFERED"] = "1"  # progress reaches a piped launcher log promptly
+    return env
 
 
 def run(options: Options) -> int:
-    raise NotImplementedError
+    where = paths()
+    check_installed(where)
+    argv = trainer_argv(where, options.configs, Path.cwd())
+    warn_if_out_of_sync(where)
+    return supervise(argv, child_environment(where), where.root)
+
+
+def exit_code(returncode: int) -> int:
+    """A child killed by signal N reports -N; shells (and we) say 128+N."""
+    return 128 - returncode if returncode < 0 else returncode
+
+
+def supervise(argv: list[str], env: dict[str, str], cwd: Path) -> int:
+    """Run argv in its own process group, forward stop signals to it, return its code."""
+    windows = os.name == "nt"
+    group = {"creationflags": subprocess.CREATE_NEW_PROCESS_GROUP} if windows else {
+        "start_new_session": True}
+    try:
+        child = subprocess.Popen(argv, env=env, cwd=cwd, stdin=subprocess.DEVNULL, **group)
+    except OSError as exc:
+        raise errors.ManagerError(f"cannot start the trainer: {exc}",
+                                  hint="python3 -m manager doctor") from exc
+    received: list[int] = []
+
+    def forward(signum: int, _frame: object) -> None:
+        received.append(signum)
+        if len(received) == 1:
+            say("stopping: the trainer saves and exits (press Ctrl+C again to kill it now)")
+            _signal_group(child, signum)
+        else:
+            say("killing the trainer")
+            _signal_group(child, signal.SIGKILL if not windows else signal.SIGTERM)
+
+    previous = {}
+    for name in _FORWARDED:
+        if hasattr(signal, name):
+            sig = getattr(signal, name)
+            previous[sig] = signal.signal(sig, forward)
+    try:
+        returncode = child.wait()
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+        if not windows:
+            _reap_group(child.pid)
+    return exit_code(returncode)
+
+
+def _signal_group(child: subprocess.Popen[bytes], signum: int) -> None:
+    try:
+        if os.name == "nt":
+            child.send_signal(signal.CTRL_BREAK_EVENT)  # type: ignore[attr-defined]
+        else:
+            os.killpg(child.pid, signum)
+    except (ProcessLookupError, PermissionError):
+        pass  # the group is already gone
+
+
+def _reap_group(pgid: int) -> None:
+    """Stop what the trainer left behind in its group (data loader workers)."""
+    import time
+
+    for signum, wait in ((signal.SIGTERM, GROUP_GRACE_S), (signal.SIGKILL, 0.0)):
+        try:
+            os.killpg(pgid, signum)
+        except (ProcessLookupError, PermissionError):
+            return
+        deadline = time.monotonic() + wait
+        while time.monotonic() < deadline:
+            try:
+                os.killpg(pgid, 0)
+            except (ProcessLookupError, PermissionError):
+                return
+            time.sleep(0.1)

@@ -1,0 +1,175 @@
+"""`manager launch`: the trainer's exit code, signals to its process group, the checks
+before it starts. The trainer is a stand-in run.py in the temporary checkout."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from conftest import REPO
+
+# Records what it was given, then acts as its config (JSON) says.
+STAND_IN = r'''
+import json, os, signal, subprocess, sys, time
+out = os.environ["AITK_TEST_OUT"]
+config = json.load(open(sys.argv[-1]))
+with open(os.path.join(out, "argv.json"), "w") as fh:
+    json.dump({"argv": sys.argv, "cwd": os.getcwd(), "pgid": os.getpgid(0),
+               "pythonpath": os.environ.get("PYTHONPATH"),
+               "tool_var": os.environ.get("AITK_TEST_TOOL"),
+               "python": sys.executable}, fh)
+if config.get("wait"):
+    def stop(signum, frame):
+        with open(os.path.join(out, "signals"), "a") as fh:
+            fh.write(signal.Signals(signum).name + "\n")
+        if not config.get("stubborn"):
+            sys.exit(130)
+    signal.signal(signal.SIGINT, stop)
+    worker = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"])
+    with open(os.path.join(out, "worker"), "w") as fh:
+        fh.write(str(worker.pid))
+    open(os.path.join(out, "ready"), "w").close()
+    while True:
+        time.sleep(0.05)
+sys.exit(config.get("exit", 0))
+'''
+
+
+@pytest.fixture
+def trainer(healthy, tmp_path, monkeypatch):
+    (healthy.root / "run.py").write_text(STAND_IN, encoding="utf-8")
+    out = tmp_path / "out"
+    out.mkdir()
+    monkeypatch.setenv("AITK_TEST_OUT", str(out))
+    return out
+
+
+def config(folder: Path, name: str, **body: object) -> Path:
+    path = folder / name
+    path.write_text(json.dumps(body), encoding="utf-8")
+    return path
+
+
+def recorded(out: Path) -> dict:
+    return json.loads((out / "argv.json").read_text())
+
+
+def test_trainer_exit_code_is_the_launchers(healthy, trainer, tmp_path, run_cli, monkeypatch):
+    job = config(tmp_path, "job three.yaml", exit=3)
+    monkeypatch.chdir(tmp_path)
+    code, _, err = run_cli("launch", job.name)
+    assert code == 3, err
+    seen = recorded(trainer)
+    assert seen["argv"] == [str(healthy.root / "run.py"), str(job)]  # made absolute
+    assert seen["cwd"] == str(healthy.root)
+    assert Path(seen["python"]).parent == healthy.venv / "bin"
+    assert seen["pgid"] != os.getpgid(0)  # its own process group
+
+
+def test_environment_is_clean_and_has_the_tools(healthy, trainer, tmp_path, run_cli, monkeypatch):
+    from manager import tools
+
+    monkeypatch.setattr(tools, "child_env", lambda paths: {"AITK_TEST_TOOL": "ffmpeg-here"})
+    monkeypatch.setenv("PYTHONPATH", str(tmp_path))
+    code, _, _ = run_cli("launch", str(config(tmp_path, "job.yaml")))
+    assert code == 0
+    seen = recorded(trainer)
+    assert seen["pythonpath"] is None
+    assert seen["tool_var"] == "ffmpeg-here"
+
+
+def test_without_configs_runs_the_bundled_example(healthy, trainer, run_cli):
+    example = healthy.root / "config" / "examples" / "train_lora_example_cpu.yaml"
+    example.parent.mkdir(parents=True)
+    example.write_text(json.dumps({"exit": 0}), encoding="utf-8")
+    code, _, _ = run_cli("launch")
+    assert code == 0
+    assert recorded(trainer)["argv"][-1] == str(example)
+
+
+def test_out_of_sync_warns_and_starts(healthy, trainer, tmp_path, run_cli, monkeypatch):
+    from manager import envstatus
+
+    monkeypatch.setattr(envstatus, "quick_status", lambda paths, cpu=None:
+                        envstatus.SyncStatus(False, ("requirements.txt changed",)))
+    code, _, err = run_cli("launch", str(config(tmp_path, "job.yaml", exit=0)))
+    assert code == 0
+    assert "out of sync: requirements.txt changed" in err
+    assert "python3 -m manager sync" in err
+
+
+def test_missing_venv_is_a_one_line_hint(healthy, trainer, tmp_path, run_cli):
+    import shutil
+
+    shutil.rmtree(healthy.venv)
+    code, out, err = run_cli("launch", str(config(tmp_path, "job.yaml")))
+    assert code == 1
+    assert err.strip().splitlines() == [
+        "aitk: error: nothing is installed in this checkout yet: run ./install.sh "
+        "(or python3 -m manager install) first"]
+    assert not (trainer / "argv.json").exists()
+
+
+def test_other_arguments_reach_run_py_as_given(healthy, trainer, tmp_path, run_cli,
+                                               monkeypatch):
+    job = config(tmp_path, "job.yaml", exit=0)
+    monkeypatch.chdir(tmp_path)
+    code, _, err = run_cli("launch", "my_job", "--recover", "--name", "x", "job.yaml")
+    assert code == 0, err
+    assert recorded(trainer)["argv"][1:] == ["my_job", "--recover", "--name", "x", str(job)]
+
+
+def start_launcher(healthy, trainer, job: Path) -> subprocess.Popen[str]:
+    env = {**os.environ, "AITK_ROOT": str(healthy.root), "AITK_NO_BOOTSTRAP": "1"}
+    launcher = subprocess.Popen([sys.executable, "-m", "manager", "launch", str(job)],
+                                cwd=REPO, env=env, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 60
+    while not (trainer / "ready").exists():
+        assert launcher.poll() is None, launcher.stderr.read()
+        assert time.monotonic() < deadline, "the stand-in trainer never started"
+        time.sleep(0.05)
+    return launcher
+
+
+def gone(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as fh:
+            return fh.read().rsplit(")", 1)[1].split()[0] == "Z"
+    except FileNotFoundError:
+        return True
+
+
+@pytest.mark.skipif(os.name == "nt", reason="POSIX process groups")
+def test_sigint_is_forwarded_to_the_group(healthy, trainer, tmp_path):
+    launcher = start_launcher(healthy, trainer, config(tmp_path, "job.yaml", wait=True))
+    os.kill(launcher.pid, signal.SIGINT)  # what a terminal's Ctrl+C sends the launcher
+    _, err = launcher.communicate(timeout=60)
+    assert launcher.returncode == 130, err
+    assert (trainer / "signals").read_text() == "SIGINT\n"  # once, not twice
+    assert recorded(trainer)["pgid"] not in (os.getpgid(0), launcher.pid)
+    worker = int((trainer / "worker").read_text())
+    deadline = time.monotonic() + 30
+    while not gone(worker):  # the group is stopped along with the trainer
+        assert time.monotonic() < deadline, "the trainer's worker outlived it"
+        time.sleep(0.05)
+
+
+@pytest.mark.skipif(os.name == "nt", reason="POSIX process groups")
+def test_second_ctrl_c_kills_a_stuck_trainer(healthy, trainer, tmp_path):
+    launcher = start_launcher(healthy, trainer,
+                              config(tmp_path, "job.yaml", wait=True, stubborn=True))
+    os.kill(launcher.pid, signal.SIGINT)
+    deadline = time.monotonic() + 30
+    while not (trainer / "signals").exists():
+        assert time.monotonic() < deadline
+        time.sleep(0.05)
+    os.kill(launcher.pid, signal.SIGINT)
+    _, err = launcher.communicate(timeout=60)
+    assert launcher.returncode == 128 + signal.SIGKILL, err
+    assert "press Ctrl+C again" in err
