@@ -115,7 +115,7 @@ def remote_refusal(st: RepoStatus) -> errors.ManagerError | None:
     """What stops an update once the remote was asked."""
     if st.fetch_error is not None:
         return errors.ManagerError(
-            f"could not reach the remote {st.remote!r}: {st.fetch_error}",
+            f"could not fetch from the remote {st.remote!r}: {st.fetch_error}",
             hint="check the network (and the proxy settings), or run `update --auto` to "
                  f"sync without pulling; {repo.TIMEOUT_ENV} sets the timeout in seconds")
     if st.upstream_commit is None:
