@@ -118,6 +118,10 @@ def _run_group(args: tuple[str, ...], env: Mapping[str, str], cwd: Path | None,
         _kill_group(proc)
         out, err = proc.communicate()
         return Completed(args, -1, out or "", err or "", timed_out=True)
+    except BaseException:  # Ctrl+C: the group does not get our SIGINT; take it down too
+        _kill_group(proc)
+        proc.wait()
+        raise
     return Completed(args, proc.returncode, out or "", err or "")
 
 

@@ -220,7 +220,9 @@ def fetch_remote(repo: git.Repo, remote: str, timeout: float) -> str | None:
         ssh_command = None
     env = process.clean_env(network_env(timeout, os.environ,
                                         str(ssh_command) if ssh_command else None))
-    done = process.run(["git", "fetch", "--quiet", remote],
+    # The same git GitPython uses (GIT_PYTHON_GIT_EXECUTABLE may point at a private copy).
+    program = git.Git.GIT_PYTHON_GIT_EXECUTABLE or "git"
+    done = process.run([program, "fetch", "--quiet", remote],
                        env=env, cwd=Path(repo.working_tree_dir or "."), timeout=timeout,
                        own_group=True)
     if done.timed_out:

@@ -74,7 +74,16 @@ def pid_alive(pid: int) -> bool:
         return False
     except PermissionError:
         return True  # it exists, it is just not ours
-    return True
+    return not _zombie(pid)
+
+
+def _zombie(pid: int) -> bool:
+    """An exited process nobody has reaped yet still answers signal 0 (Linux only)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return stat.rpartition(")")[2].split()[:1] == ["Z"]
 
 
 def _pid_alive_windows(pid: int) -> bool:

@@ -164,3 +164,47 @@ def test_a_damaged_record_still_names_its_pid(tmp_path: Path) -> None:
     assert job is not None and job.pid == os.getpid() and job.name is None
     assert pid_alive(os.getpid()) and not pid_alive(0)
     assert running_jobs(tmp_path / "missing") == []
+
+
+@pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="Linux /proc")
+def test_an_exited_but_unreaped_job_is_not_running() -> None:
+    import time
+
+    child = subprocess.Popen([sys.executable, "-c", "pass"])
+    try:
+        for _ in range(100):  # wait until it has exited (it stays a zombie: no wait())
+            if Path(f"/proc/{child.pid}/stat").read_text().rpartition(")")[2].split()[0] == "Z":
+                break
+            time.sleep(0.05)
+        assert not pid_alive(child.pid)
+    finally:
+        child.wait()
+
+
+# --- the runner's own_group mode (used for network git) -------------------------------
+
+
+@pytest.mark.skipif(os.name == "nt", reason="uses sh")
+def test_a_timeout_kills_the_whole_group_even_a_helper_holding_the_pipes() -> None:
+    import time
+
+    from manager import process
+
+    # Like git leaving git-remote-https behind: the helper keeps stdout open.
+    done = process.run(["sh", "-c", "sleep 300 & echo $!; wait"], timeout=1, own_group=True)
+    assert done.timed_out and not done.ok
+    helper = int(done.stdout.split()[0])
+    for _ in range(50):  # the kill is immediate; reaping by init may take a moment
+        if not pid_alive(helper):
+            break
+        time.sleep(0.1)
+    assert not pid_alive(helper)
+
+
+def test_own_group_reports_exit_codes_and_missing_programs() -> None:
+    from manager import process
+
+    assert process.run([sys.executable, "-c", "print('hi')"], own_group=True).stdout == "hi\n"
+    assert process.run([sys.executable, "-c", "raise SystemExit(4)"],
+                       own_group=True).returncode == 4
+    assert process.run(["/nonexistent/program"], own_group=True).returncode == 127
