@@ -18,7 +18,7 @@ from __future__ import annotations
 import os
 import sys
 from collections.abc import Mapping
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
 
@@ -28,7 +28,7 @@ from manager import errors, lock, migrations, process, repo
 from manager.output import Result
 from manager.paths import Paths, paths
 from manager.repo import RepoStatus
-from manager.running_jobs import running_jobs
+from manager.running_jobs import RunningJob, running_jobs
 from manager.state import load_state
 
 _DIRTY_LISTED = 20
@@ -62,7 +62,6 @@ class Decision:
     pull: bool  # fast-forward to the upstream commit
     warnings: tuple[str, ...] = ()
     refusal: errors.ManagerError | None = None  # raise this (not with --auto)
-    run_sync: bool = True
 
 
 def interpreter(environ: Mapping[str, str] | None = None) -> str:
@@ -145,7 +144,7 @@ def decide(refusal: errors.ManagerError | None, st: RepoStatus | None,
     return Decision(pull=pull, warnings=warnings)
 
 
-def job_refusal(jobs: list[Any]) -> errors.UpdateRefused | None:
+def job_refusal(jobs: list[RunningJob]) -> errors.UpdateRefused | None:
     if not jobs:
         return None
     names = "; ".join(job.describe() for job in jobs)
@@ -172,9 +171,9 @@ def run(options: Options) -> Result:
         if decision.refusal is not None:
             raise decision.refusal
         pulled = False
-        if decision.pull and not options.dry_run:
-            assert st is not None and st.upstream_commit is not None
-            repo.fast_forward(p.root, st.upstream_commit)
+        target = st.upstream_commit if st is not None else None
+        if decision.pull and target and not options.dry_run:
+            repo.fast_forward(p.root, target)
             pulled = True
     completed = process.run(sync_command(options), cwd=p.root, capture=False)
     return _result(options, st, pulled=pulled, sync=completed, warnings=decision.warnings,
@@ -211,6 +210,8 @@ def _result(options: Options, st: RepoStatus | None, *, pulled: bool,
         "warnings": list(warnings),
     }
     if options.dry_run:
+        after = replace(options, dry_run=False).sync_argv()
+        data["sync_after_pull"] = ["python3", "-m", "manager", *after]
         try:
             applied = load_state(paths()).migrations
         except errors.StateError:
@@ -220,8 +221,10 @@ def _result(options: Options, st: RepoStatus | None, *, pulled: bool,
     code = 0
     if sync is not None and not sync.ok:
         code = sync.returncode if sync.returncode > 0 else 1
-        messages += (f"aitk: error: the sync after the update failed (exit {sync.returncode})",
-                     "aitk: hint: fix the cause above and run `python3 -m manager sync`")
+        which = "sync --dry-run" if options.dry_run else "the sync after the update"
+        messages += (f"aitk: error: {which} failed (exit {sync.returncode})",
+                     "aitk: hint: fix the cause above and run "
+                     f"`python3 -m manager {' '.join(options.sync_argv())}`")
     return Result(data=data, exit_code=code, messages=messages)
 
 
@@ -233,6 +236,8 @@ def render(console: Console, data: Mapping[str, Any]) -> None:
                           f"({data['behind']} incoming commits):", markup=False)
             for line in incoming:
                 console.print(f"  {line}", markup=False)
+            console.print(f"then: {' '.join(data['sync_after_pull'])} (the new code's)",
+                          markup=False)
         else:
             console.print("would pull nothing", markup=False)
         pending = data.get("pending_migrations") or {}

@@ -312,6 +312,7 @@ def test_dry_run_shows_incoming_and_pulls_nothing(checkout: Checkout) -> None:
     assert checkout.snapshot() == before
     assert "upstream: new sync and a migration" in done.stdout
     assert "nothing was pulled" in done.stdout
+    assert "then: python3 -m manager sync --cpu" in done.stdout
     # The current code's sync was asked for its plan, with both flags forwarded.
     assert checkout.sync_calls() == [{"mark": "v1", "args": ["--dry-run", "--cpu"],
                                       "applied": []}]
