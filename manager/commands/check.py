@@ -32,7 +32,12 @@ class Options:
 def assess(st: RepoStatus, sync: SyncStatus, pending: list[str]) -> tuple[dict[str, Any], int]:
     """The report and the exit code; pure."""
     update_available = bool(st.behind)
+    diverged = bool(st.behind) and bool(st.ahead)
     sync_due = not sync.in_sync or bool(pending)
+    notes = list(st.notes)
+    if diverged:
+        notes.append(f"{st.branch} has diverged from {st.upstream} ({st.ahead} local commits): "
+                     "update refuses until you merge or rebase")
     data: dict[str, Any] = {
         "version": __version__,
         "branch": st.branch,
@@ -49,8 +54,9 @@ def assess(st: RepoStatus, sync: SyncStatus, pending: list[str]) -> tuple[dict[s
         "deps_reasons": list(sync.reasons),
         "pending_migrations": pending,
         "update_available": update_available,
+        "diverged": diverged,
         "sync_due": sync_due,
-        "notes": list(st.notes),
+        "notes": notes,
     }
     if update_available:
         code = errors.EXIT_UPDATE_AVAILABLE

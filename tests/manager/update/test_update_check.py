@@ -159,3 +159,33 @@ def test_check_runs_as_a_command_without_a_gpu_or_flags(checkout: Checkout) -> N
     assert done.returncode == envelope["exit_code"]
     assert done.returncode in (errors.EXIT_OK, errors.EXIT_SYNC_DUE)
     assert envelope["data"]["update_available"] is False
+
+
+def test_diverged_is_an_available_update_with_a_note(synced: Checkout, capsys) -> None:
+    synced.push_upstream({"notes.txt": "upstream\n"}, "upstream")
+    (synced.path / "README.md").write_text("local commit\n")
+    synced.git("commit", "-qam", "local")
+    code, env = check_json(capsys)
+    assert code == errors.EXIT_UPDATE_AVAILABLE
+    assert env["data"]["diverged"] is True
+    assert (env["data"]["behind"], env["data"]["ahead"]) == (1, 1)
+    assert any("diverged" in note for note in env["data"]["notes"])
+
+
+def test_check_never_waits_for_the_lock(synced: Checkout, capsys) -> None:
+    import subprocess
+    import sys
+
+    holder = subprocess.Popen(
+        [sys.executable, "-c",
+         "import sys, time; from filelock import FileLock; "
+         "lock = FileLock(sys.argv[1]); lock.acquire(); print('held', flush=True); "
+         "time.sleep(60)", str(synced.path / ".aitk.lock")],
+        stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        code, _ = check_json(capsys)
+        assert code == errors.EXIT_OK
+    finally:
+        holder.kill()
+        holder.wait()
