@@ -7,6 +7,7 @@ drops what makes installers write elsewhere or import foreign packages.
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -64,15 +65,21 @@ def run(
     cwd: Path | None = None,
     timeout: float | None = None,
     capture: bool = True,
+    own_group: bool = False,
 ) -> Completed:
     """Run argv; never raises for a non-zero exit, a timeout or a missing program.
 
     With capture=False the child writes straight to our terminal (installer progress).
+    With own_group=True the child gets its own process group (no controlling terminal on
+    POSIX, so nothing can prompt) and a timeout kills the whole group: a helper it spawned
+    (git-remote-https, ssh) would otherwise hold our pipes open and outlive the timeout.
     """
     args = tuple(str(a) for a in argv)
     child_env = dict(env) if env is not None else clean_env(extra_env)
     if env is not None and extra_env:
         child_env.update(extra_env)
+    if own_group:
+        return _run_group(args, child_env, cwd, timeout, capture)
     try:
         proc = subprocess.run(
             args,
@@ -92,3 +99,38 @@ def run(
     except OSError as exc:  # not found, not executable
         return Completed(args, 127, "", str(exc))
     return Completed(args, proc.returncode, proc.stdout or "", proc.stderr or "")
+
+
+def _run_group(args: tuple[str, ...], env: Mapping[str, str], cwd: Path | None,
+               timeout: float | None, capture: bool) -> Completed:
+    pipe = subprocess.PIPE if capture else None
+    group = ({"start_new_session": True} if os.name != "nt"
+             else {"creationflags": subprocess.CREATE_NEW_PROCESS_GROUP})
+    try:
+        proc = subprocess.Popen(args, env=dict(env), cwd=cwd, stdin=subprocess.DEVNULL,
+                                stdout=pipe, stderr=pipe, text=True, encoding="utf-8",
+                                errors="replace", **group)
+    except OSError as exc:
+        return Completed(args, 127, "", str(exc))
+    try:
+        out, err = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        _kill_group(proc)
+        out, err = proc.communicate()
+        return Completed(args, -1, out or "", err or "", timed_out=True)
+    except BaseException:  # Ctrl+C: the group does not get our SIGINT; take it down too
+        _kill_group(proc)
+        proc.wait()
+        raise
+    return Completed(args, proc.returncode, out or "", err or "")
+
+
+def _kill_group(proc: subprocess.Popen[str]) -> None:
+    if os.name == "nt":
+        run(["taskkill", "/F", "/T", "/PID", str(proc.pid)], timeout=30)
+        proc.kill()
+        return
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
