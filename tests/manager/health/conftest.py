@@ -14,6 +14,8 @@ from pathlib import Path
 
 import pytest
 
+from manager import migrations
+
 REPO = Path(__file__).resolve().parents[3]
 STACK = {"torch": "2.13.0+cpu", "torchvision": "0.28.0+cpu", "torchaudio": "2.11.0+cpu"}
 HOSTILE = ("PYTHONPATH", "PYTHONHOME", "VIRTUAL_ENV", "CONDA_PREFIX", "CONDA_DEFAULT_ENV",
@@ -66,7 +68,10 @@ class Checkout:
             self.package(name, f"__version__ = {version!r}\n")
 
     def state(self, **fields: object) -> None:
-        data = {"version": 1, "cpu_requested": True, "backend": "cpu", **fields}
+        # A healthy install has applied every migration this code ships.
+        applied = [m.id for m in migrations.available()]
+        data = {"version": 1, "cpu_requested": True, "backend": "cpu",
+                "migrations": applied, **fields}
         (self.venv / "aitk_manager_state.json").write_text(json.dumps(data), encoding="utf-8")
 
     def git(self, *args: str) -> str:

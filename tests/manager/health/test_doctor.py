@@ -8,7 +8,7 @@ import subprocess
 import sys
 
 import pytest
-from conftest import REPO, base_python
+from tests.manager.health.conftest import REPO, base_python
 
 from manager.commands.doctor import all_probes
 from manager.paths import Paths
@@ -84,7 +84,7 @@ def test_companion_at_the_wrong_version_fails_when_required(healthy, doctor_json
 def test_torch_not_installed_points_at_install(healthy, doctor_json):
     import shutil
 
-    from conftest import site_packages
+    from tests.manager.health.conftest import site_packages
 
     for name in ("torch", "torchvision"):
         shutil.rmtree(site_packages(healthy.venv) / name)
@@ -224,7 +224,7 @@ def test_contracts_as_they_are_never_crash(checkout):
 
 @pytest.mark.parametrize("space", [" "])
 def test_path_with_spaces_warns(tmp_path, venv_template, monkeypatch, space):
-    from conftest import make_checkout
+    from tests.manager.health.conftest import make_checkout
 
     from manager.health.hazards import judge_path
 

@@ -9,7 +9,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from conftest import REPO, base_python
+from tests.manager.health.conftest import REPO, base_python
 
 from manager.commands import shortcut
 

@@ -12,7 +12,7 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import REPO
+from tests.manager.health.conftest import REPO
 
 # Records what it was given, then acts as its config (JSON) says.
 STAND_IN = r'''

@@ -12,7 +12,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import REPO
+from tests.manager.health.conftest import REPO
 
 from manager.commands import shortcut
 

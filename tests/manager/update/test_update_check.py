@@ -14,7 +14,7 @@ from manager.envstatus import SyncStatus
 from manager.files import atomic_write_json
 
 if TYPE_CHECKING:  # a type only: several conftest modules may exist
-    from conftest import Checkout
+    from tests.manager.update.conftest import Checkout
 
 
 @pytest.fixture

@@ -16,7 +16,7 @@ import pytest
 from manager import errors
 
 if TYPE_CHECKING:  # a type only: several conftest modules may exist
-    from conftest import Checkout
+    from tests.manager.update.conftest import Checkout
 
 # --- the happy path -------------------------------------------------------------------
 
