@@ -8,10 +8,10 @@ import subprocess
 import sys
 
 import pytest
-from tests.manager.health.conftest import REPO, base_python
 
 from manager.commands.doctor import all_probes
 from manager.paths import Paths
+from tests.manager.health.conftest import REPO, base_python
 
 IDS = [
     "python", "venv", "spec", "torch", "torchvision", "torchaudio", "gpu", "requirements",
@@ -224,9 +224,8 @@ def test_contracts_as_they_are_never_crash(checkout):
 
 @pytest.mark.parametrize("space", [" "])
 def test_path_with_spaces_warns(tmp_path, venv_template, monkeypatch, space):
-    from tests.manager.health.conftest import make_checkout
-
     from manager.health.hazards import judge_path
+    from tests.manager.health.conftest import make_checkout
 
     made = make_checkout(tmp_path / f"my{space}aitk", venv_template)
     assert judge_path(made.root).status.value == "WARN"

@@ -9,9 +9,9 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from tests.manager.health.conftest import REPO, base_python
 
 from manager.commands import shortcut
+from tests.manager.health.conftest import REPO, base_python
 
 FAKE_MANAGER = '''
 import json, os, sys

@@ -12,6 +12,7 @@ import time
 from pathlib import Path
 
 import pytest
+
 from tests.manager.health.conftest import REPO
 
 # Records what it was given, then acts as its config (JSON) says.

@@ -12,9 +12,9 @@ import sys
 from pathlib import Path
 
 import pytest
-from tests.manager.health.conftest import REPO
 
 from manager.commands import shortcut
+from tests.manager.health.conftest import REPO
 
 # Stands in for the manager: records each call, fails the ones named in AITK_TEST_FAIL.
 FAKE_MANAGER = '''
