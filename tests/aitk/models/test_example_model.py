@@ -139,3 +139,33 @@ def test_identity_follows_weight_content(tmp_path: Path, example_dir: Path,
     config.write_text(config.read_text().replace('"scaling_factor": 1.0',
                                                  '"scaling_factor": 0.5'))
     assert b.identity() != a.identity()
+
+
+def test_save_model_writes_a_loadable_folder(model, inputs, tmp_path: Path,
+                                             make_cfg) -> None:
+    latents, timesteps, embeds = inputs
+    with torch.no_grad():
+        for p in model.model.parameters():
+            p.mul_(1.01)  # as a full fine-tune would change them
+        expected = model.get_noise_prediction(latents, timesteps, embeds)
+    out = tmp_path / "finetuned"
+    model.save_model(str(out))
+    again = load_model(make_cfg(name_or_path=str(out)))
+    with torch.no_grad():
+        assert torch.equal(again.get_noise_prediction(latents, timesteps, embeds), expected)
+    assert [p.name for p in tmp_path.iterdir()] == ["finetuned"]
+
+
+def test_bf16_base_with_float32_lora(example_dir: Path, make_cfg, inputs, net_cfg) -> None:
+    from aitk.adapters import AdapterNetwork
+
+    model = load_model(make_cfg(name_or_path=str(example_dir)), dtype=torch.bfloat16)
+    net = AdapterNetwork.attach(model, net_cfg())
+    latents, timesteps, _ = inputs
+    embeds = model.get_prompt_embeds(["a red square on grey", "cat"])
+    assert embeds.text_embeds[0].dtype == torch.bfloat16
+    pred = model.get_noise_prediction(latents, timesteps, embeds)
+    assert pred.dtype == torch.bfloat16
+    F.mse_loss(pred.float(), latents).backward()
+    assert all(p.dtype == torch.float32 and p.grad is not None
+               for p in net.trainable_parameters())
