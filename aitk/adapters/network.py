@@ -89,6 +89,9 @@ class AdapterNetwork:
         dropout = float(getattr(cfg, "dropout", None) or 0.0)
         kwargs = dict(getattr(cfg, "network_kwargs", None) or {})
         module = model.get_model_to_train()
+        if any(isinstance(m, BaseTunerLayer) for m in module.modules()):
+            raise AdapterError("this model already has an adapter attached; load a fresh "
+                               "model for another network")
         targets = select_targets(module, model.lora_block_prefixes,
                                  kwargs.get("only_if_contains") or (),
                                  kwargs.get("ignore_if_contains") or ())

@@ -66,7 +66,6 @@ Conventions (keep them exactly):
 
 from __future__ import annotations
 
-import hashlib
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -89,21 +88,6 @@ class ModelError(Exception):
 
 class ModelLoadError(ModelError):
     """`load_model()` failed: the message names the path and what is missing."""
-
-
-_DIGESTS: dict[tuple[str, int, int, int], str] = {}
-
-
-def file_sha256(path: Path) -> str:
-    """Content digest of one file, cached per (path, inode, size, mtime) in this process."""
-    st = path.stat()
-    key = (str(path.resolve()), st.st_ino, st.st_size, st.st_mtime_ns)
-    digest = _DIGESTS.get(key)
-    if digest is None:
-        with open(path, "rb") as fh:
-            digest = hashlib.file_digest(fh, "sha256").hexdigest()
-        _DIGESTS[key] = digest
-    return digest
 
 
 class ModelSettings(Protocol):
@@ -229,11 +213,13 @@ class BaseModel:
                               generator: torch.Generator) -> Image.Image:
         raise NotImplementedError
 
-    def encode_prompts(self, prompts: Iterable[str]) -> dict[str, AdvancedPromptEmbeds]:
+    def encode_prompts(self, prompts: Iterable[str], batch_size: int = 8
+                       ) -> dict[str, AdvancedPromptEmbeds]:
         """Embed each distinct prompt once: {prompt: single-item embeds}.
 
-        The trainer calls this for the sample prompts before it unloads the text encoder
-        (text embeddings cached), then passes the result to `generate_images`.
+        Runs `get_prompt_embeds` on chunks of `batch_size` prompts under no_grad. The
+        trainer uses it to fill the text-embed cache and to embed the sample prompts
+        before it unloads the text encoder, then passes those to `generate_images`.
         """
         unique = list(dict.fromkeys(prompts))
         if not unique:
@@ -241,9 +227,13 @@ class BaseModel:
         if self.text_encoder is None:
             raise ModelError("the text encoder is unloaded; embed the sample prompts with "
                              "encode_prompts() before unloading it")
+        out: dict[str, AdvancedPromptEmbeds] = {}
         with torch.no_grad():
-            embeds = self.get_prompt_embeds(unique).detach()
-        return {p: embeds.select([i]) for i, p in enumerate(unique)}
+            for start in range(0, len(unique), batch_size):
+                chunk = unique[start:start + batch_size]
+                embeds = self.get_prompt_embeds(chunk).detach()
+                out.update((p, embeds.select([i])) for i, p in enumerate(chunk))
+        return out
 
     def generate_images(self, configs: Sequence[GenerateImageConfig],
                         prompt_embeds: Mapping[str, AdvancedPromptEmbeds] | None = None
@@ -314,29 +304,22 @@ class BaseModel:
             raise RuntimeError("load_model() has not run")
         return self.model
 
-    def identity(self) -> str:
-        """A stable fingerprint of the loaded weights, part of every cache key.
+    def identity(self, digest_cache: Path | None = None) -> str:
+        """A stable fingerprint of the weights, part of every cache key.
 
-        Default: sha256 over the arch, the text-encoder quantization (it changes the
-        text embeddings) and the content of every file under `name_or_path` (a hub id
-        that is not a local path is hashed by name). File digests are cached per
-        (path, size, mtime), so this is cheap after the first call in a process.
+        Default: sha256 over the arch, the text-encoder quantization (it changes the text
+        embeddings) and the content of every file under `name_or_path`
+        (aitk.models.identity). `digest_cache` (a JSON file) remembers file digests
+        across runs, so large models are hashed once. Override when the weights live
+        elsewhere (several folders, a hub cache).
         """
+        from aitk.models.identity import weights_identity
+
         cfg = self.model_config
-        h = hashlib.sha256()
-        h.update(f"arch={self.arch}\n".encode())
+        extra = []
         if getattr(cfg, "quantize_te", False):
-            h.update(f"quantize_te={getattr(cfg, 'qtype_te', 'qfloat8')}\n".encode())
-        root = Path(cfg.name_or_path)
-        if root.is_file():
-            h.update(f"{root.name}={file_sha256(root)}\n".encode())
-        elif root.is_dir():
-            for path in sorted(p for p in root.rglob("*") if p.is_file()):
-                h.update(f"{path.relative_to(root).as_posix()}={file_sha256(path)}\n"
-                         .encode())
-        else:
-            h.update(f"name={cfg.name_or_path}\n".encode())
-        return h.hexdigest()
+            extra.append(f"quantize_te={getattr(cfg, 'qtype_te', 'qfloat8')}")
+        return weights_identity(self.arch, str(cfg.name_or_path), extra, digest_cache)
 
     def unload_text_encoder(self) -> None:
         """Free the text encoder once text embeddings are cached."""

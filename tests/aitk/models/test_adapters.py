@@ -48,6 +48,9 @@ def test_no_matching_layer_is_an_error(model, net_cfg) -> None:
         AdapterNetwork.attach(model, net_cfg(network_kwargs={"only_if_contains": ["nope"]}))
     with pytest.raises(AdapterError, match="'loha' is not supported"):
         AdapterNetwork.attach(model, net_cfg(type="loha"))
+    AdapterNetwork.attach(model, net_cfg())
+    with pytest.raises(AdapterError, match="already has an adapter"):
+        AdapterNetwork.attach(model, net_cfg())
 
 
 @pytest.mark.parametrize("kind", ["lora", "lokr"])

@@ -169,3 +169,44 @@ def test_bf16_base_with_float32_lora(example_dir: Path, make_cfg, inputs, net_cf
     F.mse_loss(pred.float(), latents).backward()
     assert all(p.dtype == torch.float32 and p.grad is not None
                for p in net.trainable_parameters())
+
+
+def test_identity_digest_cache_is_reused_and_survives_damage(tmp_path: Path,
+                                                             example_dir: Path) -> None:
+    import json
+
+    from aitk.models import identity
+
+    cache = tmp_path / "digests.json"
+    first = identity.weights_identity("example", str(example_dir), digest_cache=cache)
+    stored = json.loads(cache.read_text())["digests"]
+    assert len(stored) == sum(1 for p in example_dir.rglob("*") if p.is_file())
+    # A digest found in the cache is used as is: poison one to prove it is read.
+    identity._MEMORY.clear()
+    key = next(iter(stored))
+    cache.write_text(json.dumps({"version": 1, "digests": {**stored, key: "0" * 64}}))
+    assert identity.weights_identity("example", str(example_dir),
+                                     digest_cache=cache) != first
+    identity._MEMORY.clear()
+    cache.write_text("{ torn")
+    assert identity.weights_identity("example", str(example_dir),
+                                     digest_cache=cache) == first
+    assert json.loads(cache.read_text())["digests"] == stored
+    assert identity.weights_identity("example", "org/some-hub-id") != first
+
+
+def test_encode_prompts_matches_one_at_a_time(model) -> None:
+    prompts = ["a cat", "a much longer prompt about a dog", "", "a cat"]
+    batched = model.encode_prompts(prompts, batch_size=2)
+    assert list(batched) == ["a cat", "a much longer prompt about a dog", ""]
+    for prompt, embeds in batched.items():
+        alone = model.get_prompt_embeds([prompt])
+        assert len(embeds) == 1
+        assert torch.allclose(embeds.text_embeds[0], alone.text_embeds[0], atol=1e-5)
+
+
+def test_sample_size_must_fit_the_divisibility(model) -> None:
+    from aitk.models.base import GenerateImageConfig
+
+    with pytest.raises(ValueError, match="multiple of 8"):
+        model.generate_images([GenerateImageConfig("x", width=60, height=64)])
