@@ -54,4 +54,5 @@ def test_flash_branch_matches_native(model, inputs, monkeypatch: pytest.MonkeyPa
         assert {m.attention_backend for m in model.model.modules()
                 if isinstance(m, Attention)} == {"flash"}
         flash = model.get_noise_prediction(latents, timesteps, embeds)
-    assert torch.allclose(native, flash, atol=1e-5)
+    # flash runs in bf16 (~1e-3 off here); dropping the key mask would be ~0.4 off
+    assert torch.allclose(native, flash, atol=1e-2)
