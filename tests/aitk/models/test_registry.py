@@ -85,6 +85,13 @@ def test_extensions_are_discovered_and_failures_isolated(ext_root: Path) -> None
     assert "'not a class' is not a BaseModel subclass" in warnings
 
 
+def test_get_model_class_reports_problems(ext_root: Path) -> None:
+    lines: list[str] = []
+    assert get_model_class("tiny", [ext_root], report=lines.append).arch == "tiny"
+    assert any(line.startswith("extension broken_ext failed to import") for line in lines)
+    assert any("already registered" in line for line in lines)
+
+
 def test_unknown_arch_mentions_broken_extensions(ext_root: Path) -> None:
     registry = discover([ext_root], include_repo_extensions=False)
     with pytest.raises(UnknownArchError, match="broken_ext .*ModuleNotFoundError"):
