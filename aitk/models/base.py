@@ -1,36 +1,74 @@
 """BaseModel: the contract between the trainer and a model architecture.
 
-The trainer calls these hooks in this order (one arch per subclass, `arch` matched
-against `model.arch` in the job config):
+Registering an arch: a subclass sets `arch = "name"` (matched against `model.arch` in the
+job config) and `use_old_lokr_format = False`, and is listed in a module-level
+`AI_TOOLKIT_MODELS` list, either in `aitk/models/builtin/__init__.py` or in a package of
+its own under `extensions/` (see extensions/README.md and aitk.models.registry).
+`python -m aitk models` shows what was found. `aitk/models/example/` is a complete,
+small implementation to copy from.
+
+The trainer calls these hooks in this order:
 
 1. Load: `load_model()` builds the transformer, text encoder(s), tokenizer(s), VAE and
-   scheduler from `model_config.name_or_path` and stores them on self.
-2. Caching (optional, before training): `encode_images()` per image (latent cache) and
-   `get_prompt_embeds()` per caption (text-embed cache; `AdvancedPromptEmbeds.save`).
-3. Train step: clean latents (cache or `encode_images`) -> noise and timesteps are
-   sampled -> `add_noise()` -> `condition_noisy_latents(noisy, batch)` ->
-   `get_noise_prediction(latent_model_input, timestep, text_embeddings)` under autograd
-   -> MSE against `get_loss_target(noise=..., batch=...)`.
-4. Previews: `generate_images()` encodes prompts with `get_prompt_embeds()`, calls
-   `get_generation_pipeline()` once and `generate_single_image()` per prompt. The
-   pipeline receives embeds only, never text.
-5. Saving: full fine-tunes use `save_model()`; LoRA files go through
-   `convert_lora_weights_before_save/load()` (public keys, `diffusion_model.` prefix).
+   scheduler from `model_config.name_or_path` and stores them on self (`self.model`,
+   alias `transformer` / `unet`; `self.text_encoder`, `self.tokenizer`, `self.vae`,
+   `self.noise_scheduler`), frozen (`requires_grad_(False)`) and on `self.device`.
+   Apply `model_config.quantize` / `quantize_te` here (aitk.quantize) and read extra
+   knobs from `model_config.model_kwargs`. Raise `ModelLoadError` with the path and
+   what is missing. With `train.gradient_checkpointing` the trainer then calls
+   `self.model.enable_gradient_checkpointing()`.
+2. Caching (optional, before training): `encode_images(pixels)` per image (latent
+   cache) and `get_prompt_embeds([caption])` per caption (text-embed cache, one
+   `AdvancedPromptEmbeds.save` file each). Cache keys include `identity()` and the
+   `latent_space_version` / `text_embedding_space_version` properties: bump those when
+   what the encoders produce changes. With text embeddings cached the trainer embeds
+   the sample prompts with `encode_prompts()` and calls `unload_text_encoder()`.
+3. Train step: clean latents (cache or `encode_images`) -> noise and timesteps sampled
+   -> `add_noise(clean, noise, t)` -> `condition_noisy_latents(noisy, batch)` (control or
+   reference conditioning; identity by default) ->
+   `get_noise_prediction(latent_model_input, timestep, text_embeddings, batch=batch)`
+   under autograd -> MSE in float32 against `get_loss_target(noise=..., batch=...)`.
+   LoRA/LoKr (aitk.adapters) attach to the nn.Linear layers of
+   `get_model_to_train()` whose path starts with one of `lora_block_prefixes`.
+4. Previews: `generate_images(configs, prompt_embeds=None)` (implemented here) embeds
+   each distinct prompt once with `get_prompt_embeds()`, calls
+   `get_generation_pipeline()` once and `generate_single_image(pipeline, config,
+   conditional_embeds, unconditional_embeds, generator)` per config, under
+   `torch.no_grad()` in eval mode, with a CPU generator seeded from `config.seed`.
+   The pipeline receives embeds only, never text.
+5. Saving: full fine-tunes use `save_model(path)`; LoRA files are written by
+   aitk.adapters.AdapterNetwork, which maps keys through
+   `convert_lora_weights_before_save/load()` (public keys with the `diffusion_model.`
+   prefix; see aitk.adapters.keys).
 
 Conventions (keep them exactly):
-- Pixels (B, 3, H, W) in [-1, 1]; control tensors arrive in [0, 1].
+- Pixels (B, 3, H, W) in [-1, 1]; control tensors arrive in [0, 1] (x * 2 - 1 before
+  encoding).
 - Latents (B, C, h, w); video latents (B, C, frames, h, w).
 - Timesteps cross this API on 0..1000 where 1000 is pure noise; convert to the
-  network's own convention inside `get_noise_prediction`.
-- Flow-matching target is `noise - clean`.
-- Prompt embeds are per item, 2-D (L, D), padded only at the model call.
+  network's own convention inside `get_noise_prediction` (flip/rescale there).
+- Flow matching: x_t = (1 - s) * clean + s * noise with s = t / 1000; the target is
+  `noise - clean`.
+- Prompt embeds are per item, 2-D (L, D), padded only at the model call
+  (`AdvancedPromptEmbeds.pad`); keys that must keep their dtype go in
+  `frozen_dtype_keys`.
 - Gradient checkpointing uses `torch.utils.checkpoint.checkpoint(...,
-  use_reentrant=False)` whenever the flag is set and `torch.is_grad_enabled()`.
+  use_reentrant=False)` whenever the flag is set and `torch.is_grad_enabled()`, never
+  gated on `self.training`.
+- Quantized Linear layers take 2-D/3-D activations only: use `aitk.quantize.linear_nd`
+  for a Linear applied over a 4-D tensor.
+- Optional attention kernels (flash-attn) are imported under a guard, never at module
+  top level; SDPA is the default (aitk.attention); `set_attention_backend()` on the
+  network sets a per-module flag.
+- `get_bucket_divisibility()` = vae scale factor * patch size: image sides are
+  multiples of it.
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar, Protocol
 
 import torch
@@ -42,6 +80,14 @@ if TYPE_CHECKING:
     from PIL import Image
 
     from aitk.batch import DataBatch
+
+
+class ModelError(Exception):
+    """A model that cannot do what was asked (bad folder, missing part, unloaded TE)."""
+
+
+class ModelLoadError(ModelError):
+    """`load_model()` failed: the message names the path and what is missing."""
 
 
 class ModelSettings(Protocol):
@@ -79,6 +125,10 @@ class BaseModel:
     encode_control_in_text_embeddings: ClassVar[bool] = False
     has_multiple_control_images: ClassVar[bool] = False
     te_padding_side: ClassVar[str] = "right"
+    # LoRA/LoKr attach to the nn.Linear layers whose path (inside get_model_to_train())
+    # starts with one of these; override for networks that name their blocks otherwise.
+    lora_block_prefixes: ClassVar[tuple[str, ...]] = (
+        "blocks.", "transformer_blocks.", "single_transformer_blocks.", "layers.")
 
     def __init__(self, model_config: ModelSettings, device: torch.device | str = "cpu",
                  dtype: torch.dtype = torch.float32) -> None:
@@ -163,9 +213,61 @@ class BaseModel:
                               generator: torch.Generator) -> Image.Image:
         raise NotImplementedError
 
-    def generate_images(self, configs: list[GenerateImageConfig]) -> list[Image.Image]:
-        """Embeds each prompt, builds the pipeline once, one image per config."""
-        raise NotImplementedError  # implemented in the base for every arch
+    def encode_prompts(self, prompts: Iterable[str], batch_size: int = 8
+                       ) -> dict[str, AdvancedPromptEmbeds]:
+        """Embed each distinct prompt once: {prompt: single-item embeds}.
+
+        Runs `get_prompt_embeds` on chunks of `batch_size` prompts under no_grad. The
+        trainer uses it to fill the text-embed cache and to embed the sample prompts
+        before it unloads the text encoder, then passes those to `generate_images`.
+        """
+        unique = list(dict.fromkeys(prompts))
+        if not unique:
+            return {}
+        if self.text_encoder is None:
+            raise ModelError("the text encoder is unloaded; embed the sample prompts with "
+                             "encode_prompts() before unloading it")
+        out: dict[str, AdvancedPromptEmbeds] = {}
+        with torch.no_grad():
+            for start in range(0, len(unique), batch_size):
+                chunk = unique[start:start + batch_size]
+                embeds = self.get_prompt_embeds(chunk).detach()
+                out.update((p, embeds.select([i])) for i, p in enumerate(chunk))
+        return out
+
+    def generate_images(self, configs: Sequence[GenerateImageConfig],
+                        prompt_embeds: Mapping[str, AdvancedPromptEmbeds] | None = None
+                        ) -> list[Image.Image]:
+        """One PIL image per config, deterministic per `config.seed`.
+
+        Each distinct prompt and negative prompt is embedded once (prompts found in
+        `prompt_embeds` are not re-encoded), `get_generation_pipeline()` is called once
+        and `generate_single_image()` once per config, with a CPU `torch.Generator`
+        seeded from the config. Runs under `torch.no_grad()` with the modules in eval
+        mode; each module's train/eval flag is restored afterwards.
+        """
+        if not configs:
+            return []
+        known = dict(prompt_embeds or {})
+        texts = [t for c in configs for t in (c.prompt, c.negative_prompt)]
+        modules = [m for m in (self.model, self.vae, self.text_encoder) if m is not None]
+        modes = [(sub, sub.training) for m in modules for sub in m.modules()]
+        try:
+            for m in modules:
+                m.eval()
+            with torch.no_grad():
+                known.update(self.encode_prompts(t for t in texts if t not in known))
+                pipeline = self.get_generation_pipeline()
+                images = []
+                for cfg in configs:
+                    generator = torch.Generator(device="cpu").manual_seed(int(cfg.seed))
+                    images.append(self.generate_single_image(
+                        pipeline, cfg, known[cfg.prompt], known[cfg.negative_prompt],
+                        generator))
+            return images
+        finally:
+            for sub, mode in modes:
+                sub.training = mode
 
     # ---- 5. saving -----------------------------------------------------------------
     def save_model(self, output_path: str, dtype: torch.dtype = torch.float32) -> None:
@@ -202,9 +304,22 @@ class BaseModel:
             raise RuntimeError("load_model() has not run")
         return self.model
 
-    def identity(self) -> str:
-        """A stable fingerprint of the loaded weights, part of every cache key."""
-        raise NotImplementedError
+    def identity(self, digest_cache: Path | None = None) -> str:
+        """A stable fingerprint of the weights, part of every cache key.
+
+        Default: sha256 over the arch, the text-encoder quantization (it changes the text
+        embeddings) and the content of every file under `name_or_path`
+        (aitk.models.identity). `digest_cache` (a JSON file) remembers file digests
+        across runs, so large models are hashed once. Override when the weights live
+        elsewhere (several folders, a hub cache).
+        """
+        from aitk.models.identity import weights_identity
+
+        cfg = self.model_config
+        extra = []
+        if getattr(cfg, "quantize_te", False):
+            extra.append(f"quantize_te={getattr(cfg, 'qtype_te', 'qfloat8')}")
+        return weights_identity(self.arch, str(cfg.name_or_path), extra, digest_cache)
 
     def unload_text_encoder(self) -> None:
         """Free the text encoder once text embeddings are cached."""
