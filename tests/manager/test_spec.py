@@ -528,6 +528,12 @@ def test_fingerprint_tracks_installs_not_prose():
     assert a.install_fingerprint() != c.install_fingerprint()
 
 
+def test_fingerprint_tracks_optional_pins(monkeypatch):
+    before = spec.make_spec(machine(nvidia=nvidia(RTX4090))).install_fingerprint()
+    monkeypatch.setattr(spec, "TORCHCODEC_VERSION", "0.14.0")
+    assert spec.make_spec(machine(nvidia=nvidia(RTX4090))).install_fingerprint() != before
+
+
 def test_spec_is_json_serialisable_and_summarises_detection():
     s = spec.make_spec(machine(nvidia=nvidia(RTX4090)))
     data = json.loads(json.dumps(s.to_dict()))
