@@ -39,6 +39,12 @@ def load_detection(path: Path) -> dict[str, Any]:
     if missing:
         raise errors.UsageError(
             f"{path} is not a `detect --json` document (missing {', '.join(missing)})")
+    for section in ("nvidia", "rocm", "apple", "dgx"):
+        value = doc.get(section) or {}
+        gpus = (value.get("gpus") or []) if isinstance(value, dict) else None
+        if not isinstance(gpus, list) or not all(isinstance(g, dict) for g in gpus):
+            raise errors.UsageError(f"{path} is not a `detect --json` document "
+                                    f"(bad {section!r} section)")
     return doc
 
 

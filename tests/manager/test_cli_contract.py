@@ -104,6 +104,8 @@ def test_spec_human_table(no_gpu_env):
     ("[1, 2]", "is not a `detect --json` document"),
     ('{"os": "linux"}', "missing arch, python"),
     ('{"schema_version": 1, "data": {"arch": "x86_64"}}', "missing os, python"),
+    ('{"os": "linux", "arch": "x86_64", "python": "3.11", "nvidia": "yes"}', "'nvidia'"),
+    ('{"os": "linux", "arch": "x86_64", "python": "3.11", "rocm": {"gpus": [1]}}', "'rocm'"),
 ])
 def test_spec_from_bad_file_is_one_line_exit_2(content, why, tmp_path, no_gpu_env):
     path = tmp_path / "detect.json"
