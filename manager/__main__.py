@@ -4,9 +4,10 @@
 running inside the checkout's `.venv`, make sure it exists with the manager's own
 dependencies (manager/requirements.txt), then re-execute the same command inside it.
 Once set up, the cost is one `exec` and one small file read.
-"""
 
-from __future__ import annotations
+No `from __future__ import annotations` and no bare PEP 604/585 annotations here: an old
+Python (3.6 on older distributions) must get as far as the version message.
+"""
 
 import hashlib
 import json
@@ -60,18 +61,18 @@ def bootstrapped() -> bool:
         return False
 
 
-def clean_env() -> dict[str, str]:
+def clean_env() -> "dict[str, str]":
     env = {k: v for k, v in os.environ.items() if k not in HOSTILE_ENV}
     env["PYTHONNOUSERSITE"] = "1"
     return env
 
 
-def dropped_env() -> str:
+def dropped_env() -> "str":
     """The caller's variables clean_env removes, as JSON: `doctor` reports them."""
     return json.dumps({k: v for k, v in os.environ.items() if k in HOSTILE_ENV})
 
 
-def find_uv() -> str | None:
+def find_uv() -> "str | None":
     local = ROOT / ".uv" / ("uv.exe" if os.name == "nt" else "uv")
     # The marker is written last by the tool installer: no marker, not trusted.
     if local.exists() and (ROOT / ".uv" / ".aitk-tool.json").exists():
@@ -108,9 +109,9 @@ def create_venv() -> None:
     os.replace(tmp, MARKER)
 
 
-def pip_config_for_uv(env: dict[str, str]) -> dict[str, str]:
+def pip_config_for_uv(env: "dict[str, str]") -> "dict[str, str]":
     """uv does not read pip's configuration; hand the index settings on."""
-    out: dict[str, str] = {}
+    out = {}  # type: dict[str, str]
     pairs = {
         "PIP_INDEX_URL": "UV_DEFAULT_INDEX",
         "PIP_EXTRA_INDEX_URL": "UV_INDEX",
@@ -122,11 +123,20 @@ def pip_config_for_uv(env: dict[str, str]) -> dict[str, str]:
     return out
 
 
+def python_too_old(version_info: tuple = ()) -> "str | None":
+    """The one-line message for a Python older than MIN_PYTHON, else None."""
+    version = tuple(version_info or sys.version_info)
+    if version[:2] >= MIN_PYTHON:
+        return None
+    need = ".".join(map(str, MIN_PYTHON))
+    have = ".".join(map(str, version[:3]))
+    return f"aitk: Python {need} or newer is required (this is {have})"
+
+
 def main() -> int:
-    if sys.version_info < MIN_PYTHON:
-        need = ".".join(map(str, MIN_PYTHON))
-        have = ".".join(map(str, sys.version_info[:3]))
-        print(f"aitk: Python {need} or newer is required (this is {have})", file=sys.stderr)
+    too_old = python_too_old()
+    if too_old:
+        print(too_old, file=sys.stderr)
         return 1
     if inside_venv() or os.environ.get("AITK_NO_BOOTSTRAP") == "1":
         from manager.cli import main as cli_main

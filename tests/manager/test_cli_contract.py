@@ -1,0 +1,124 @@
+"""The command-line contract: help lists every verb, usage errors are one line and exit 2,
+`--json` prints nothing but the envelope on stdout, refusals exit 3."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import typer
+
+from manager.cli import app
+
+ROOT = Path(__file__).resolve().parents[2]
+ENVELOPE_KEYS = {"schema_version", "command", "ok", "exit_code", "data", "messages", "error"}
+
+
+@pytest.fixture
+def no_gpu_env(tmp_path):
+    """This machine as a plain Linux box without any GPU tools, whatever it really has."""
+    empty = tmp_path / "empty-bin"
+    empty.mkdir()
+    return {"PATH": str(empty), "NO_COLOR": "1", "AITK_HOST_OS": "Linux",
+            "AITK_HOST_ARCH": "x86_64", "AITK_HOST_PYTHON": "3.11.7"}
+
+
+def manager(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "manager", *args], cwd=ROOT, env=env,
+                          capture_output=True, text=True, timeout=120)
+
+
+def test_help_lists_every_command(no_gpu_env):
+    names = typer.main.get_command(app).commands  # type: ignore[attr-defined]
+    assert {"version", "detect", "spec"} <= set(names)
+    done = manager("--help", env=no_gpu_env)
+    assert done.returncode == 0
+    for name in names:
+        assert name in done.stdout, name
+
+
+def test_no_arguments_prints_help(no_gpu_env):
+    done = manager(env=no_gpu_env)
+    assert done.returncode == 0 and "detect" in done.stdout
+
+
+@pytest.mark.parametrize("argv", [
+    ["spec", "--bogus"],
+    ["detect", "unexpected-argument"],
+    ["no-such-command"],
+    ["spec", "--from"],
+    ["version", "--json=maybe"],
+])
+def test_usage_errors_exit_2_with_one_line(argv, no_gpu_env):
+    done = manager(*argv, env=no_gpu_env)
+    assert done.returncode == 2
+    assert done.stdout == ""
+    assert len(done.stderr.splitlines()) == 1, done.stderr
+    assert done.stderr.startswith("aitk: usage error:")
+
+
+@pytest.mark.parametrize("argv,code", [
+    (["version", "--json"], 0),
+    (["detect", "--json"], 0),
+    (["spec", "--cpu", "--json"], 0),
+    (["spec", "--json"], 3),  # refused: no GPU and no --cpu
+])
+def test_json_prints_only_the_envelope(argv, code, no_gpu_env):
+    done = manager(*argv, env=no_gpu_env)
+    assert done.returncode == code
+    doc = json.loads(done.stdout)  # the whole of stdout is one JSON document
+    assert set(doc) == ENVELOPE_KEYS
+    assert doc["exit_code"] == code and doc["ok"] is (code == 0)
+    assert doc["command"] == argv[0]
+
+
+def test_refusal_is_exit_3_with_message_and_hint(no_gpu_env):
+    done = manager("spec", env=no_gpu_env)
+    assert done.returncode == 3
+    assert done.stdout == ""
+    lines = done.stderr.splitlines()
+    assert lines[0].startswith("aitk: error:") and "--cpu" in lines[0]
+    assert lines[1].startswith("aitk: hint:")
+    doc = json.loads(manager("spec", "--json", env=no_gpu_env).stdout)
+    assert doc["error"]["type"] == "UnsupportedMachine" and "--cpu" in doc["error"]["hint"]
+
+
+def test_human_output_has_no_escape_codes_when_piped(no_gpu_env):
+    for argv in (["detect"], ["spec", "--cpu"], ["version"]):
+        done = manager(*argv, env=no_gpu_env)
+        assert done.returncode == 0
+        assert "\x1b[" not in done.stdout + done.stderr
+
+
+def test_spec_human_table(no_gpu_env):
+    done = manager("spec", "--cpu", env=no_gpu_env)
+    assert "2.13.0+cpu" in done.stdout and "torchcodec" in done.stdout
+
+
+@pytest.mark.parametrize("content,why", [
+    (None, "cannot read"),
+    ("{not json", "is not JSON"),
+    ("[1, 2]", "is not a `detect --json` document"),
+    ('{"os": "linux"}', "missing arch, python"),
+    ('{"schema_version": 1, "data": {"arch": "x86_64"}}', "missing os, python"),
+    ('{"os": "linux", "arch": "x86_64", "python": "3.11", "nvidia": "yes"}', "'nvidia'"),
+    ('{"os": "linux", "arch": "x86_64", "python": "3.11", "rocm": {"gpus": [1]}}', "'rocm'"),
+])
+def test_spec_from_bad_file_is_one_line_exit_2(content, why, tmp_path, no_gpu_env):
+    path = tmp_path / "detect.json"
+    if content is not None:
+        path.write_text(content)
+    done = manager("spec", "--from", str(path), env=no_gpu_env)
+    assert done.returncode == 2
+    assert done.stdout == ""
+    assert len(done.stderr.splitlines()) == 1 and why in done.stderr, done.stderr
+    as_json = manager("spec", "--json", "--from", str(path), env=no_gpu_env)
+    assert as_json.returncode == 2 and json.loads(as_json.stdout)["error"]["type"] == "UsageError"
+
+
+def test_spec_from_a_directory_is_one_line_exit_2(tmp_path, no_gpu_env):
+    done = manager("spec", "--from", str(tmp_path), env=no_gpu_env)
+    assert done.returncode == 2 and len(done.stderr.splitlines()) == 1
