@@ -23,20 +23,6 @@ VENV = ROOT / ".venv"
 REQUIREMENTS = Path(__file__).resolve().parent / "requirements.txt"
 # Records the hash of REQUIREMENTS the venv was last bootstrapped with.
 MARKER = VENV / "aitk_bootstrap.txt"
-# Variables that make an installer write somewhere else or load foreign packages.
-HOSTILE_ENV = (
-    "PYTHONPATH",
-    "PYTHONHOME",
-    "PIP_TARGET",
-    "PIP_PREFIX",
-    "PIP_USER",
-    "PIP_REQUIRE_VIRTUALENV",
-    "VIRTUAL_ENV",
-    "CONDA_PREFIX",
-    "UV_PROJECT_ENVIRONMENT",
-)
-
-
 def venv_python(venv: Path = VENV) -> Path:
     if os.name == "nt":
         return venv / "Scripts" / "python.exe"
@@ -62,13 +48,17 @@ def bootstrapped() -> bool:
 
 
 def clean_env() -> "dict[str, str]":
-    env = {k: v for k, v in os.environ.items() if k not in HOSTILE_ENV}
-    env["PYTHONNOUSERSITE"] = "1"
-    return env
+    # process.py is stdlib-only too, so the bootstrap shares its one list of hostile
+    # variables; imported here, after the version check, since it needs Python 3.10.
+    from manager.process import clean_env as cleaned
+
+    return cleaned()
 
 
 def dropped_env() -> "str":
     """The caller's variables clean_env removes, as JSON: `doctor` reports them."""
+    from manager.process import HOSTILE_ENV
+
     return json.dumps({k: v for k, v in os.environ.items() if k in HOSTILE_ENV})
 
 
