@@ -8,9 +8,11 @@ from __future__ import annotations
 
 import os
 import subprocess
+from collections import deque
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TextIO
 
 # Removed from every child's environment (see design notes: installs broken by these).
 HOSTILE_ENV = frozenset(
@@ -64,15 +66,21 @@ def run(
     cwd: Path | None = None,
     timeout: float | None = None,
     capture: bool = True,
+    echo: TextIO | None = None,
 ) -> Completed:
     """Run argv; never raises for a non-zero exit, a timeout or a missing program.
 
     With capture=False the child writes straight to our terminal (installer progress).
+    With echo, the child's stdout and stderr are merged, copied line by line to echo as
+    they come (installer progress on our stderr, leaving stdout to --json), and the last
+    lines are kept in `stdout` for error messages.
     """
     args = tuple(str(a) for a in argv)
     child_env = dict(env) if env is not None else clean_env(extra_env)
     if env is not None and extra_env:
         child_env.update(extra_env)
+    if echo is not None:
+        return _run_echoed(args, child_env, cwd, echo)
     try:
         proc = subprocess.run(
             args,
@@ -92,3 +100,26 @@ def run(
     except OSError as exc:  # not found, not executable
         return Completed(args, 127, "", str(exc))
     return Completed(args, proc.returncode, proc.stdout or "", proc.stderr or "")
+
+
+def _run_echoed(args: tuple[str, ...], env: dict[str, str], cwd: Path | None,
+                echo: TextIO, keep: int = 200) -> Completed:
+    tail: deque[str] = deque(maxlen=keep)
+    try:
+        proc = subprocess.Popen(args, env=env, cwd=cwd, stdin=subprocess.DEVNULL,
+                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                                encoding="utf-8", errors="replace", bufsize=1)
+    except OSError as exc:
+        return Completed(args, 127, "", str(exc))
+    try:
+        assert proc.stdout is not None
+        for line in proc.stdout:
+            tail.append(line)
+            echo.write(line)
+            echo.flush()
+        returncode = proc.wait()
+    except BaseException:  # Ctrl+C: do not leave the child running on its own
+        proc.kill()
+        proc.wait()
+        raise
+    return Completed(args, returncode, "".join(tail), "")
