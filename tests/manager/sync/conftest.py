@@ -373,6 +373,11 @@ def _base_env(root: Path, world: World, caches: Path, installer: str, uv_dir: Pa
         "AITK_TEST_IMPORT_LOG": str(root / "imports.log"),
         "PYTHONDONTWRITEBYTECODE": "1",
         "NO_COLOR": "1",
+        # Variables that break installs; the manager must drop them for every child.
+        "PIP_TARGET": str(root / "pip-target"),
+        "PIP_USER": "1",
+        "PIP_REQUIRE_VIRTUALENV": "0",
+        "VIRTUAL_ENV": str(root / "another-venv"),
     }
 
 
