@@ -68,8 +68,6 @@ def apply(plan: Plan, ctx: Context) -> Applied:
     state = ctx.inputs.state
     before = {} if not ctx.inputs.observed.exists else {
         n: d.version for n, d in ctx.inputs.observed.dists.items()}
-    for note in venvmod.recover_interrupted_swap(ctx.paths):
-        ctx.report(note)
     if ctx.paths.venv.exists():
         _mark_unverified(ctx.paths, state)
     guarded = False

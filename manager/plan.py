@@ -47,10 +47,7 @@ class Step:
 
     def describe(self) -> str:
         verb = _VERBS.get(self.kind, self.kind)
-        if self.kind in {"create-venv", "rebuild-venv"}:
-            text = f"{verb} {self.target}"
-        else:
-            text = f"{verb} {self.target}"
+        text = f"{verb} {self.target}"
         if self.force and self.kind in INSTALLING:
             text += " (forced reinstall)"
         return f"{text}: {self.reason}"
@@ -215,12 +212,12 @@ def make_plan(inputs: Inputs) -> Plan:
         if why:
             steps.append(Step("try-optional", opt.name, why))
 
-    if any(s.kind in INSTALLING for s in steps):
-        steps.append(Step("verify", "torch stack", "after installing"))
-    elif inputs.verify:
+    if inputs.verify:
         steps.append(Step("verify", "torch stack", "--verify"))
     elif stale_reason:
         steps.append(Step("verify", "torch stack", stale_reason))
+    elif any(s.kind in INSTALLING for s in steps):
+        steps.append(Step("verify", "torch stack", "after installing"))
     elif spec_changed:
         steps.append(Step("verify", "torch stack", "the spec changed"))
 

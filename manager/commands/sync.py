@@ -25,6 +25,7 @@ from manager.paths import Paths, paths
 from manager.plan import make_plan
 from manager.specsource import current_spec
 from manager.state import read_state
+from manager.venv import recover_interrupted_swap
 
 INSTALLER_ENV = "AITK_INSTALLER"  # "uv" or "pip": skip the automatic choice
 
@@ -67,6 +68,9 @@ def choose_uv(where: Paths, needed: bool) -> Path | None:
 
 def run(options: Options) -> Result:
     where = paths()
+    if not options.dry_run:
+        for note in recover_interrupted_swap(where):
+            _say(note)
     read = read_state(where, keep_backup=not options.dry_run)
     cpu = options.cpu or read.state.cpu_requested
     spec = current_spec(cpu)
