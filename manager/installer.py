@@ -34,9 +34,14 @@ class Outcome:
     output: str  # the last lines of the installer's output
 
     def last_line(self) -> str:
+        """The most telling line of a failure: uv's explanation, pip's first error."""
         lines = [ln.strip() for ln in self.output.splitlines() if ln.strip()]
-        errors = [ln for ln in lines if ln.lower().startswith(("error", "×", "x "))]
-        return (errors or lines or ["(no output)"])[-1]
+        for line in lines:
+            if "╰─▶" in line:
+                return line.split("╰─▶", 1)[1].strip()
+        errors = [ln for ln in lines if ln.startswith(("ERROR:", "error:", "×"))]
+        telling = [ln for ln in errors if "ResolutionImpossible" not in ln]
+        return (telling or errors or lines or ["(no output)"])[0 if telling or errors else -1]
 
 
 class Installer(Protocol):

@@ -17,7 +17,6 @@ from rich.console import Console
 from rich.table import Table
 
 from manager import errors, tools
-from manager.apply import Context, apply
 from manager.envstatus import gather
 from manager.indexes import read_config
 from manager.output import Result
@@ -98,6 +97,8 @@ def run(options: Options) -> Result:
                     package_changes=[], warnings=list(spec.warnings))
         _outcomes(data, read.state)
         return Result(data=data, messages=tuple(messages))
+    from manager.apply import Context, apply  # only when there is work: keeps no-ops fast
+
     uv = choose_uv(where, needed=True)
     _say(f"syncing .venv with {'uv' if uv else 'pip'} ({len(plan.steps)} steps)")
     ctx = Context(paths=where, inputs=inputs, config=read_config(), uv=uv, report=_say,
