@@ -296,6 +296,8 @@ def _run_companion(ctx: Context, state: State, step: Step) -> None:
     if outcome.ok:
         ctx.changes.append(f"installed {wheel.name} {wheel.pinned}")
         return
+    if wheel.required:
+        raise _torch_error(ctx, wheel, outcome)
     detail = outcome.last_line()
     state.companions[wheel.name] = {"status": "install_failed", "version": wheel.pinned,
                                     "detail": detail}
@@ -327,9 +329,10 @@ def guard(ctx: Context, state: State, deep: bool = False) -> None:
             _record_wheel(state, wheel, ctx.spec)
             continue
         found = again or outcome.last_line()
-        if wheel is ctx.spec.torch:
+        if wheel is ctx.spec.torch or wheel.required:
             raise errors.ManagerError(
-                f"torch {wheel.pinned} does not work in .venv after a forced reinstall: {found}",
+                f"{wheel.name} {wheel.pinned} does not work in .venv after a forced "
+                f"reinstall: {found}",
                 hint="run `python3 -m manager doctor`; deleting .venv and installing again "
                      "starts from scratch")
         ctx.installer().uninstall([wheel.name])

@@ -100,7 +100,8 @@ def run(options: Options) -> Result:
     from manager.apply import Context, apply  # only when there is work: keeps no-ops fast
 
     uv = choose_uv(where, needed=True)
-    _say(f"syncing .venv with {'uv' if uv else 'pip'} ({len(plan.steps)} steps)")
+    count = f"{len(plan.steps)} step{'' if len(plan.steps) == 1 else 's'}"
+    _say(f"syncing .venv with {'uv' if uv else 'pip'} ({count})")
     ctx = Context(paths=where, inputs=inputs, config=read_config(), uv=uv, report=_say,
                   cpu_requested=cpu)
     applied = apply(plan, ctx)
@@ -123,7 +124,8 @@ def render(console: Console, data: Mapping[str, Any]) -> None:
         if not plan:
             console.print("Nothing to do: .venv matches the spec.")
         else:
-            console.print(f"Plan ({len(plan)} steps, nothing changed):")
+            count = f"{len(plan)} step{'' if len(plan) == 1 else 's'}"
+            console.print(f"Plan ({count}, nothing changed):")
             for number, step in enumerate(plan, 1):
                 console.print(f"  {number}. {step['description']}", markup=False)
         return
