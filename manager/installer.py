@@ -36,9 +36,10 @@ class Outcome:
     def last_line(self) -> str:
         """The most telling line of a failure: uv's explanation, pip's first error."""
         lines = [ln.strip() for ln in self.output.splitlines() if ln.strip()]
-        for line in lines:
-            if "╰─▶" in line:
-                return line.split("╰─▶", 1)[1].strip()
+        for line in lines:  # uv explains a failed resolution after these markers
+            for marker in ("╰─▶", "cause:"):
+                if marker in line:
+                    return line.split(marker, 1)[1].strip()
         errors = [ln for ln in lines if ln.startswith(("ERROR:", "error:", "×"))]
         telling = [ln for ln in errors if "ResolutionImpossible" not in ln]
         return (telling or errors or lines or ["(no output)"])[0 if telling or errors else -1]
