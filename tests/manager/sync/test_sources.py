@@ -70,3 +70,15 @@ def test_dry_run_on_a_fresh_checkout_changes_nothing(uv_checkout: Checkout) -> N
         "dgx_requirements.txt", "manager", "requirements.txt", "spec.json", "spec.py"]
     human = checkout.manager("sync", "--dry-run")
     assert "Plan (" in human.stdout and "install torch==2.13.0+cpu" in human.stdout
+
+
+def test_override_pypi_uses_the_configured_sources_only(uv_checkout: Checkout) -> None:
+    checkout = uv_checkout
+    links = _find_links(checkout, "torch-2.13.0+cpu-py3-none-any.whl")
+    checkout.write_spec(make_spec(checkout.world, torch_index_url=CLOSED, companions=(),
+                                  accelerators=()))
+    done = _sync(checkout, AITK_TORCH_INDEX_URL="pypi", PIP_FIND_LINKS=links)
+    assert done.returncode == 0, done.stderr
+    assert "cannot be reached" not in done.stderr  # the spec's index is not consulted
+    assert json.loads(done.stdout)["data"]["spec"]["torch_index_url"] is None
+    assert checkout.installed()["torch"] == TORCH
