@@ -70,18 +70,18 @@ def apply(plan: Plan, ctx: Context) -> Applied:
         n: d.version for n, d in ctx.inputs.observed.dists.items()}
     if ctx.paths.venv.exists():
         _mark_unverified(ctx.paths, state)
-    guarded = False
+    stack_pending = False  # the torch stack was installed and not yet verified
     total = len(plan.steps)
     for number, step in enumerate(plan.steps, 1):
+        if stack_pending and step.kind not in _STACK_STEPS:
+            guard(ctx, state)  # verify torch before anything else is installed over it
+            stack_pending = False
         ctx.report(f"[{number}/{total}] {step.describe()}")
-        if step.kind not in {"install-torch", "install-companion", "create-venv",
-                             "rebuild-venv"} and not guarded and _touches_torch(plan):
-            guard(ctx, state)
-            guarded = True
         _RUNNERS[step.kind](ctx, state, step)
         if step.kind in {"create-venv", "rebuild-venv"}:
             _mark_unverified(ctx.paths, state)
-    if not guarded and _touches_torch(plan):
+        stack_pending = stack_pending or step.kind in {"install-torch", "install-companion"}
+    if stack_pending:
         guard(ctx, state)
     after = venvmod.observe(ctx.paths)
     _record_verified(ctx, state, after)
@@ -90,8 +90,7 @@ def apply(plan: Plan, ctx: Context) -> Applied:
     return Applied(state, tuple(ctx.changes), tuple(ctx.warnings), tuple(diff))
 
 
-def _touches_torch(plan: Plan) -> bool:
-    return any(s.kind in {"install-torch", "install-companion"} for s in plan.steps)
+_STACK_STEPS = frozenset({"create-venv", "rebuild-venv", "install-torch", "install-companion"})
 
 
 def _mark_unverified(paths: Paths, state: State) -> None:
@@ -181,7 +180,7 @@ def _run_rebuild(ctx: Context, state: State, step: Step) -> None:
         # This process runs from the old venv: give the new one the manager's own
         # dependencies before the swap, then continue in it.
         manager_reqs = Path(__file__).resolve().parent / "requirements.txt"
-        python = venvmod_python(build)
+        python = _venv_python(build)
         installer = (UvInstaller(ctx.uv, python, ctx.config) if ctx.uv
                      else PipInstaller(python))
         _check(installer.install(Request(requirement_files=(manager_reqs,))),
@@ -200,7 +199,7 @@ def _run_rebuild(ctx: Context, state: State, step: Step) -> None:
         os.execv(python, [python, "-m", "manager", *sys.argv[1:]])
 
 
-def venvmod_python(venv: Path) -> Path:
+def _venv_python(venv: Path) -> Path:
     return venv / ("Scripts/python.exe" if os.name == "nt" else "bin/python")
 
 

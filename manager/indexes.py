@@ -155,20 +155,6 @@ def uv_env(config: IndexConfig, environ: Mapping[str, str] | None = None) -> dic
     return out
 
 
-@dataclass(frozen=True)
-class TorchSource:
-    """Where the torch stack comes from. index_url None: the configured indexes."""
-
-    index_url: str | None
-    origin: str  # "spec", "AITK_TORCH_INDEX_URL" or "pypi"
-
-    def describe(self) -> str:
-        if self.index_url is None:
-            return "the configured indexes and find-links"
-        suffix = f" (from {TORCH_INDEX_ENV})" if self.origin == TORCH_INDEX_ENV else ""
-        return f"{self.index_url}{suffix}"
-
-
 def torch_index_override(environ: Mapping[str, str] | None = None) -> tuple[bool, str | None]:
     """(overridden, url): AITK_TORCH_INDEX_URL replaces the spec's PyTorch index."""
     env = os.environ if environ is None else environ

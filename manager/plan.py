@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Mapping
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 from typing import Any
 
 from packaging.specifiers import InvalidSpecifier, SpecifierSet
@@ -238,10 +238,3 @@ def _rev_matches(dist: Dist, rev: str) -> bool:
     commit = str(info.get("commit_id") or "")
     return bool(commit) and len(rev) >= 7 and commit.startswith(rev)
 
-
-@dataclass(frozen=True)
-class Summary:
-    """What apply did: for the result and the closing summary."""
-
-    changes: list[str] = field(default_factory=list)
-    warnings: list[str] = field(default_factory=list)

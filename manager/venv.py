@@ -12,7 +12,6 @@ import json
 import os
 import re
 import shutil
-import sys
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -139,11 +138,6 @@ def stray_install_leftovers(observed: Observed) -> list[Path]:
     if observed.site_packages is None:
         return []
     return [p for p in observed.site_packages.iterdir() if p.name.startswith("~")]
-
-
-def python_request(python_spec: str) -> str:
-    """A uv `--python` request for a spec string like '>=3.10' or '==3.11.*'."""
-    return python_spec.strip() or sys.version.split()[0]
 
 
 def build_aside(paths: Paths) -> Path:
