@@ -13,6 +13,7 @@ import http.server
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -84,16 +85,15 @@ def _project_page(folder: Path, wheels: list[Path], files_url: str) -> None:
 
 
 class _Handler(http.server.SimpleHTTPRequestHandler):
-    slow: set[str] = set()  # file names delayed once (to kill a sync mid-install)
-    served_slow: set[str] = set()
+    slow: set[str] = set()  # file names delayed on their next request (to kill a sync)
 
     def log_message(self, *args: object) -> None:
         pass
 
     def do_GET(self) -> None:  # noqa: N802 - http.server's naming
         name = self.path.rsplit("/", 1)[-1]
-        if name in self.slow and name not in self.served_slow:
-            self.served_slow.add(name)
+        if name in self.slow:
+            self.slow.discard(name)
             time.sleep(20)
         try:
             super().do_GET()
@@ -311,7 +311,7 @@ class Checkout:
     def start(self, *args: str) -> subprocess.Popen[str]:
         return subprocess.Popen([sys.executable, "-m", "manager", *args], cwd=self.root,
                                 env=self.env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                text=True, start_new_session=True)
+                                text=True, start_new_session=True, preexec_fn=_default_sigint)
 
     def installed(self) -> dict[str, str]:
         sp = next((self.venv / "lib").glob("python3*/site-packages"))
@@ -325,6 +325,12 @@ class Checkout:
         env = {k: v for k, v in self.env.items() if k != "AITK_TEST_IMPORT_LOG"}
         return subprocess.run([str(self.python), "-c", code], env=env, capture_output=True,
                               text=True, timeout=60)
+
+
+def _default_sigint() -> None:
+    # A background job inherits SIGINT ignored, and Python then never raises
+    # KeyboardInterrupt; restore the default so a test can press "Ctrl+C".
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 
 def find_uv() -> str:

@@ -10,6 +10,7 @@ import sys
 import threading
 import time
 
+import pytest
 from conftest import TORCH, Checkout, _Handler, make_spec
 
 
@@ -69,9 +70,12 @@ def test_lock_timeout_and_readers_do_not_wait(uv_checkout: Checkout) -> None:
         holder.wait()
 
 
-def test_kill_9_mid_install_then_the_next_sync_completes(uv_checkout: Checkout) -> None:
+@pytest.mark.parametrize("sig", [signal.SIGKILL, signal.SIGINT], ids=["kill-9", "ctrl-c"])
+def test_interrupted_mid_install_then_the_next_sync_completes(uv_checkout: Checkout,
+                                                              sig: signal.Signals) -> None:
     checkout = uv_checkout
     _light(checkout)
+    checkout.env["UV_CACHE_DIR"] = str(checkout.root.parent / "uv-cache")  # a real download
     checkout.requirements("demo-req==1.0", "slowpkg==1.0")
     _Handler.slow.add("slowpkg-1.0-py3-none-any.whl")
     proc = checkout.start("sync")
@@ -82,12 +86,16 @@ def test_kill_9_mid_install_then_the_next_sync_completes(uv_checkout: Checkout) 
         for line in proc.stderr:
             seen.append(line)
 
-    threading.Thread(target=read, daemon=True).start()
+    reader = threading.Thread(target=read, daemon=True)
+    reader.start()
     _wait_for(lambda: any("slowpkg" in line for line in seen)
               or any("requirements of requirements.txt" in line for line in seen))
     time.sleep(1.0)
-    os.killpg(proc.pid, signal.SIGKILL)  # the manager and its installer, at once
-    proc.wait()
+    os.killpg(proc.pid, sig)  # the manager and its installer, as a terminal would
+    code = proc.wait(timeout=60)
+    reader.join(timeout=10)
+    assert code == (-signal.SIGKILL if sig == signal.SIGKILL else 130), "".join(seen)
+    _Handler.slow.discard("slowpkg-1.0-py3-none-any.whl")
     assert checkout.state()["venv_fingerprint"] is None  # nothing claimed as verified
 
     done = _sync(checkout)
