@@ -185,6 +185,9 @@ def _run_rebuild(ctx: Context, state: State, step: Step) -> None:
                      else PipInstaller(python))
         _check(installer.install(Request(requirement_files=(manager_reqs,))),
                "installing the manager's own dependencies into the new .venv")
+        marker = ctx.paths.venv / "aitk_bootstrap.txt"  # the bootstrap's "deps are in"
+        if marker.exists():
+            shutil.copy2(marker, build / marker.name)
     venvmod.swap_in(ctx.paths)
     state.companions.clear()
     state.optional.clear()
