@@ -1,14 +1,30 @@
 """Is the venv in sync with the spec? Fast: never imports torch.
 
-(Contract stub: the sync engine, issue 3, implements it. `check`, `launch` and
-`doctor` call `quick_status`.)
+`quick_status` builds the same plan a sync would (plan.py) from cheap observations:
+the venv's distribution metadata (directory listings), the requirement files' hashes,
+the state file and the spec. In sync means the plan is empty. `check`, `launch` and
+`doctor` call it; it never takes the lock and never writes.
 """
 
 from __future__ import annotations
 
+import os
+import platform
+from collections.abc import Sequence
 from dataclasses import dataclass
 
+from manager import errors, migrations
 from manager.paths import Paths
+from manager.plan import Inputs, Plan, make_plan, requirements_hash
+from manager.reqfiles import read_reqfile
+from manager.state import StateRead, read_state
+from manager.venv import observe
+from spec import Spec
+
+# Every file that can be the spec's requirements file: all of them feed the hash, so a
+# change to either is noticed wherever the checkout is synced next.
+REQUIREMENT_FILES = ("requirements.txt", "dgx_requirements.txt")
+SKIP_TOOLS_ENV = "AITK_SKIP_TOOLS"
 
 
 @dataclass(frozen=True)
@@ -17,6 +33,40 @@ class SyncStatus:
     reasons: tuple[str, ...] = ()  # why not, one line each, e.g. "requirements.txt changed"
 
 
+def gather(paths: Paths, spec: Spec, read: StateRead, *, extra_files: Sequence[str] = (),
+           force: bool = False, verify: bool = False) -> Inputs:
+    """Cheap observations -> plan inputs. Missing required files are a ManagerError."""
+    names = [spec.requirements_file, *[f for f in extra_files if f != spec.requirements_file]]
+    files = tuple(read_reqfile(paths.root, name) for name in names)
+    for req in files:
+        if req.sha256 is None:
+            raise errors.ManagerError(f"{req.path} is missing",
+                                      hint="restore it with `git checkout -- " + req.name + "`")
+    hashes = {name: read_reqfile(paths.root, name).sha256 for name in REQUIREMENT_FILES}
+    machine = str(spec.detection_summary.get("arch") or platform.machine())
+    return Inputs(
+        spec=spec,
+        observed=observe(paths),
+        state=read.state,
+        requirement_files=files,
+        requirements_hash=requirements_hash(spec, hashes),
+        machine=machine,
+        state_problem=read.problem,
+        pending_migrations=tuple(migrations.pending(read.state.migrations)),
+        tools=os.environ.get(SKIP_TOOLS_ENV) != "1",
+        force=force,
+        verify=verify,
+    )
+
+
 def quick_status(paths: Paths, cpu: bool | None = None) -> SyncStatus:
     """cpu=None reuses the choice recorded in the state at install time."""
-    return SyncStatus(False, ("sync status is not implemented yet",))
+    from manager.specsource import current_spec
+
+    read = read_state(paths, keep_backup=False)
+    try:
+        spec = current_spec(read.state.cpu_requested if cpu is None else cpu)
+        plan: Plan = make_plan(gather(paths, spec, read))
+    except errors.ManagerError as exc:
+        return SyncStatus(False, (exc.message,))
+    return SyncStatus(plan.empty, plan.reasons())

@@ -9,9 +9,11 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
+from collections import deque
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TextIO
 
 # Removed from every child's environment (see design notes: installs broken by these).
 HOSTILE_ENV = frozenset(
@@ -66,6 +68,7 @@ def run(
     timeout: float | None = None,
     capture: bool = True,
     own_group: bool = False,
+    echo: TextIO | None = None,
 ) -> Completed:
     """Run argv; never raises for a non-zero exit, a timeout or a missing program.
 
@@ -73,6 +76,9 @@ def run(
     With own_group=True the child gets its own process group (no controlling terminal on
     POSIX, so nothing can prompt) and a timeout kills the whole group: a helper it spawned
     (git-remote-https, ssh) would otherwise hold our pipes open and outlive the timeout.
+    With echo, the child's stdout and stderr are merged, copied line by line to echo as
+    they come (installer progress on our stderr, leaving stdout to --json), and the last
+    lines are kept in `stdout` for error messages.
     """
     args = tuple(str(a) for a in argv)
     child_env = dict(env) if env is not None else clean_env(extra_env)
@@ -80,6 +86,8 @@ def run(
         child_env.update(extra_env)
     if own_group:
         return _run_group(args, child_env, cwd, timeout, capture)
+    if echo is not None:
+        return _run_echoed(args, child_env, cwd, echo)
     try:
         proc = subprocess.run(
             args,
@@ -134,3 +142,25 @@ def _kill_group(proc: subprocess.Popen[str]) -> None:
         os.killpg(proc.pid, signal.SIGKILL)
     except ProcessLookupError:
         pass
+
+def _run_echoed(args: tuple[str, ...], env: dict[str, str], cwd: Path | None,
+                echo: TextIO, keep: int = 200) -> Completed:
+    tail: deque[str] = deque(maxlen=keep)
+    try:
+        proc = subprocess.Popen(args, env=env, cwd=cwd, stdin=subprocess.DEVNULL,
+                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                                encoding="utf-8", errors="replace", bufsize=1)
+    except OSError as exc:
+        return Completed(args, 127, "", str(exc))
+    try:
+        assert proc.stdout is not None
+        for line in proc.stdout:
+            tail.append(line)
+            echo.write(line)
+            echo.flush()
+        returncode = proc.wait()
+    except BaseException:  # Ctrl+C: do not leave the child running on its own
+        proc.kill()
+        proc.wait()
+        raise
+    return Completed(args, returncode, "".join(tail), "")

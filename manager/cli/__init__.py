@@ -66,7 +66,10 @@ def main(argv: list[str] | None = None) -> int:
     args = sys.argv[1:] if argv is None else argv
     command = typer.main.get_command(app)
     try:
-        command.main(args=args, prog_name="python3 -m manager", standalone_mode=False)
+        code = command.main(args=args, prog_name="python3 -m manager", standalone_mode=False)
+        if code == errors.EXIT_INTERRUPTED:  # typer turns Ctrl+C into a returned 130
+            sys.stderr.write("aitk: interrupted\n")
+            return code
     except _Exit as done:
         return done.code
     except click.exceptions.NoArgsIsHelpError as exc:

@@ -1,19 +1,22 @@
-"""`manager test`: make sure the managed environment and test tools exist, run pytest.
+"""`manager test`: the real sync (plus requirements-test.txt), then pytest.
 
-Interim: installs the CPU stack with pip directly. The sync engine (issue 3) replaces
-`ensure_environment` with a real sync.
+Uses the CPU stack when no supported GPU is detected, so it runs anywhere. Arguments
+after `test` go to pytest unchanged. Returns pytest's exit code.
 """
 
 from __future__ import annotations
 
-import hashlib
 import subprocess
+import sys
 from dataclasses import dataclass
 
-from manager import errors, process
+from manager import errors, lock, process
+from manager.commands import sync
 from manager.paths import paths
+from manager.specsource import current_spec
+from manager.state import read_state
 
-TORCH = "torch==2.13.0"
+TEST_REQUIREMENTS = "requirements-test.txt"
 
 
 @dataclass(frozen=True)
@@ -22,31 +25,27 @@ class Options:
     cpu: bool = False
 
 
-def _inputs_hash() -> str:
-    root = paths().root
-    h = hashlib.sha256(TORCH.encode())
-    for name in ("requirements.txt", "requirements-test.txt"):
-        h.update((root / name).read_bytes())
-    return h.hexdigest()
+def _needs_cpu(requested: bool) -> bool:
+    if requested or read_state(paths(), keep_backup=False).state.cpu_requested:
+        return True
+    try:
+        current_spec(cpu=False)
+    except errors.UnsupportedMachine:
+        print("aitk: no supported GPU found; testing with the CPU build", file=sys.stderr)
+        return True
+    return False
 
 
-def ensure_environment() -> None:
-    p = paths()
-    marker = p.venv / "aitk_test_env.txt"
-    digest = _inputs_hash()
-    if marker.exists() and marker.read_text().strip() == digest:
-        return
-    pip = [str(p.venv_python), "-m", "pip", "install", "--disable-pip-version-check", "-q"]
-    for args in ([TORCH], ["-r", "requirements.txt", "-r", "requirements-test.txt"]):
-        done = process.run([*pip, *args], cwd=p.root, capture=False)
-        if not done.ok:
-            raise errors.ManagerError(f"installing {' '.join(args)} failed",
-                                      hint="see the installer output above")
-    marker.write_text(digest + "\n")
+def ensure_environment(cpu: bool) -> None:
+    options = sync.Options(cpu=_needs_cpu(cpu), extra_requirements=(TEST_REQUIREMENTS,))
+    with lock.hold(paths(), "python3 -m manager test"):
+        result = sync.run(options)
+    for warning in result.data.get("warnings", []):
+        print(f"aitk: warning: {warning}", file=sys.stderr)
 
 
 def run(options: Options) -> int:
-    ensure_environment()
+    ensure_environment(options.cpu)
     p = paths()
     argv = [str(p.venv_python), "-m", "pytest", *options.pytest_args]
     return subprocess.call(argv, cwd=p.root, env=process.clean_env())

@@ -1,0 +1,158 @@
+"""`manager sync`: bring .venv to exactly what spec.py says for this machine.
+
+Plan (pure, plan.py) from the spec, the venv's metadata and the state; `--dry-run`
+returns the plan; otherwise apply.py executes it. The cli layer holds the lock.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+from rich.table import Table
+
+from manager import errors, tools
+from manager.envstatus import gather
+from manager.indexes import read_config
+from manager.output import Result
+from manager.paths import Paths, paths
+from manager.plan import make_plan
+from manager.specsource import current_spec
+from manager.state import read_state
+from manager.venv import recover_interrupted_swap
+
+INSTALLER_ENV = "AITK_INSTALLER"  # "uv" or "pip": skip the automatic choice
+
+
+@dataclass(frozen=True)
+class Options:
+    cpu: bool = False
+    dry_run: bool = False
+    force: bool = False
+    verify: bool = False
+    extra_requirements: tuple[str, ...] = ()  # e.g. requirements-test.txt for `test`
+
+    def to_argv(self) -> list[str]:
+        """The flags that reproduce these options (`update` re-executes sync with them)."""
+        argv = []
+        for flag, on in (("--cpu", self.cpu), ("--dry-run", self.dry_run),
+                         ("--force", self.force), ("--verify", self.verify)):
+            if on:
+                argv.append(flag)
+        return argv
+
+
+def _say(message: str) -> None:
+    print(f"aitk: {message}", file=sys.stderr, flush=True)
+
+
+def choose_uv(where: Paths, needed: bool) -> Path | None:
+    """uv when available (system or .uv/, provisioned when needed), pip otherwise."""
+    forced = os.environ.get(INSTALLER_ENV, "").strip().lower()
+    if forced == "pip":
+        return None
+    found = tools.find_uv(where)
+    if found is None and (needed or forced == "uv"):
+        found = tools.ensure_uv(where)
+    if found is None and forced == "uv":
+        raise errors.UsageError(f"{INSTALLER_ENV}=uv, but no uv is available",
+                                hint=f"install uv, or unset {INSTALLER_ENV}")
+    return found
+
+
+def run(options: Options) -> Result:
+    where = paths()
+    if not options.dry_run:
+        for note in recover_interrupted_swap(where):
+            _say(note)
+    read = read_state(where, keep_backup=not options.dry_run)
+    cpu = options.cpu or read.state.cpu_requested
+    spec = current_spec(cpu)
+    inputs = gather(where, spec, read, extra_files=options.extra_requirements,
+                    force=options.force, verify=options.verify)
+    plan = make_plan(inputs)
+    messages: list[str] = []
+    if read.problem:
+        kept = f"; kept as {read.backup}" if read.backup else ""
+        messages.append(f"aitk: the state file was unusable ({read.problem}){kept}; "
+                        "re-verifying instead of trusting it")
+        _say(messages[-1])
+    data: dict[str, Any] = {
+        "dry_run": options.dry_run,
+        "spec": {"backend": spec.backend, "flavour": spec.flavour,
+                 "torch": spec.torch.requirement, "torch_index_url": spec.torch_index_url,
+                 "requirements_file": spec.requirements_file},
+        "plan": [s.to_dict() for s in plan.steps],
+        "state_problem": read.problem,
+        "state_backup": str(read.backup) if read.backup else None,
+    }
+    if options.dry_run or plan.empty:
+        uv = tools.find_uv(where) if os.environ.get(INSTALLER_ENV) != "pip" else None
+        data.update(in_sync=plan.empty, installer="uv" if uv else "pip", changes=[],
+                    package_changes=[], warnings=list(spec.warnings))
+        _outcomes(data, read.state)
+        return Result(data=data, messages=tuple(messages))
+    from manager.apply import Context, apply  # only when there is work: keeps no-ops fast
+
+    uv = choose_uv(where, needed=True)
+    count = f"{len(plan.steps)} step{'' if len(plan.steps) == 1 else 's'}"
+    _say(f"syncing .venv with {'uv' if uv else 'pip'} ({count})")
+    ctx = Context(paths=where, inputs=inputs, config=read_config(), uv=uv, report=_say,
+                  cpu_requested=cpu)
+    applied = apply(plan, ctx)
+    data.update(in_sync=True, installer="uv" if uv else "pip", changes=list(applied.changes),
+                package_changes=list(applied.package_changes),
+                warnings=[*spec.warnings, *applied.warnings])
+    _outcomes(data, applied.state)
+    return Result(data=data, messages=tuple(messages))
+
+
+def _outcomes(data: dict[str, Any], state: Any) -> None:
+    data["torch"] = dict(state.torch)
+    data["companions"] = {k: dict(v) for k, v in state.companions.items()}
+    data["optional"] = {k: dict(v) for k, v in state.optional.items()}
+
+
+def render(console: Console, data: Mapping[str, Any]) -> None:
+    plan = data.get("plan") or []
+    if data.get("dry_run"):
+        if not plan:
+            console.print("Nothing to do: .venv matches the spec.")
+        else:
+            count = f"{len(plan)} step{'' if len(plan) == 1 else 's'}"
+            console.print(f"Plan ({count}, nothing changed):")
+            for number, step in enumerate(plan, 1):
+                console.print(f"  {number}. {step['description']}", markup=False)
+        return
+    if not plan:
+        console.print("Nothing to do: .venv matches the spec.")
+    else:
+        console.print(f"Synced .venv ({data.get('installer')}):")
+        for change in data.get("changes") or ["no changes"]:
+            console.print(f"  - {change}", markup=False)
+        moved = data.get("package_changes") or []
+        if moved:
+            table = Table(title=f"{len(moved)} package(s) changed", box=None, pad_edge=False)
+            for column in ("package", "before", "after"):
+                table.add_column(column)
+            for row in moved:
+                table.add_row(row["name"], row["before"] or "-", row["after"] or "-")
+            console.print(table)
+    outcomes = {**{k: v for k, v in (data.get("companions") or {}).items()},
+                **(data.get("optional") or {})}
+    not_ok = {k: v for k, v in outcomes.items() if v.get("status") != "ok"}
+    if not_ok:
+        table = Table(title="Optional packages not in use", box=None, pad_edge=False)
+        table.add_column("package")
+        table.add_column("outcome")
+        table.add_column("detail")
+        for name, record in sorted(not_ok.items()):
+            table.add_row(name, str(record.get("status")), str(record.get("detail", "")))
+        console.print(table)
+    for warning in data.get("warnings") or []:
+        console.print(f"warning: {warning}", markup=False)

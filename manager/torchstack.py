@@ -1,0 +1,83 @@
+"""The torch stack guard: exact pins, verification by import, forced repair.
+
+Every pass after the torch install carries a constraints file that pins the exact
+builds (local tag included), so no requirement or accelerator can swap torch. After a
+pass the stack is imported in the venv; a disturbed member is force-reinstalled (a plain
+reinstall is "already satisfied" to pip and uv and changes nothing).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+from manager import process
+from manager.files import atomic_write_text
+from spec import Spec, Wheel
+
+# Runs inside the venv: import each module, report its version or the error. Printed
+# as one JSON line after a marker, because an import may print to stdout itself.
+_PROBE = r"""
+import importlib, json, sys
+out = {}
+for name in sys.argv[1:]:
+    try:
+        mod = importlib.import_module(name)
+        out[name] = {"ok": True, "version": str(getattr(mod, "__version__", ""))}
+    except BaseException as exc:
+        out[name] = {"ok": False, "error": f"{type(exc).__name__}: {exc}"[:500]}
+print("@@AITK@@" + json.dumps(out))
+"""
+
+
+def import_name(wheel: Wheel) -> str:
+    return wheel.import_name or wheel.name.replace("-", "_")
+
+
+def constraints_text(spec: Spec) -> str:
+    lines = ["# Written by the aitk manager: the exact torch stack for this machine."]
+    lines += [w.requirement for w in (spec.torch, *spec.companions)]
+    return "\n".join(lines) + "\n"
+
+
+def write_constraints(spec: Spec, path: Path) -> Path:
+    atomic_write_text(path, constraints_text(spec))
+    return path
+
+
+@dataclass(frozen=True)
+class ImportCheck:
+    ok: bool
+    version: str = ""
+    error: str = ""
+
+
+def import_modules(python: Path, modules: list[str], timeout: float = 600.0
+                   ) -> dict[str, ImportCheck]:
+    """Import modules in the venv's Python, each in turn; never raises."""
+    done = process.run([str(python), "-c", _PROBE, *modules], timeout=timeout)
+    marker = next((ln for ln in done.stdout.splitlines() if ln.startswith("@@AITK@@")), None)
+    if marker is None:
+        why = (done.stderr.strip().splitlines() or [f"exit code {done.returncode}"])[-1]
+        return {m: ImportCheck(False, error=f"the venv's Python failed: {why}") for m in modules}
+    raw = json.loads(marker[len("@@AITK@@"):])
+    return {m: ImportCheck(bool(r.get("ok")), str(r.get("version", "")), str(r.get("error", "")))
+            for m, r in raw.items()}
+
+
+def judge(wheel: Wheel, check: ImportCheck | None) -> str | None:
+    """None when the import worked and reports the pinned build; else what is wrong."""
+    if check is None:
+        return "not checked"
+    if not check.ok:
+        return check.error
+    if check.version and check.version != wheel.pinned:
+        return f"imports as {check.version}, expected {wheel.pinned}"
+    return None
+
+
+def verify(python: Path, wheels: list[Wheel]) -> dict[str, str | None]:
+    """name -> problem (None: fine) for each wheel, by importing it in the venv."""
+    checks = import_modules(python, [import_name(w) for w in wheels])
+    return {w.name: judge(w, checks.get(import_name(w))) for w in wheels}

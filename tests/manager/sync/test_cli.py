@@ -1,0 +1,58 @@
+"""The verbs' edges: the spec refusing the machine, `test` falling back to CPU,
+`install --no-launch`, and Options.to_argv for `update`."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from tests.manager.sync.conftest import Checkout
+
+import spec as spec_module
+from manager import errors, specsource
+from manager.commands import install, sync
+from manager.commands import test as test_cmd
+
+
+def test_spec_refusal_is_unsupported_machine(monkeypatch: pytest.MonkeyPatch) -> None:
+    def refuse(detection: object, *, cpu: bool = False) -> object:
+        raise spec_module.SpecRefused("no supported GPU found")
+
+    class Probe:
+        def to_dict(self) -> dict:
+            return {}
+
+    monkeypatch.delenv("AITK_SPEC_FILE", raising=False)
+    monkeypatch.setattr(spec_module, "make_spec", refuse)
+    monkeypatch.setattr("manager.detect.probe", lambda: Probe())
+    with pytest.raises(errors.UnsupportedMachine) as caught:
+        specsource.current_spec(cpu=False)
+    assert caught.value.exit_code == 3 and "--cpu" in (caught.value.hint or "")
+
+
+def test_manager_test_uses_the_cpu_build_without_a_gpu(monkeypatch: pytest.MonkeyPatch,
+                                                       tmp_path: object) -> None:
+    asked: list[bool] = []
+
+    def current_spec(cpu: bool | None) -> object:
+        asked.append(bool(cpu))
+        raise errors.UnsupportedMachine("no GPU")
+
+    monkeypatch.setenv("AITK_ROOT", str(tmp_path))
+    monkeypatch.setattr(test_cmd, "current_spec", current_spec)
+    assert test_cmd._needs_cpu(False) is True and asked == [False]
+    assert test_cmd._needs_cpu(True) is True
+
+
+def test_options_round_trip_to_argv() -> None:
+    options = sync.Options(cpu=True, force=True, verify=True)
+    assert options.to_argv() == ["--cpu", "--force", "--verify"]
+    assert install.Options(sync=options, launch=False).to_argv()[-1] == "--no-launch"
+
+
+def test_install_no_launch_dry_run(uv_checkout: Checkout) -> None:
+    done = uv_checkout.manager("install", "--no-launch", "--dry-run", "--json")
+    assert done.returncode == 0, done.stderr
+    envelope = json.loads(done.stdout)
+    assert envelope["command"] == "install" and envelope["data"]["plan"]
+    assert not uv_checkout.venv.exists()

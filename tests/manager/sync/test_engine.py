@@ -1,0 +1,58 @@
+"""The real sync through uv and through pip against the loopback index."""
+
+from __future__ import annotations
+
+import json
+
+from tests.manager.sync.conftest import TORCH, Checkout, git_requirement, make_spec
+
+
+def sync_ok(checkout: Checkout, *args: str) -> dict:
+    done = checkout.manager("sync", "--json", *args)
+    assert done.returncode == 0, done.stderr + done.stdout
+    return json.loads(done.stdout)
+
+
+def test_fresh_install_then_noop(checkout: Checkout) -> None:
+    env = sync_ok(checkout)
+    installed = checkout.installed()
+    assert installed["torch"] == TORCH
+    assert installed["torchvision"] == "0.28.0+cpu"
+    assert "torchaudio" not in installed  # never imports: removed and recorded
+    assert installed["demo-req"] == "1.0"
+    assert installed["accel-good"] == "1.0"
+    assert "accel-broken" not in installed and "accel-broken-dep" not in installed
+    state = checkout.state()
+    assert state["installer"] == env["data"]["installer"]
+    assert state["torch"]["status"] == "ok"
+    assert state["companions"]["torchvision"]["status"] == "ok"
+    assert state["companions"]["torchaudio"]["status"] == "removed"
+    statuses = {k: v["status"] for k, v in state["optional"].items()}
+    assert statuses == {"accel-good": "ok", "accel-broken": "rolled_back",
+                        "accel-uninstallable": "install_failed", "accel-nowheel": "unavailable"}
+    assert state["git_pins"] == {"gitpkg": checkout.world.git_revs[0]}
+    assert checkout.run_python("import gitpkg; print(gitpkg.VALUE)").stdout.strip() == "1"
+
+    (checkout.root / "imports.log").unlink()
+    again = sync_ok(checkout)
+    assert again["data"]["plan"] == [] and again["data"]["changes"] == []
+    assert checkout.state() == state
+    assert not (checkout.root / "imports.log").exists()  # a no-op never imports torch
+    assert not (checkout.root / "pip-target").exists()  # PIP_TARGET was dropped
+
+
+def test_requirement_edits_resync(checkout: Checkout) -> None:
+    """A new requirement is installed; a moved git pin is reinstalled even though its
+    version number did not change (pip would call it satisfied)."""
+    checkout.write_spec(make_spec(checkout.world, companions=(), accelerators=()))
+    sync_ok(checkout)
+    checkout.requirements("demo-req==1.0", "demo-extra==1.0", git_requirement(checkout.world, 1))
+    plan = sync_ok(checkout, "--dry-run")["data"]["plan"]
+    assert [s["kind"] for s in plan] == ["install-requirements", "reinstall-git-pin", "verify"]
+    assert "requirements.txt changed" in plan[0]["description"]
+    result = sync_ok(checkout)["data"]
+    moved = {c["name"]: (c["before"], c["after"]) for c in result["package_changes"]}
+    assert moved == {"demo-extra": (None, "1.0")}  # the torch stack was not touched
+    assert checkout.run_python("import gitpkg; print(gitpkg.VALUE)").stdout.strip() == "2"
+    assert checkout.state()["git_pins"] == {"gitpkg": checkout.world.git_revs[1]}
+    assert sync_ok(checkout)["data"]["plan"] == []

@@ -1,0 +1,34 @@
+"""State: atomic, versioned, loud on corruption; read_state keeps a bad file aside."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from manager.errors import StateError
+from manager.paths import Paths
+from manager.state import State, load_state, read_state, save_state
+
+
+def test_round_trip_and_missing(tmp_path: Path) -> None:
+    paths = Paths(tmp_path)
+    assert load_state(paths) == State()
+    state = State(backend="cpu", git_pins={"a": "1"}, migrations=["0001"])
+    save_state(paths, state)
+    assert load_state(paths) == state
+    assert [p.name for p in paths.venv.iterdir()] == ["aitk_manager_state.json"]  # no temp
+
+
+@pytest.mark.parametrize("raw", ["{not json", "[]", '{"version": 99}'])
+def test_bad_files_raise_and_are_kept_aside(tmp_path: Path, raw: str) -> None:
+    paths = Paths(tmp_path)
+    paths.venv.mkdir()
+    paths.state_file.write_text(raw)
+    with pytest.raises(StateError):
+        load_state(paths)
+    looked = read_state(paths, keep_backup=False)
+    assert looked.problem and looked.backup is None and paths.state_file.exists()
+    kept = read_state(paths, keep_backup=True)
+    assert kept.state == State() and kept.backup is not None
+    assert kept.backup.read_text() == raw and not paths.state_file.exists()
