@@ -21,9 +21,10 @@ from manager.state import StateRead, read_state
 from manager.venv import observe
 from spec import Spec
 
-# Every file that can be the spec's requirements file: all of them feed the hash, so a
-# change to either is noticed wherever the checkout is synced next.
-REQUIREMENT_FILES = ("requirements.txt", "dgx_requirements.txt")
+# Every file that can be the spec's requirements file, plus the manager's own pins (they
+# constrain every pass): all of them feed the hash, so a change to any is noticed
+# wherever the checkout is synced next.
+REQUIREMENT_FILES = ("requirements.txt", "dgx_requirements.txt", "manager/requirements.txt")
 SKIP_TOOLS_ENV = "AITK_SKIP_TOOLS"
 
 

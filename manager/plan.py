@@ -171,6 +171,9 @@ def make_plan(inputs: Inputs) -> Plan:
             why = f"{req.name} changed"
         elif spec_changed:
             why = "the spec changed"
+        elif state.requirements_hash != inputs.requirements_hash:
+            # manager/requirements.txt pins constrain this pass, so they count too
+            why = "the manager's pins or another requirement file changed"
         elif inputs.force:
             why = "--force"
         elif torch_touched:

@@ -35,9 +35,21 @@ def import_name(wheel: Wheel) -> str:
     return wheel.import_name or wheel.name.replace("-", "_")
 
 
+MANAGER_REQUIREMENTS = Path(__file__).resolve().parent / "requirements.txt"
+
+
+def manager_pins() -> list[str]:
+    """The manager's own exact pins. It shares .venv with the trainer, so they constrain
+    every pass too: no trainer requirement may move a package under the running CLI."""
+    lines = MANAGER_REQUIREMENTS.read_text(encoding="utf-8").splitlines()
+    return [ln.strip() for ln in lines if ln.strip() and not ln.lstrip().startswith("#")]
+
+
 def constraints_text(spec: Spec) -> str:
-    lines = ["# Written by the aitk manager: the exact torch stack for this machine."]
+    lines = ["# Written by the aitk manager: the exact torch stack for this machine,"
+             " then the manager's own pins."]
     lines += [w.requirement for w in (spec.torch, *spec.companions)]
+    lines += manager_pins()
     return "\n".join(lines) + "\n"
 
 

@@ -7,6 +7,9 @@ import os
 import shutil
 
 import pytest
+
+from manager import detect
+from manager.detect import NvidiaGpu
 from tests.manager.hardware_fakes import (
     NVIDIA_FAILED,
     NVIDIA_QUERY,
@@ -15,9 +18,6 @@ from tests.manager.hardware_fakes import (
     fixture_text,
     nvidia_smi,
 )
-
-from manager import detect
-from manager.detect import NvidiaGpu
 
 # ---- nvidia-smi CSV -------------------------------------------------------------------
 

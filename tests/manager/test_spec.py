@@ -11,6 +11,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+
+import spec
+from manager import detect
 from tests.manager.hardware_fakes import (
     NVIDIA_FAILED,
     NVIDIA_QUERY,
@@ -20,9 +23,6 @@ from tests.manager.hardware_fakes import (
     fixture_text,
     nvidia_smi,
 )
-
-import spec
-from manager import detect
 
 ROOT = Path(__file__).resolve().parents[2]
 

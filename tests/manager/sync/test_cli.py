@@ -6,12 +6,12 @@ from __future__ import annotations
 import json
 
 import pytest
-from tests.manager.sync.conftest import Checkout
 
 import spec as spec_module
 from manager import errors, specsource
 from manager.commands import install, sync
 from manager.commands import test as test_cmd
+from tests.manager.sync.conftest import Checkout
 
 
 def test_spec_refusal_is_unsupported_machine(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import pytest
-from tests.manager.sync.conftest import Checkout, make_spec
 
 from manager.envstatus import quick_status
 from manager.paths import paths
+from tests.manager.sync.conftest import Checkout, make_spec
 
 
 def test_quick_status_follows_the_venv(uv_checkout: Checkout,

@@ -11,6 +11,7 @@ import threading
 import time
 
 import pytest
+
 from tests.manager.sync.conftest import TORCH, Checkout, _Handler, make_spec
 
 

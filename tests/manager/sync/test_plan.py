@@ -33,7 +33,8 @@ SYNCED_DISTS = {"torch": _dist("torch", "2.13.0+cpu"),
                 "gitpkg": _dist("gitpkg", "0.1.0", "abc1234"), "fa": _dist("fa", "1")}
 SYNCED = State(
     spec_fingerprint=SPEC.install_fingerprint(), venv_fingerprint="fp",
-    requirement_files={"requirements.txt": "h1"}, git_pins={"gitpkg": "abc1234"},
+    requirement_files={"requirements.txt": "h1"}, requirements_hash="x",
+    git_pins={"gitpkg": "abc1234"},
     optional={"fa": {"status": "ok", "requirement": "fa==1"},
               "nope": {"status": "unavailable", "detail": "no wheel"}},
     tools={"uv": {"status": "ok"}},
@@ -53,6 +54,13 @@ def _kinds(**changes: object) -> list[str]:
 
 def test_in_sync_is_an_empty_plan() -> None:
     assert make_plan(_inputs()).empty
+
+
+def test_changed_manager_pins_rerun_the_requirements_pass() -> None:
+    # The overall hash covers manager/requirements.txt (its pins constrain every pass).
+    plan = make_plan(_inputs(requirements_hash="y"))
+    assert list(plan.kinds()) == ["install-requirements", "verify"]
+    assert "manager's pins" in plan.steps[0].describe()
 
 
 def test_fresh_checkout_plans_everything_in_order() -> None:

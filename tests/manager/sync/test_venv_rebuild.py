@@ -7,9 +7,9 @@ import os
 from pathlib import Path
 
 import pytest
-from tests.manager.sync.conftest import TORCH, Checkout, make_spec
 
 from manager.venv import pyvenv_version
+from tests.manager.sync.conftest import TORCH, Checkout, make_spec
 
 PY312 = Path("/root/.pyenv/versions/3.12.1/bin")
 
