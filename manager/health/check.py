@@ -31,10 +31,22 @@ class Check:
     detail: str
     fix: str | None = None
 
+    def __post_init__(self) -> None:
+        # Doctor promises one line of detail: installer errors arrive multi-line.
+        object.__setattr__(self, "detail", one_line(self.detail))
+
     def to_dict(self) -> dict[str, Any]:
         out = asdict(self)
         out["status"] = self.status.value
         return out
+
+
+DETAIL_LIMIT = 240
+
+
+def one_line(text: str, limit: int = DETAIL_LIMIT) -> str:
+    flat = " ".join(str(text).split())
+    return flat if len(flat) <= limit else flat[: limit - 1].rstrip() + "…"
 
 
 def ok(id_: str, detail: str) -> Check:

@@ -50,6 +50,8 @@ def judge_accelerators(optional: Mapping[str, Mapping[str, Any]] | None) -> Chec
     for name, outcome in sorted(optional.items()):
         status = str(outcome.get("status", "unknown"))
         why = outcome.get("detail") or outcome.get("reason")
+        # Each outcome gets its reason's first line; the whole check stays one line.
+        why = str(why).strip().splitlines()[0] if why else None
         parts.append(f"{name} {status}" + (f" ({why})" if why and status != "ok" else ""))
         if status not in GOOD_OUTCOMES + NEUTRAL_OUTCOMES:
             failed.append(name)

@@ -49,13 +49,13 @@ def on_path(name: str) -> dict[str, Any] | None:
     done = process.run([found, _VERSION_FLAG.get(name, "--version")], timeout=VERSION_TIMEOUT)
     found_version = _VERSION.search(done.stdout) if done.ok else None
     version = found_version.group(0) if found_version else None
-    return {"name": name, "used": "system", "path": found, "version": version}
+    return {"tool": name, "used": "system", "path": found, "version": version}
 
 
 def probe(paths: Paths) -> list[Check]:
     from manager.tools import report_tools
 
-    reported = {t.get("name"): t for t in report_tools(paths)}
+    reported = {t.get("tool"): t for t in report_tools(paths)}
     names = [*TOOLS, *sorted(n for n in reported if n and n not in TOOLS)]
     return [judge_tool(n, reported[n] if n in reported else on_path(n)) for n in names]
 

@@ -124,8 +124,8 @@ def _outcome(status: str, found: Found, detail: str | None = None) -> dict[str, 
 
 
 def report_tools(paths: Paths) -> list[dict[str, Any]]:
-    """For `manager tools` and `doctor`: name, used ("system"|"local"|None), version,
-    path, minimum, ok."""
+    """For `manager tools` and `doctor`: tool (its name), used ("system"|"local"|None),
+    version, path, minimum, ok."""
     plat = current_platform()
     rows = []
     for tool in default_tools():

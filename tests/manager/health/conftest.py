@@ -120,7 +120,7 @@ def healthy(checkout: Checkout, monkeypatch: pytest.MonkeyPatch) -> Checkout:
                         wheel("torchaudio", "2.11.0", "cpu", False, "torchaudio")),
             requirements_file="requirements.txt")
 
-    tools_report = [{"name": n, "used": "local", "version": "1.0", "path": f"/x/{n}",
+    tools_report = [{"tool": n, "used": "local", "version": "1.0", "path": f"/x/{n}",
                      "minimum": "1.0", "ok": True} for n in ("uv", "node", "ffmpeg", "git")]
     monkeypatch.setattr(detect, "probe", lambda: detect.Detection("linux", "x86_64", "3.11"))
     monkeypatch.setattr(spec_module, "make_spec", make_spec)

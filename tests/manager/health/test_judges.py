@@ -185,3 +185,32 @@ def test_not_implemented_reads_plainly():
 
     (check,) = run_probes([Probe(("x",), stub, 5.0)])
     assert check.detail == "could not check: not implemented in this version"
+
+
+def test_doctor_reads_the_keys_the_real_tools_report_has(tmp_path, monkeypatch):
+    """Contract between manager.tools.report_tools and doctor: a key mismatch once made
+    doctor ignore the report and fall back to PATH (missing the checkout's .uv/)."""
+    from manager.health import tooling
+    from manager.paths import Paths
+    from manager.tools import report_tools
+
+    rows = report_tools(Paths(tmp_path))
+    assert {r["tool"] for r in rows} >= {"uv", "node", "ffmpeg", "git"}
+    for row in rows:
+        assert {"tool", "used", "version", "path", "ok", "minimum"} <= set(row)
+    monkeypatch.setattr("manager.tools.report_tools",
+                        lambda paths: [{**r, "used": "local", "path": "/checkout/.x", "ok": True}
+                                       for r in rows])
+    checks = {c.id: c for c in tooling.probe(Paths(tmp_path))}
+    assert "local: /checkout/.x" in checks["tool.uv"].detail
+
+
+def test_a_multi_line_reason_becomes_one_line_of_detail():
+    from manager.health.install import judge_accelerators
+
+    check = judge_accelerators({"torchcodec": {"status": "rolled_back",
+                                               "detail": "RuntimeError: no lib\n  1. cause\n"},
+                                "triton": {"status": "unavailable", "detail": "no GPU"}})
+    assert "\n" not in check.detail
+    assert "torchcodec rolled_back (RuntimeError: no lib)" in check.detail
+    assert len(check.detail) <= 240
