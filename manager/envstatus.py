@@ -26,6 +26,8 @@ from spec import Spec
 # wherever the checkout is synced next.
 REQUIREMENT_FILES = ("requirements.txt", "dgx_requirements.txt", "manager/requirements.txt")
 SKIP_TOOLS_ENV = "AITK_SKIP_TOOLS"
+NOT_INSTALLED = ("nothing is installed yet: run `python3 -m manager install`"
+                 " (add --cpu on a machine without a GPU)")
 
 
 @dataclass(frozen=True)
@@ -69,5 +71,9 @@ def quick_status(paths: Paths, cpu: bool | None = None) -> SyncStatus:
         spec = current_spec(read.state.cpu_requested if cpu is None else cpu)
         plan: Plan = make_plan(gather(paths, spec, read))
     except errors.ManagerError as exc:
+        if cpu is None and not paths.state_file.exists():
+            # Nothing installed, so no recorded --cpu choice: say what to run instead
+            # of a flag this caller (check, doctor, launch) does not have.
+            return SyncStatus(False, (NOT_INSTALLED,))
         return SyncStatus(False, (exc.message,))
     return SyncStatus(plan.empty, plan.reasons())
