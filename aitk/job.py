@@ -1,0 +1,399 @@
+"""run_job: build the pieces of a training run, handle Ctrl+C, return an exit code.
+
+Exit codes: 0 finished; 1 training failed (e.g. a non-finite loss); 2 the config or its
+inputs are unusable (bad key, missing dataset, unknown arch); 130 stopped by Ctrl+C or
+SIGTERM after saving a checkpoint at a step boundary.
+
+Outputs, in `training_folder/NAME/`:
+    NAME.safetensors                 final LoRA (public `diffusion_model.` keys + metadata)
+    NAME_000000250.safetensors       every `save_every` steps (and on Ctrl+C); the newest
+                                     `max_step_saves_to_keep` are kept
+    checkpoints/step_000000250/      full training state for resume (aitk.checkpoint)
+    samples/000000250_0.jpg          previews
+    config.yaml                      the config as run ([name] and ${VAR} replaced)
+    loss_log.jsonl                   one JSON object per step: step, loss, lr, time
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import signal
+import sys
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any, TextIO
+
+import torch
+
+import aitk
+from aitk import checkpoint as ckpt
+from aitk.config import REPO_ROOT, ConfigError, LoadedConfig, ProcessConfig, dump_yaml
+from aitk.data.batches import BatchSource
+from aitk.data.cache import LatentCache, TextEmbedCache, default_cache_dir
+from aitk.data.dataset import DatasetError, Item, scan_folder
+from aitk.files import atomic_write_bytes, atomic_write_json, atomic_write_text
+from aitk.flow_matching import NonFiniteLoss
+from aitk.metrics import Metrics
+from aitk.optim import OptimizerUnavailable, Schedule, build_optimizer, lr_at
+from aitk.train import LoopSettings, Outcome, Run, train
+
+EXIT_OK, EXIT_FAILED, EXIT_CONFIG, EXIT_INTERRUPTED = 0, 1, 2, 130
+RUNNING_DIR = REPO_ROOT / ".aitk-run"
+TRAIN_DTYPES = {"fp32": torch.float32, "float32": torch.float32,
+                "bf16": torch.bfloat16, "bfloat16": torch.bfloat16}
+SAVE_DTYPES = {"float16": torch.float16, "fp16": torch.float16, "bfloat16": torch.bfloat16,
+               "bf16": torch.bfloat16, "float32": torch.float32, "fp32": torch.float32}
+
+
+class Interrupted(Exception):
+    """Stop requested before training started (nothing new to save)."""
+
+
+class JobInputError(Exception):
+    """Something the config points at is unusable (exit 2)."""
+
+
+@dataclass(frozen=True)
+class RunOptions:
+    recover: bool = False
+
+
+# ---- Ctrl+C / SIGTERM ------------------------------------------------------------------
+class StopFlag:
+    """First signal: finish the step, save, exit 130. Second: stop at once.
+
+    Stopping at once is safe because every file is published by an atomic rename:
+    an interrupted save leaves only a temp folder, removed at the next start.
+    """
+
+    def __init__(self, say: Callable[[str], None] = lambda m: print(m, file=sys.stderr)
+                 ) -> None:
+        self.requested = False
+        self.say = say
+
+    def handle(self, signum: int, frame: Any) -> None:
+        if self.requested:
+            raise KeyboardInterrupt
+        self.requested = True
+        self.say(f"\n{signal.Signals(signum).name}: stopping after this step and saving a "
+                 "checkpoint; press Ctrl+C again to stop at once")
+
+    def check(self) -> None:
+        if self.requested:
+            raise Interrupted
+
+    @contextmanager
+    def installed(self) -> Iterator[StopFlag]:
+        old = {s: signal.signal(s, self.handle) for s in (signal.SIGINT, signal.SIGTERM)}
+        try:
+            yield self
+        finally:
+            for s, handler in old.items():
+                signal.signal(s, handler)
+
+
+@contextmanager
+def registered(name: str, config: Path) -> Iterator[None]:
+    """`.aitk-run/<pid>.json` while the job runs; the manager's `update` checks it."""
+    entry = RUNNING_DIR / f"{os.getpid()}.json"
+    atomic_write_json(entry, {"pid": os.getpid(), "name": name, "config": str(config),
+                              "started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())})
+    try:
+        yield
+    finally:
+        entry.unlink(missing_ok=True)
+
+
+# ---- model, adapter, data ---------------------------------------------------------------
+def pick_device(requested: str | None) -> torch.device:
+    if requested is None:
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    device = torch.device(requested)
+    if device.type == "cuda" and not torch.cuda.is_available():
+        raise JobInputError(f"device {requested!r} was asked for but CUDA is not available "
+                            "here; set `device: cpu` (or remove `device`)")
+    if device.type == "mps" and not torch.backends.mps.is_available():
+        raise JobInputError(f"device {requested!r} was asked for but MPS is not available")
+    return device
+
+
+def ensure_example_model(proc: ProcessConfig) -> None:
+    """`model.create_if_missing`: build the tiny example model folder on first use."""
+    path = Path(proc.model.name_or_path).expanduser()
+    if not proc.model.create_if_missing or path.exists():
+        return
+    from aitk.models.example.build import build_example_model
+
+    print(f"building the example model at {path} (create_if_missing)", file=sys.stderr)
+    build_example_model(path)
+
+
+def load_model(proc: ProcessConfig, device: torch.device) -> Any:
+    from aitk.models import registry
+
+    model_cls = registry.get_model_class(proc.model.arch)
+    model = model_cls(proc.model, device=device, dtype=TRAIN_DTYPES[proc.train.dtype])
+    model.load_model()
+    return model
+
+
+def create_network(model: Any, proc: ProcessConfig) -> Any:
+    from aitk.adapters import create_network as create
+
+    return create(model, proc.network)
+
+
+def enable_gradient_checkpointing(module: torch.nn.Module) -> None:
+    if hasattr(module, "enable_gradient_checkpointing"):
+        module.enable_gradient_checkpointing()
+    else:
+        module.gradient_checkpointing = True
+
+
+def scan_datasets(proc: ProcessConfig, divisibility: int,
+                  report: Callable[[str], None]) -> list[Item]:
+    items: list[Item] = []
+    for ds in proc.datasets:
+        items += scan_folder(Path(ds.folder_path).expanduser(), caption_ext=ds.caption_ext,
+                             default_caption=ds.default_caption,
+                             trigger_word=ds.trigger_word or proc.trigger_word,
+                             resolutions=ds.resolutions, divisibility=divisibility,
+                             caption_dropout_rate=ds.caption_dropout_rate,
+                             num_repeats=ds.num_repeats, report=report)
+    return items
+
+
+class Reporter:
+    """Each distinct message once (unreadable images, missing captions)."""
+
+    def __init__(self, stream: TextIO) -> None:
+        self.stream = stream
+        self.seen: set[str] = set()
+
+    def __call__(self, message: str) -> None:
+        if message not in self.seen:
+            self.seen.add(message)
+            print(f"warning: {message}", file=self.stream, flush=True)
+
+
+# ---- saving ---------------------------------------------------------------------------
+def lora_metadata(loaded: LoadedConfig, proc: ProcessConfig, step: int,
+                  epoch: int) -> dict[str, str]:
+    return {
+        "format": "pt",
+        "name": loaded.name,
+        "software": json.dumps({"name": aitk.SOFTWARE_NAME, "version": aitk.__version__}),
+        "training_info": json.dumps({"step": step, "epoch": epoch}),
+        "base_model_arch": proc.model.arch,
+        "base_model": proc.model.name_or_path,
+        "network": json.dumps({"type": proc.network.type, "rank": proc.network.dim,
+                               "alpha": proc.network.scale_alpha}),
+        "config": json.dumps(loaded.raw),
+    }
+
+
+def lora_bytes(model: Any, network: Any, dtype: torch.dtype,
+               metadata: dict[str, str]) -> bytes:
+    from safetensors.torch import save
+
+    public = model.convert_lora_weights_before_save(dict(network.state_dict()))
+    tensors = {k: v.detach().to("cpu", dtype if v.is_floating_point() else v.dtype)
+               .contiguous() for k, v in public.items()}
+    return save(tensors, metadata=metadata)
+
+
+def step_lora_name(name: str, step: int) -> str:
+    return f"{name}_{step:09d}.safetensors"
+
+
+def prune_step_loras(out_dir: Path, name: str, keep: int) -> None:
+    prefix = f"{name}_"
+    found = sorted(p for p in out_dir.glob(f"{name}_*.safetensors")
+                   if p.stem[len(prefix):].isdigit() and len(p.stem) == len(prefix) + 9)
+    for old in found[:-keep]:
+        old.unlink(missing_ok=True)
+
+
+def checkpoint_files(network: Any, optimizer: torch.optim.Optimizer, data: BatchSource,
+                     step: int, schedule: Schedule, loaded: LoadedConfig) -> dict[str, bytes]:
+    from safetensors.torch import save
+
+    def torch_bytes(obj: Any) -> bytes:
+        buf = io.BytesIO()
+        torch.save(obj, buf)
+        return buf.getvalue()
+
+    adapter = {k: v.detach().to("cpu").contiguous() for k, v in network.state_dict().items()}
+    state = {"step": step, "epoch": data.epoch, "data": data.state_dict(),
+             "lr": lr_at(step, schedule), "schedule": asdict(schedule),
+             "name": loaded.name, "software": aitk.__version__}
+    return {"adapter.safetensors": save(adapter), "optimizer.pt": torch_bytes(
+        optimizer.state_dict()), "rng.pt": torch_bytes(ckpt.capture_rng()),
+        "state.json": json.dumps(state, indent=2).encode()}
+
+
+def restore(found: ckpt.Checkpoint, network: Any, optimizer: torch.optim.Optimizer,
+            data: BatchSource) -> None:
+    from safetensors.torch import load
+
+    network.load_state_dict(load(found.read("adapter.safetensors")))
+    optimizer.load_state_dict(torch.load(io.BytesIO(found.read("optimizer.pt")),
+                                         weights_only=True))
+    data.load_state_dict(found.state()["data"])
+    # Last, after everything that draws random numbers while being built.
+    ckpt.restore_rng(torch.load(io.BytesIO(found.read("rng.pt")), weights_only=True))
+
+
+# ---- one process ----------------------------------------------------------------------
+def run_process(loaded: LoadedConfig, proc: ProcessConfig, stop: StopFlag,
+                stream: TextIO = sys.stderr) -> Outcome:
+    from aitk.sampling import image_configs, write_samples
+
+    say = Reporter(stream)
+    name = loaded.name
+    out_dir = Path(proc.training_folder).expanduser() / name
+    device = pick_device(proc.device)
+    ensure_example_model(proc)
+    model = load_model(proc, device)
+    stop.check()
+
+    items = scan_datasets(proc, model.get_bucket_divisibility(), say)
+    identity = model.identity()
+    cache_root = default_cache_dir(REPO_ROOT)
+    tr = proc.train
+
+    latents = None
+    if any(ds.cache_latents or ds.cache_latents_to_disk for ds in proc.datasets):
+        to_disk = any(ds.cache_latents_to_disk for ds in proc.datasets)
+        lc = LatentCache(model.encode_images, identity, model.latent_space_version,
+                         cache_root / "latents" if to_disk else None, report=say)
+        print(f"caching latents for {len(set(items))} images", file=stream, flush=True)
+        lc.fill(items, stop=stop.check)
+        latents = lc.get
+
+    samples = [] if tr.disable_sampling else image_configs(proc.sample, proc.trigger_word)
+    sample_embeds = None
+    if tr.cache_text_embeddings or any(ds.cache_text_embeddings for ds in proc.datasets):
+        captions = [i.caption for i in items]
+        if any(i.caption_dropout_rate > 0 for i in items):
+            captions.append("")
+        captions += [t for c in samples for t in (c.prompt, c.negative_prompt)]
+        tc = TextEmbedCache(model.encode_prompts, identity, model.text_embedding_space_version,
+                            cache_root / "text_embeds", report=say)
+        tc.fill(captions, stop=stop.check)
+        model.unload_text_encoder()  # every caption is cached: free its memory
+        embeds = tc.get
+        sample_embeds = tc.mapping()
+    else:
+        def embeds(captions: list[str]) -> Any:
+            with torch.no_grad():
+                return model.get_prompt_embeds(captions).detach()
+
+    torch.manual_seed(tr.seed)  # adapter init; a resume overwrites both
+    network = create_network(model, proc)
+    trained = model.get_model_to_train()
+    if tr.gradient_checkpointing:
+        enable_gradient_checkpointing(trained)
+    params = list(network.trainable_parameters())
+    opt = tr.optimizer_params
+    optimizer = build_optimizer(tr.optimizer, params, tr.lr, opt.weight_decay, opt.betas,
+                                opt.eps)
+    schedule = Schedule(tr.lr, tr.steps, tr.lr_scheduler,
+                        tr.lr_scheduler_params.warmup_steps, tr.lr_scheduler_params.eta_min)
+    data = BatchSource(items, tr.batch_size, tr.seed, latents, model.encode_images, embeds)
+
+    ckpt_root = out_dir / "checkpoints"
+    ckpt.clean_stale(ckpt_root)
+    found = ckpt.find_resumable(ckpt_root, report=say)
+    start = 0
+    if found is not None:
+        restore(found, network, optimizer, data)
+        start = found.step
+        print(f"resuming {name} from step {start} ({found.path})", file=stream, flush=True)
+    atomic_write_text(out_dir / "config.yaml", dump_yaml(loaded.raw))
+    trained.train()  # adapter dropout active; previews switch to eval and back
+
+    save_dtype = SAVE_DTYPES[proc.save.dtype]
+
+    def save(step: int) -> None:
+        meta = lora_metadata(loaded, proc, step, data.epoch)
+        ckpt.save_checkpoint(ckpt_root, step,
+                             checkpoint_files(network, optimizer, data, step, schedule, loaded))
+        final = step >= tr.steps
+        lora = out_dir / (f"{name}.safetensors" if final else step_lora_name(name, step))
+        atomic_write_bytes(lora, lora_bytes(model, network, save_dtype, meta))
+        ckpt.prune(ckpt_root, proc.save.max_step_saves_to_keep)
+        prune_step_loras(out_dir, name, proc.save.max_step_saves_to_keep)
+        metrics.message(f"saved {lora.name} and checkpoint {ckpt.dir_name(step)}")
+
+    def sample(step: int) -> None:
+        write_samples(model, samples, out_dir / "samples", step, proc.sample.format,
+                      sample_embeds)
+
+    settings = LoopSettings(
+        total_steps=tr.steps, accumulation=tr.accumulation, max_grad_norm=tr.max_grad_norm,
+        save_every=proc.save.save_every,
+        sample_every=proc.sample.sample_every if samples else None,
+        sample_first=not tr.skip_first_sample, seed=tr.seed, timestep_type=tr.timestep_type)
+    metrics = Metrics(out_dir / "loss_log.jsonl", tr.steps, start, name, stream=stream)
+    try:
+        if start >= tr.steps:
+            metrics.message(f"{name} already finished at step {start}")
+        return train(Run(model=model, params=params, optimizer=optimizer, schedule=schedule,
+                         settings=settings, next_batch=data.next, save=save, sample=sample,
+                         log=metrics.log, stop_requested=lambda: stop.requested), start)
+    finally:
+        metrics.close()
+
+
+# ---- the job --------------------------------------------------------------------------
+KNOWN_ERRORS: dict[type[BaseException], int] = {
+    ConfigError: EXIT_CONFIG, JobInputError: EXIT_CONFIG, DatasetError: EXIT_CONFIG,
+    OptimizerUnavailable: EXIT_CONFIG, NonFiniteLoss: EXIT_FAILED,
+}
+
+
+def _known_error_code(exc: BaseException) -> int | None:
+    for cls, code in KNOWN_ERRORS.items():
+        if isinstance(exc, cls):
+            return code
+    try:
+        from aitk.models.base import ModelError
+    except ImportError:  # pragma: no cover - the models side always defines it
+        return None
+    return EXIT_CONFIG if isinstance(exc, ModelError) else None
+
+
+def run_job(loaded: LoadedConfig, options: RunOptions = RunOptions(),
+            stream: TextIO = sys.stderr) -> int:
+    """Run every process of one config; returns the exit code (never raises)."""
+    for warning in loaded.warnings:
+        print(f"warning: {warning}", file=stream)
+    stop = StopFlag(say=lambda m: print(m, file=stream, flush=True))
+    try:
+        with stop.installed(), registered(loaded.name, loaded.source):
+            for proc in loaded.job.config.process:
+                if run_process(loaded, proc, stop, stream) is Outcome.STOPPED:
+                    print(f"stopped; run the same config again to resume {loaded.name}",
+                          file=stream)
+                    return EXIT_INTERRUPTED
+        return EXIT_OK
+    except (Interrupted, KeyboardInterrupt):
+        print(f"stopped; run the same config again to resume {loaded.name}", file=stream)
+        return EXIT_INTERRUPTED
+    except Exception as exc:  # the job's error boundary
+        code = _known_error_code(exc)
+        if code is None:
+            import traceback
+
+            traceback.print_exc(file=stream)
+            print(f"error: {loaded.name} failed: {exc.__class__.__name__}: {exc}",
+                  file=stream)
+            return EXIT_FAILED
+        print(f"error: {exc}", file=stream)
+        return code
