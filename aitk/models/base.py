@@ -30,7 +30,10 @@ Conventions (keep them exactly):
 
 from __future__ import annotations
 
+import hashlib
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar, Protocol
 
 import torch
@@ -42,6 +45,29 @@ if TYPE_CHECKING:
     from PIL import Image
 
     from aitk.batch import DataBatch
+
+
+class ModelError(Exception):
+    """A model that cannot do what was asked (bad folder, missing part, unloaded TE)."""
+
+
+class ModelLoadError(ModelError):
+    """`load_model()` failed: the message names the path and what is missing."""
+
+
+_DIGESTS: dict[tuple[str, int, int, int], str] = {}
+
+
+def file_sha256(path: Path) -> str:
+    """Content digest of one file, cached per (path, inode, size, mtime) in this process."""
+    st = path.stat()
+    key = (str(path.resolve()), st.st_ino, st.st_size, st.st_mtime_ns)
+    digest = _DIGESTS.get(key)
+    if digest is None:
+        with open(path, "rb") as fh:
+            digest = hashlib.file_digest(fh, "sha256").hexdigest()
+        _DIGESTS[key] = digest
+    return digest
 
 
 class ModelSettings(Protocol):
@@ -79,6 +105,10 @@ class BaseModel:
     encode_control_in_text_embeddings: ClassVar[bool] = False
     has_multiple_control_images: ClassVar[bool] = False
     te_padding_side: ClassVar[str] = "right"
+    # LoRA/LoKr attach to the nn.Linear layers whose path (inside get_model_to_train())
+    # starts with one of these; override for networks that name their blocks otherwise.
+    lora_block_prefixes: ClassVar[tuple[str, ...]] = (
+        "blocks.", "transformer_blocks.", "single_transformer_blocks.", "layers.")
 
     def __init__(self, model_config: ModelSettings, device: torch.device | str = "cpu",
                  dtype: torch.dtype = torch.float32) -> None:
@@ -163,9 +193,55 @@ class BaseModel:
                               generator: torch.Generator) -> Image.Image:
         raise NotImplementedError
 
-    def generate_images(self, configs: list[GenerateImageConfig]) -> list[Image.Image]:
-        """Embeds each prompt, builds the pipeline once, one image per config."""
-        raise NotImplementedError  # implemented in the base for every arch
+    def encode_prompts(self, prompts: Iterable[str]) -> dict[str, AdvancedPromptEmbeds]:
+        """Embed each distinct prompt once: {prompt: single-item embeds}.
+
+        The trainer calls this for the sample prompts before it unloads the text encoder
+        (text embeddings cached), then passes the result to `generate_images`.
+        """
+        unique = list(dict.fromkeys(prompts))
+        if not unique:
+            return {}
+        if self.text_encoder is None:
+            raise ModelError("the text encoder is unloaded; embed the sample prompts with "
+                             "encode_prompts() before unloading it")
+        with torch.no_grad():
+            embeds = self.get_prompt_embeds(unique).detach()
+        return {p: embeds.select([i]) for i, p in enumerate(unique)}
+
+    def generate_images(self, configs: Sequence[GenerateImageConfig],
+                        prompt_embeds: Mapping[str, AdvancedPromptEmbeds] | None = None
+                        ) -> list[Image.Image]:
+        """One PIL image per config, deterministic per `config.seed`.
+
+        Each distinct prompt and negative prompt is embedded once (prompts found in
+        `prompt_embeds` are not re-encoded), `get_generation_pipeline()` is called once
+        and `generate_single_image()` once per config, with a CPU `torch.Generator`
+        seeded from the config. Runs under `torch.no_grad()` with the modules in eval
+        mode; each module's train/eval flag is restored afterwards.
+        """
+        if not configs:
+            return []
+        known = dict(prompt_embeds or {})
+        texts = [t for c in configs for t in (c.prompt, c.negative_prompt)]
+        modules = [m for m in (self.model, self.vae, self.text_encoder) if m is not None]
+        modes = [(sub, sub.training) for m in modules for sub in m.modules()]
+        try:
+            for m in modules:
+                m.eval()
+            with torch.no_grad():
+                known.update(self.encode_prompts(t for t in texts if t not in known))
+                pipeline = self.get_generation_pipeline()
+                images = []
+                for cfg in configs:
+                    generator = torch.Generator(device="cpu").manual_seed(int(cfg.seed))
+                    images.append(self.generate_single_image(
+                        pipeline, cfg, known[cfg.prompt], known[cfg.negative_prompt],
+                        generator))
+            return images
+        finally:
+            for sub, mode in modes:
+                sub.training = mode
 
     # ---- 5. saving -----------------------------------------------------------------
     def save_model(self, output_path: str, dtype: torch.dtype = torch.float32) -> None:
@@ -203,8 +279,28 @@ class BaseModel:
         return self.model
 
     def identity(self) -> str:
-        """A stable fingerprint of the loaded weights, part of every cache key."""
-        raise NotImplementedError
+        """A stable fingerprint of the loaded weights, part of every cache key.
+
+        Default: sha256 over the arch, the text-encoder quantization (it changes the
+        text embeddings) and the content of every file under `name_or_path` (a hub id
+        that is not a local path is hashed by name). File digests are cached per
+        (path, size, mtime), so this is cheap after the first call in a process.
+        """
+        cfg = self.model_config
+        h = hashlib.sha256()
+        h.update(f"arch={self.arch}\n".encode())
+        if getattr(cfg, "quantize_te", False):
+            h.update(f"quantize_te={getattr(cfg, 'qtype_te', 'qfloat8')}\n".encode())
+        root = Path(cfg.name_or_path)
+        if root.is_file():
+            h.update(f"{root.name}={file_sha256(root)}\n".encode())
+        elif root.is_dir():
+            for path in sorted(p for p in root.rglob("*") if p.is_file()):
+                h.update(f"{path.relative_to(root).as_posix()}={file_sha256(path)}\n"
+                         .encode())
+        else:
+            h.update(f"name={cfg.name_or_path}\n".encode())
+        return h.hexdigest()
 
     def unload_text_encoder(self) -> None:
         """Free the text encoder once text embeddings are cached."""

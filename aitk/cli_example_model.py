@@ -1,0 +1,41 @@
+"""`python -m aitk example-model DIR [--seed N] [--force]`: write a tiny example model.
+
+Exit codes: 0 written; 2 bad arguments or DIR exists and is not empty (without --force).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m aitk example-model",
+        description="Write a tiny random-initialised `example` model folder "
+                    "(transformer/ text_encoder/ tokenizer/ vae/ scheduler/); no download.")
+    parser.add_argument("dir", type=Path, help="folder to create")
+    parser.add_argument("--seed", type=int, default=0, help="weights seed (default 0)")
+    parser.add_argument("--force", action="store_true", help="replace an existing folder")
+    try:
+        args = parser.parse_args(argv)
+    except SystemExit as exc:  # argparse exits 2 on bad input and 0 on --help
+        return int(exc.code or 0)
+
+    from aitk.models.example.build import build_example_model
+
+    try:
+        out = build_example_model(args.dir, seed=args.seed, overwrite=args.force)
+    except FileExistsError as exc:
+        print(f"error: {exc}; pass --force to replace it", file=sys.stderr)
+        return 2
+    except OSError as exc:
+        print(f"error: cannot write {args.dir}: {exc}", file=sys.stderr)
+        return 2
+    print(f"wrote example model to {out} (seed {args.seed})")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

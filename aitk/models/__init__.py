@@ -1,0 +1,1 @@
+"""Model archs: the BaseModel contract (base.py), the registry, the built-in archs."""

@@ -1,0 +1,5 @@
+"""Built-in model archs. Add a class to AI_TOOLKIT_MODELS to register it."""
+
+from aitk.models.example import ExampleModel
+
+AI_TOOLKIT_MODELS = [ExampleModel]

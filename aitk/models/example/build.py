@@ -1,0 +1,81 @@
+"""Build a tiny random-initialised `example` model folder, with no download.
+
+Every part is created from a small config under `torch.manual_seed(seed)` and written
+with its own `save_pretrained`, so the folder loads through the same `from_pretrained`
+calls as a real model. The same seed gives the same weights. The folder is assembled
+in a temporary sibling and published by one rename: it is complete or absent.
+"""
+
+from __future__ import annotations
+
+import shutil
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+from aitk.models.example.model import MAX_TOKENS
+
+
+@dataclass(frozen=True)
+class ExampleSizes:
+    """Small enough that a training step on a 2-core CPU takes a fraction of a second."""
+
+    hidden_size: int = 64
+    num_layers: int = 2
+    num_heads: int = 4
+    patch_size: int = 2
+    latent_channels: int = 4
+    text_dim: int = 64
+    text_layers: int = 2
+    vae_channels: tuple[int, ...] = (16, 32, 32)  # 3 levels: scale factor 4
+
+
+def build_example_model(target: Path, seed: int = 0, sizes: ExampleSizes = ExampleSizes(),
+                        overwrite: bool = False) -> Path:
+    from diffusers import AutoencoderKL, FlowMatchEulerDiscreteScheduler
+    from transformers import ByT5Tokenizer, T5Config, T5EncoderModel
+
+    from aitk.models.example.transformer import ExampleTransformer
+
+    target = Path(target)
+    if target.exists() and any(target.iterdir()) and not overwrite:
+        raise FileExistsError(f"{target} exists and is not empty")
+    target.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.", dir=target.parent))
+    try:
+        torch.manual_seed(seed)
+        te_config = T5Config(
+            vocab_size=384, d_model=sizes.text_dim, d_kv=sizes.text_dim // 4,
+            d_ff=sizes.text_dim * 2, num_layers=sizes.text_layers, num_heads=4,
+            relative_attention_num_buckets=8, relative_attention_max_distance=32,
+            dropout_rate=0.0, feed_forward_proj="gated-gelu", is_encoder_decoder=False,
+            use_cache=False)
+        T5EncoderModel(te_config).save_pretrained(tmp / "text_encoder")
+        ByT5Tokenizer(model_max_length=MAX_TOKENS).save_pretrained(tmp / "tokenizer")
+
+        n = len(sizes.vae_channels)
+        AutoencoderKL(
+            in_channels=3, out_channels=3, latent_channels=sizes.latent_channels,
+            down_block_types=("DownEncoderBlock2D",) * n,
+            up_block_types=("UpDecoderBlock2D",) * n,
+            block_out_channels=sizes.vae_channels, layers_per_block=1, norm_num_groups=8,
+            sample_size=64, scaling_factor=1.0,
+        ).save_pretrained(tmp / "vae")
+
+        ExampleTransformer(
+            in_channels=sizes.latent_channels, patch_size=sizes.patch_size,
+            hidden_size=sizes.hidden_size, num_layers=sizes.num_layers,
+            num_heads=sizes.num_heads, text_dim=sizes.text_dim,
+        ).save_pretrained(tmp / "transformer")
+
+        FlowMatchEulerDiscreteScheduler(num_train_timesteps=1000, shift=1.0
+                                        ).save_pretrained(tmp / "scheduler")
+        if target.exists():
+            shutil.rmtree(target)
+        tmp.rename(target)
+    finally:
+        if tmp.exists():
+            shutil.rmtree(tmp, ignore_errors=True)
+    return target

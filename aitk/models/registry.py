@@ -1,0 +1,166 @@
+"""Model registry: `model.arch` -> BaseModel subclass.
+
+Classes are discovered from module-level `AI_TOOLKIT_MODELS` lists in
+
+1. the built-in package `aitk.models.builtin`, then
+2. every package directly under `<repo root>/extensions/` (a folder with `__init__.py`),
+   then any extra folders passed to `discover(extra_dirs=...)`, in name order.
+
+An extension that fails to import is recorded (name + error) and skipped; the others
+still load. An entry that is not a BaseModel subclass with a non-empty `arch`, or an
+arch that is already taken, is recorded too (the first one found wins). Asking for an
+unknown arch raises `UnknownArchError`, whose message lists the known archs.
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+import sys
+import traceback
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+
+from aitk.models.base import BaseModel, ModelError, ModelSettings
+
+BUILTIN_PACKAGE = "aitk.models.builtin"
+REPO_ROOT = Path(__file__).resolve().parents[2]
+EXTENSIONS_DIR = REPO_ROOT / "extensions"
+
+
+class ModelRegistryError(ModelError):
+    """The registry cannot give the requested model class."""
+
+
+class UnknownArchError(ModelRegistryError):
+    def __init__(self, arch: str, known: Iterable[str],
+                 broken: Iterable[BrokenExtension] = ()) -> None:
+        self.arch = arch
+        self.known = sorted(known)
+        listed = ", ".join(self.known) or "none"
+        message = f"unknown model arch {arch!r}; known archs: {listed}"
+        failed = [f"{b.name} ({b.error})" for b in broken]
+        if failed:
+            message += f"; extensions that failed to import: {'; '.join(failed)}"
+        super().__init__(message + " (`python -m aitk models` lists them with their source)")
+
+
+@dataclass(frozen=True)
+class ModelEntry:
+    arch: str
+    cls: type[BaseModel]
+    source: str  # "built-in" or "extension <name> (<path>)"
+
+
+@dataclass(frozen=True)
+class BrokenExtension:
+    name: str
+    path: str
+    error: str  # one line: "ExceptionType: message"
+    detail: str = ""  # the traceback, for --verbose listings
+
+
+@dataclass
+class Registry:
+    models: dict[str, ModelEntry] = field(default_factory=dict)
+    broken: list[BrokenExtension] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
+
+    def get(self, arch: str) -> type[BaseModel]:
+        entry = self.models.get(arch)
+        if entry is None:
+            raise UnknownArchError(arch, self.models, self.broken)
+        return entry.cls
+
+    def _add_all(self, candidates: object, source: str) -> None:
+        if not isinstance(candidates, (list, tuple)):
+            self.warnings.append(f"{source}: AI_TOOLKIT_MODELS is not a list; ignored")
+            return
+        for cls in candidates:
+            if not (isinstance(cls, type) and issubclass(cls, BaseModel)):
+                self.warnings.append(f"{source}: {cls!r} is not a BaseModel subclass; ignored")
+                continue
+            if not cls.arch:
+                self.warnings.append(f"{source}: {cls.__name__} has no `arch`; ignored")
+                continue
+            taken = self.models.get(cls.arch)
+            if taken is not None:
+                self.warnings.append(
+                    f"{source}: arch {cls.arch!r} ({cls.__name__}) is already registered by "
+                    f"{taken.source} ({taken.cls.__name__}); the first one is used")
+                continue
+            self.models[cls.arch] = ModelEntry(cls.arch, cls, source)
+
+
+def _one_line(exc: BaseException) -> str:
+    text = str(exc).strip().splitlines()
+    return f"{type(exc).__name__}: {text[0] if text else ''}".rstrip(": ")
+
+
+def _import_extension(folder: Path) -> object:
+    """Import `folder` as a package under a private name, so relative imports work."""
+    name = f"aitk_extensions.{folder.parent.name}_{abs(hash(str(folder))):x}.{folder.name}"
+    if name in sys.modules:
+        return sys.modules[name]
+    spec = importlib.util.spec_from_file_location(
+        name, folder / "__init__.py", submodule_search_locations=[str(folder)])
+    if spec is None or spec.loader is None:
+        raise ImportError(f"cannot import {folder}")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    try:
+        spec.loader.exec_module(module)
+    except BaseException:
+        sys.modules.pop(name, None)
+        raise
+    return module
+
+
+def extension_folders(dirs: Iterable[Path]) -> list[Path]:
+    found = []
+    for root in dirs:
+        root = Path(root)
+        if root.is_dir():
+            found.extend(sorted(p for p in root.iterdir()
+                                if p.is_dir() and (p / "__init__.py").is_file()
+                                and not p.name.startswith((".", "_"))))
+    return found
+
+
+def discover(extra_dirs: Iterable[Path] = (), *, include_repo_extensions: bool = True
+             ) -> Registry:
+    registry = Registry()
+    builtin = importlib.import_module(BUILTIN_PACKAGE)
+    registry._add_all(getattr(builtin, "AI_TOOLKIT_MODELS", []), "built-in")
+    dirs = ([EXTENSIONS_DIR] if include_repo_extensions else []) + [Path(d) for d in extra_dirs]
+    for folder in extension_folders(dirs):
+        source = f"extension {folder.name} ({folder})"
+        try:
+            module = _import_extension(folder)
+        except Exception as exc:  # any error in user code: report it, keep the others
+            registry.broken.append(BrokenExtension(folder.name, str(folder), _one_line(exc),
+                                                   traceback.format_exc()))
+            continue
+        if not hasattr(module, "AI_TOOLKIT_MODELS"):
+            registry.warnings.append(f"{source}: no AI_TOOLKIT_MODELS list; skipped")
+            continue
+        registry._add_all(module.AI_TOOLKIT_MODELS, source)
+    return registry
+
+
+def get_model_class(arch: str, extra_dirs: Iterable[Path] = ()) -> type[BaseModel]:
+    """The class for `arch`; raises UnknownArchError listing the known archs."""
+    return discover(extra_dirs).get(arch)
+
+
+def load_model(model_config: ModelSettings, device: torch.device | str = "cpu",
+               dtype: torch.dtype = torch.float32, registry: Registry | None = None
+               ) -> BaseModel:
+    """Pick the class for `model_config.arch`, construct it and run its `load_model()`."""
+    cls = (registry or discover()).get(model_config.arch)
+    model = cls(model_config, device=device, dtype=dtype)
+    model.load_model()
+    return model
