@@ -199,8 +199,6 @@ class ModelConfig(_Strict):
     def _te_follows_quantize(self) -> ModelConfig:
         if self.quantize_te is None:
             self.quantize_te = self.quantize
-        if self.create_if_missing and self.arch != "example":
-            raise ValueError("create_if_missing works only with arch 'example'")
         return self
 
 
@@ -517,7 +515,7 @@ def registry_archs() -> dict[str, str]:
     """arch -> where it comes from, from the models registry (imported lazily)."""
     from aitk.models import registry
 
-    return registry.known_archs()
+    return {arch: entry.source for arch, entry in registry.discover().models.items()}
 
 
 def load_config(name_or_path: str, *, name_override: str | None = None,

@@ -26,6 +26,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any, TextIO
 
 import torch
@@ -36,7 +37,7 @@ from aitk.config import REPO_ROOT, ConfigError, LoadedConfig, ProcessConfig, dum
 from aitk.data.batches import BatchSource
 from aitk.data.cache import LatentCache, TextEmbedCache, default_cache_dir
 from aitk.data.dataset import DatasetError, Item, scan_folder
-from aitk.files import atomic_write_bytes, atomic_write_json, atomic_write_text
+from aitk.files import atomic_write_json, atomic_write_text
 from aitk.flow_matching import NonFiniteLoss
 from aitk.metrics import Metrics
 from aitk.optim import OptimizerUnavailable, Schedule, build_optimizer, lr_at
@@ -127,6 +128,9 @@ def ensure_example_model(proc: ProcessConfig) -> None:
     path = Path(proc.model.name_or_path).expanduser()
     if not proc.model.create_if_missing or path.exists():
         return
+    if proc.model.arch != "example":
+        raise JobInputError("model.create_if_missing builds only the `example` arch; "
+                            f"point name_or_path at an existing {proc.model.arch} model")
     from aitk.models.example.build import build_example_model
 
     print(f"building the example model at {path} (create_if_missing)", file=sys.stderr)
@@ -143,9 +147,14 @@ def load_model(proc: ProcessConfig, device: torch.device) -> Any:
 
 
 def create_network(model: Any, proc: ProcessConfig) -> Any:
-    from aitk.adapters import create_network as create
+    from aitk.adapters import AdapterNetwork
 
-    return create(model, proc.network)
+    net = proc.network
+    # The adapter reads upstream's names; hand it the resolved rank/alpha aliases.
+    spec = SimpleNamespace(type=net.type, linear=net.dim, linear_alpha=net.scale_alpha,
+                           dropout=net.dropout or 0.0, lokr_factor=net.lokr_factor,
+                           network_kwargs=net.network_kwargs.model_dump(exclude_none=True))
+    return AdapterNetwork.attach(model, spec)
 
 
 def enable_gradient_checkpointing(module: torch.nn.Module) -> None:
@@ -195,16 +204,6 @@ def lora_metadata(loaded: LoadedConfig, proc: ProcessConfig, step: int,
                                "alpha": proc.network.scale_alpha}),
         "config": json.dumps(loaded.raw),
     }
-
-
-def lora_bytes(model: Any, network: Any, dtype: torch.dtype,
-               metadata: dict[str, str]) -> bytes:
-    from safetensors.torch import save
-
-    public = model.convert_lora_weights_before_save(dict(network.state_dict()))
-    tensors = {k: v.detach().to("cpu", dtype if v.is_floating_point() else v.dtype)
-               .contiguous() for k, v in public.items()}
-    return save(tensors, metadata=metadata)
 
 
 def step_lora_name(name: str, step: int) -> str:
@@ -326,7 +325,7 @@ def run_process(loaded: LoadedConfig, proc: ProcessConfig, stop: StopFlag,
                              checkpoint_files(network, optimizer, data, step, schedule, loaded))
         final = step >= tr.steps
         lora = out_dir / (f"{name}.safetensors" if final else step_lora_name(name, step))
-        atomic_write_bytes(lora, lora_bytes(model, network, save_dtype, meta))
+        network.save_file(lora, meta, dtype=save_dtype)  # atomic, public keys
         ckpt.prune(ckpt_root, proc.save.max_step_saves_to_keep)
         prune_step_loras(out_dir, name, proc.save.max_step_saves_to_keep)
         metrics.message(f"saved {lora.name} and checkpoint {ckpt.dir_name(step)}")
@@ -362,11 +361,12 @@ def _known_error_code(exc: BaseException) -> int | None:
     for cls, code in KNOWN_ERRORS.items():
         if isinstance(exc, cls):
             return code
-    try:
-        from aitk.models.base import ModelError
-    except ImportError:  # pragma: no cover - the models side always defines it
-        return None
-    return EXIT_CONFIG if isinstance(exc, ModelError) else None
+    from aitk.adapters import AdapterError
+    from aitk.models.base import ModelError
+
+    # A model folder that does not load, an unknown arch, a network that matches no
+    # layer: all inputs the user can fix.
+    return EXIT_CONFIG if isinstance(exc, ModelError | AdapterError) else None
 
 
 def run_job(loaded: LoadedConfig, options: RunOptions = RunOptions(),
