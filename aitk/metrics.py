@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import sys
 import time
+from collections import deque
 from pathlib import Path
 from typing import TextIO
 
@@ -45,7 +46,8 @@ class Metrics:
         log_path.parent.mkdir(parents=True, exist_ok=True)
         trim_log(log_path, start_step)
         self._log = open(log_path, "a", encoding="utf-8")  # noqa: SIM115 - closed in close()
-        self._t0 = time.perf_counter()
+        # Speed over the last steps only: a preview or a save must not skew the ETA for long.
+        self._times: deque[float] = deque([time.perf_counter()], maxlen=21)
         self._last_print = 0.0
         self.console = Console(file=self.stream)
         self.interactive = self.console.is_terminal
@@ -67,8 +69,8 @@ class Metrics:
         self._log.write(json.dumps({"step": step, "loss": loss, "lr": lr,
                                     "time": round(time.time(), 3)}) + "\n")
         self._log.flush()
-        done = step - self.start_step
-        rate = done / max(now - self._t0, 1e-9)
+        self._times.append(now)
+        rate = (len(self._times) - 1) / max(now - self._times[0], 1e-9)
         if self._progress is not None:
             self._progress.update(self._task, completed=step, loss=f"{loss:.4f}",
                                   speed=f"{rate:.2f} it/s")
