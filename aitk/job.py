@@ -250,7 +250,7 @@ def restore(found: ckpt.Checkpoint, network: Any, optimizer: torch.optim.Optimiz
 
 # ---- one process ----------------------------------------------------------------------
 def run_process(loaded: LoadedConfig, proc: ProcessConfig, stop: StopFlag,
-                stream: TextIO = sys.stderr) -> Outcome:
+                stream: TextIO) -> Outcome:
     from aitk.sampling import image_configs, write_samples
 
     say = Reporter(stream)
@@ -370,8 +370,9 @@ def _known_error_code(exc: BaseException) -> int | None:
 
 
 def run_job(loaded: LoadedConfig, options: RunOptions = RunOptions(),
-            stream: TextIO = sys.stderr) -> int:
+            stream: TextIO | None = None) -> int:
     """Run every process of one config; returns the exit code (never raises)."""
+    stream = stream or sys.stderr  # looked up now: --log swaps sys.stderr for a tee
     for warning in loaded.warnings:
         print(f"warning: {warning}", file=stream)
     stop = StopFlag(say=lambda m: print(m, file=stream, flush=True))

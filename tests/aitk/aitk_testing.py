@@ -136,3 +136,39 @@ def run_py(*args: str, cwd: Path = REPO, env: dict | None = None, timeout: float
     full_env = {**os.environ, "PYTHONUNBUFFERED": "1", **(env or {})}
     return subprocess.run([sys.executable, str(REPO / "run.py"), *args], cwd=cwd,
                           env=full_env, capture_output=True, text=True, timeout=timeout)
+
+
+def job_config(name: str, training_folder: Path, model_dir: Path, *, steps: int = 6,
+               **process_overrides) -> dict:
+    """A small job on the example arch and the repo's example dataset."""
+    process = {
+        "type": "sd_trainer",
+        "training_folder": str(training_folder),
+        "device": "cpu",
+        "trigger_word": "p1xel",
+        "network": {"type": "lora", "linear": 4, "linear_alpha": 4},
+        "save": {"dtype": "float32", "save_every": 3, "max_step_saves_to_keep": 1},
+        "datasets": [{"folder_path": str(REPO / "datasets" / "example"),
+                      "resolution": [32], "cache_latents_to_disk": True}],
+        "train": {"batch_size": 2, "steps": steps, "lr": 2e-3, "optimizer": "adamw",
+                  "gradient_checkpointing": False, "cache_text_embeddings": True,
+                  "seed": 7},
+        "model": {"arch": "example", "name_or_path": str(model_dir)},
+        "sample": {"sample_every": 3, "width": 32, "height": 32, "sample_steps": 3,
+                   "prompts": ["[trigger] a red circle", "a green square"],
+                   "walk_seed": True, "seed": 1, "format": "png"},
+    }
+    for section, values in process_overrides.items():
+        if isinstance(values, dict) and isinstance(process.get(section), dict):
+            process[section] = {**process[section], **values}
+        else:
+            process[section] = values
+    return {"job": "extension", "config": {"name": name, "process": [process]},
+            "meta": {"name": "[name]", "version": "1.0"}}
+
+
+def write_config(path: Path, config: dict) -> Path:
+    import yaml
+
+    path.write_text(yaml.safe_dump(config))
+    return path
