@@ -10,8 +10,15 @@ from aitk_testing import TinyAdapter
 from aitk.batch import DataBatch
 from aitk.flow_matching import NonFiniteLoss
 from aitk.optim import Schedule
-from aitk.train import (LoopSettings, Outcome, Run, compute_loss, should_sample,
-                        step_generator, train)
+from aitk.train import (
+    LoopSettings,
+    Outcome,
+    Run,
+    compute_loss,
+    should_sample,
+    step_generator,
+    train,
+)
 
 
 def batches(model, n: int = 8, size: int = 2):

@@ -5,11 +5,15 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-
-from aitk.data.dataset import (DatasetError, apply_trigger, dropped_captions, load_pixels,
-                               scan_folder)
-
 from aitk_testing import write_image
+
+from aitk.data.dataset import (
+    DatasetError,
+    apply_trigger,
+    dropped_captions,
+    load_pixels,
+    scan_folder,
+)
 
 
 def test_trigger_tag_is_replaced():
