@@ -67,7 +67,7 @@ class Metrics:
     def log(self, step: int, loss: float, lr: float) -> None:
         now = time.perf_counter()
         self._log.write(json.dumps({"step": step, "loss": loss, "lr": lr,
-                                    "time": round(time.time(), 3)}) + "\n")
+                                    "time": round(time.time(), 6)}) + "\n")
         self._log.flush()
         self._times.append(now)
         rate = (len(self._times) - 1) / max(now - self._times[0], 1e-9)
