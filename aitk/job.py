@@ -137,6 +137,15 @@ def ensure_example_model(proc: ProcessConfig) -> None:
     build_example_model(path)
 
 
+def quiet_library_progress() -> None:
+    """Loading a local folder is quick; per-file bars would bury the training output."""
+    from diffusers.utils import logging as diffusers_logging
+    from transformers.utils import logging as transformers_logging
+
+    transformers_logging.disable_progress_bar()
+    diffusers_logging.disable_progress_bar()
+
+
 def load_model(proc: ProcessConfig, device: torch.device) -> Any:
     from aitk.models import registry
 
@@ -257,6 +266,7 @@ def run_process(loaded: LoadedConfig, proc: ProcessConfig, stop: StopFlag,
     name = loaded.name
     out_dir = Path(proc.training_folder).expanduser() / name
     device = pick_device(proc.device)
+    quiet_library_progress()
     ensure_example_model(proc)
     model = load_model(proc, device)
     stop.check()
@@ -315,6 +325,9 @@ def run_process(loaded: LoadedConfig, proc: ProcessConfig, stop: StopFlag,
         start = found.step
         print(f"resuming {name} from step {start} ({found.path})", file=stream, flush=True)
     atomic_write_text(out_dir / "config.yaml", dump_yaml(loaded.raw))
+    print(f"training {name}: {len({i.path for i in items})} images ({len(items)} items with "
+          f"resolutions and repeats), {tr.steps} steps on {device.type}; outputs in {out_dir}",
+          file=stream, flush=True)
     trained.train()  # adapter dropout active; previews switch to eval and back
 
     save_dtype = SAVE_DTYPES[proc.save.dtype]
@@ -331,8 +344,9 @@ def run_process(loaded: LoadedConfig, proc: ProcessConfig, stop: StopFlag,
         metrics.message(f"saved {lora.name} and checkpoint {ckpt.dir_name(step)}")
 
     def sample(step: int) -> None:
-        write_samples(model, samples, out_dir / "samples", step, proc.sample.format,
-                      sample_embeds)
+        paths = write_samples(model, samples, out_dir / "samples", step, proc.sample.format,
+                              sample_embeds)
+        metrics.message(f"wrote {len(paths)} samples for step {step}")
 
     settings = LoopSettings(
         total_steps=tr.steps, accumulation=tr.accumulation, max_grad_norm=tr.max_grad_norm,

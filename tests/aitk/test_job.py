@@ -16,6 +16,7 @@ from safetensors import safe_open
 
 from aitk.config import load_config
 from aitk.job import EXIT_OK, create_network, load_model, run_job
+from aitk.models.base import BaseModel
 from aitk.sampling import image_configs
 from aitk.train import compute_loss, step_generator
 
@@ -30,7 +31,17 @@ def trained(tmp_path_factory, example_model_dir: Path):
                      sample={"sample_every": 12},
                      train={"lr_scheduler": "constant", "lr": 3e-3})
     loaded = load_config(str(write_config(root / "demo.yml", cfg)))
-    assert run_job(loaded) == EXIT_OK
+    unloads: list[str] = []
+    with pytest.MonkeyPatch.context() as mp:
+        original = BaseModel.unload_text_encoder
+
+        def record(self) -> None:
+            unloads.append(self.arch)
+            original(self)
+
+        mp.setattr(BaseModel, "unload_text_encoder", record)
+        assert run_job(loaded) == EXIT_OK
+    assert unloads == ["example"]  # text embeddings cached -> text encoder freed
     return loaded, root / "out" / "demo"
 
 
