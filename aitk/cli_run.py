@@ -69,14 +69,14 @@ def main(argv: list[str] | None = None) -> int:
         args = parse_args(sys.argv[1:] if argv is None else argv)
     except SystemExit as exc:  # argparse: 2 on bad usage, 0 on --help
         return int(exc.code or 0)
-    from aitk.job import EXIT_INTERRUPTED, EXIT_OK, RunOptions, run_job
+    from aitk.job import EXIT_INTERRUPTED, EXIT_OK, run_job
 
     first_failure = EXIT_OK
     with _logging_to(args.log):
         for name in args.configs:
             try:
                 loaded = load_config(name, name_override=args.name)
-                code = run_job(loaded, RunOptions(recover=args.recover))
+                code = run_job(loaded)
             except ConfigError as exc:
                 print(exc.render(), file=sys.stderr)
                 code = ConfigError.exit_code

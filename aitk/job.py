@@ -24,7 +24,7 @@ import sys
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import asdict, dataclass
+from dataclasses import asdict
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any, TextIO
@@ -57,11 +57,6 @@ class Interrupted(Exception):
 
 class JobInputError(Exception):
     """Something the config points at is unusable (exit 2)."""
-
-
-@dataclass(frozen=True)
-class RunOptions:
-    recover: bool = False
 
 
 # ---- Ctrl+C / SIGTERM ------------------------------------------------------------------
@@ -102,8 +97,13 @@ class StopFlag:
 def registered(name: str, config: Path) -> Iterator[None]:
     """`.aitk-run/<pid>.json` while the job runs; the manager's `update` checks it."""
     entry = RUNNING_DIR / f"{os.getpid()}.json"
-    atomic_write_json(entry, {"pid": os.getpid(), "name": name, "config": str(config),
-                              "started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())})
+    try:
+        atomic_write_json(entry, {"pid": os.getpid(), "name": name, "config": str(config),
+                                  "started": time.strftime("%Y-%m-%dT%H:%M:%SZ",
+                                                           time.gmtime())})
+    except OSError as exc:  # a read-only checkout must not stop training
+        print(f"warning: cannot register the running job in {RUNNING_DIR}: {exc}",
+              file=sys.stderr)
     try:
         yield
     finally:
@@ -249,7 +249,14 @@ def restore(found: ckpt.Checkpoint, network: Any, optimizer: torch.optim.Optimiz
             data: BatchSource) -> None:
     from safetensors.torch import load
 
-    network.load_state_dict(load(found.read("adapter.safetensors")))
+    from aitk.adapters import AdapterError
+
+    try:
+        network.load_state_dict(load(found.read("adapter.safetensors")))
+    except AdapterError as exc:
+        raise JobInputError(
+            f"checkpoint {found.path} was trained with another network config ({exc}); "
+            "change `config.name` or `training_folder` to start a new run") from None
     optimizer.load_state_dict(torch.load(io.BytesIO(found.read("optimizer.pt")),
                                          weights_only=True))
     data.load_state_dict(found.state()["data"])
@@ -383,8 +390,7 @@ def _known_error_code(exc: BaseException) -> int | None:
     return EXIT_CONFIG if isinstance(exc, ModelError | AdapterError) else None
 
 
-def run_job(loaded: LoadedConfig, options: RunOptions = RunOptions(),
-            stream: TextIO | None = None) -> int:
+def run_job(loaded: LoadedConfig, stream: TextIO | None = None) -> int:
     """Run every process of one config; returns the exit code (never raises)."""
     stream = stream or sys.stderr  # looked up now: --log swaps sys.stderr for a tee
     for warning in loaded.warnings:

@@ -48,7 +48,8 @@ def write_samples(model: BaseModel, configs: list[GenerateImageConfig], folder: 
                   ) -> list[Path]:
     # fork_rng: previews must not move the global generators the training steps use,
     # or a run that sampled would train differently from one that did not.
-    with torch.random.fork_rng(devices=[]):
+    devices = [model.device] if model.device.type == "cuda" else []
+    with torch.random.fork_rng(devices=devices):
         images = model.generate_images(configs, prompt_embeds=prompt_embeds)
     paths = []
     pil_format = {"jpg": "JPEG", "png": "PNG", "webp": "WEBP"}[fmt]

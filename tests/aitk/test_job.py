@@ -124,3 +124,22 @@ def test_running_the_config_again_resumes_and_does_nothing(trained):
     assert run_job(loaded) == EXIT_OK
     assert (out / "demo.safetensors").read_bytes() == before
     assert len((out / "loss_log.jsonl").read_text().splitlines()) == STEPS
+
+
+def test_resuming_with_another_network_is_a_clear_input_error(tmp_path: Path,
+                                                              example_model_dir: Path,
+                                                              capsys):
+    cfg = job_config("net", tmp_path / "out", example_model_dir, steps=2,
+                     sample={"sample_every": 100})
+    assert run_job(load_config(str(write_config(tmp_path / "a.yml", cfg)))) == EXIT_OK
+    cfg["config"]["process"][0]["network"]["linear"] = 8
+    assert run_job(load_config(str(write_config(tmp_path / "b.yml", cfg)))) == 2
+    err = capsys.readouterr().err
+    assert "was trained with another network config" in err and "Traceback" not in err
+
+
+def test_missing_dataset_folder_exits_2(tmp_path: Path, example_model_dir: Path, capsys):
+    cfg = job_config("nodata", tmp_path / "out", example_model_dir, steps=2,
+                     datasets=[{"folder_path": str(tmp_path / "absent")}])
+    assert run_job(load_config(str(write_config(tmp_path / "c.yml", cfg)))) == 2
+    assert f"dataset folder {tmp_path / 'absent'} does not exist" in capsys.readouterr().err
