@@ -70,5 +70,8 @@ def _flash(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
     k_lens = key_mask.sum(dim=1, dtype=torch.int32)
     cu_k = F.pad(torch.cumsum(k_lens, 0, dtype=torch.int32), (1, 0))
     cu_q = torch.arange(0, (b + 1) * lq, lq, dtype=torch.int32, device=q.device)
+    dtype = q.dtype
+    if dtype not in (torch.float16, torch.bfloat16):  # flash kernels are half-precision
+        q_flat, k_tok, v_tok = (t.to(torch.bfloat16) for t in (q_flat, k_tok, v_tok))
     out = flash_attn_varlen_func(q_flat, k_tok, v_tok, cu_q, cu_k, lq, int(k_lens.max()))
-    return out.reshape(b, lq, h, dh).transpose(1, 2)
+    return out.to(dtype).reshape(b, lq, h, dh).transpose(1, 2)

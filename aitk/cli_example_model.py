@@ -23,7 +23,11 @@ def main(argv: list[str] | None = None) -> int:
     except SystemExit as exc:  # argparse exits 2 on bad input and 0 on --help
         return int(exc.code or 0)
 
+    from transformers.utils import logging as hf_logging
+
     from aitk.models.example.build import build_example_model
+
+    hf_logging.disable_progress_bar()  # a 1-shard save of a 1 MB model needs no bar
 
     try:
         out = build_example_model(args.dir, seed=args.seed, overwrite=args.force)

@@ -37,10 +37,16 @@ def _qtype(name: str):  # -> optimum.quanto.qtype
 
 def quantize_linear_layers(module: nn.Module, qtype: str = "qfloat8",
                            exclude: Sequence[str] = ()) -> nn.Module:
-    """Quantize the weights of `module`'s Linear layers in place and freeze them."""
+    """Quantize the weights of `module`'s Linear layers in place and freeze them.
+
+    Layers are swapped inside their parent, so `module` itself must be a container.
+    """
     from optimum.quanto import freeze, quantize
 
     weights = _qtype(qtype)
+    if isinstance(module, nn.Linear):
+        raise QuantizeError("quantize_linear_layers swaps layers inside their parent; "
+                            "pass the module that holds the Linear")
     quantize(module, weights=weights, exclude=list(exclude) or None)
     freeze(module)
     return module

@@ -10,7 +10,9 @@
 
 `cfg` is duck-typed: `type` ("lora" | "lokr"), `linear` (rank), `linear_alpha`,
 `dropout`, `network_kwargs` (`only_if_contains: [...]`, `ignore_if_contains: [...]`:
-substrings of module paths), optional `lokr_factor`.
+substrings of module paths), optional `lokr_factor`. For LoRA `dropout` is peft's
+`lora_dropout` on the adapter input; peft's LoKr has no input dropout, so there it is
+`module_dropout` (the whole adapter of a layer skipped with that probability).
 
 Targets are the nn.Linear layers (quantized ones included) under the model's
 `lora_block_prefixes`, filtered by those patterns. A fresh adapter is the identity
@@ -89,6 +91,9 @@ class AdapterNetwork:
         dropout = float(getattr(cfg, "dropout", None) or 0.0)
         kwargs = dict(getattr(cfg, "network_kwargs", None) or {})
         module = model.get_model_to_train()
+        if any(isinstance(m, BaseTunerLayer) for m in module.modules()):
+            raise AdapterError("this model already has an adapter attached; load a fresh "
+                               "model for another network")
         targets = select_targets(module, model.lora_block_prefixes,
                                  kwargs.get("only_if_contains") or (),
                                  kwargs.get("ignore_if_contains") or ())

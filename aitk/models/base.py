@@ -1,36 +1,71 @@
 """BaseModel: the contract between the trainer and a model architecture.
 
-The trainer calls these hooks in this order (one arch per subclass, `arch` matched
-against `model.arch` in the job config):
+Registering an arch: a subclass sets `arch = "name"` (matched against `model.arch` in the
+job config) and `use_old_lokr_format = False`, and is listed in a module-level
+`AI_TOOLKIT_MODELS` list, either in `aitk/models/builtin/__init__.py` or in a package of
+its own under `extensions/` (see extensions/README.md and aitk.models.registry).
+`python -m aitk models` shows what was found. `aitk/models/example/` is a complete,
+small implementation to copy from.
+
+The trainer calls these hooks in this order:
 
 1. Load: `load_model()` builds the transformer, text encoder(s), tokenizer(s), VAE and
-   scheduler from `model_config.name_or_path` and stores them on self.
-2. Caching (optional, before training): `encode_images()` per image (latent cache) and
-   `get_prompt_embeds()` per caption (text-embed cache; `AdvancedPromptEmbeds.save`).
-3. Train step: clean latents (cache or `encode_images`) -> noise and timesteps are
-   sampled -> `add_noise()` -> `condition_noisy_latents(noisy, batch)` ->
-   `get_noise_prediction(latent_model_input, timestep, text_embeddings)` under autograd
-   -> MSE against `get_loss_target(noise=..., batch=...)`.
-4. Previews: `generate_images()` encodes prompts with `get_prompt_embeds()`, calls
-   `get_generation_pipeline()` once and `generate_single_image()` per prompt. The
-   pipeline receives embeds only, never text.
-5. Saving: full fine-tunes use `save_model()`; LoRA files go through
-   `convert_lora_weights_before_save/load()` (public keys, `diffusion_model.` prefix).
+   scheduler from `model_config.name_or_path` and stores them on self (`self.model`,
+   alias `transformer` / `unet`; `self.text_encoder`, `self.tokenizer`, `self.vae`,
+   `self.noise_scheduler`), frozen (`requires_grad_(False)`) and on `self.device`.
+   Apply `model_config.quantize` / `quantize_te` here (aitk.quantize) and read extra
+   knobs from `model_config.model_kwargs`. Raise `ModelLoadError` with the path and
+   what is missing. With `train.gradient_checkpointing` the trainer then calls
+   `self.model.enable_gradient_checkpointing()`.
+2. Caching (optional, before training): `encode_images(pixels)` per image (latent
+   cache) and `get_prompt_embeds([caption])` per caption (text-embed cache, one
+   `AdvancedPromptEmbeds.save` file each). Cache keys include `identity()` and the
+   `latent_space_version` / `text_embedding_space_version` properties: bump those when
+   what the encoders produce changes. With text embeddings cached the trainer embeds
+   the sample prompts with `encode_prompts()` and calls `unload_text_encoder()`.
+3. Train step: clean latents (cache or `encode_images`) -> noise and timesteps sampled
+   -> `add_noise(clean, noise, t)` -> `condition_noisy_latents(noisy, batch)` (control or
+   reference conditioning; identity by default) ->
+   `get_noise_prediction(latent_model_input, timestep, text_embeddings, batch=batch)`
+   under autograd -> MSE in float32 against `get_loss_target(noise=..., batch=...)`.
+   LoRA/LoKr (aitk.adapters) attach to the nn.Linear layers of
+   `get_model_to_train()` whose path starts with one of `lora_block_prefixes`.
+4. Previews: `generate_images(configs, prompt_embeds=None)` (implemented here) embeds
+   each distinct prompt once with `get_prompt_embeds()`, calls
+   `get_generation_pipeline()` once and `generate_single_image(pipeline, config,
+   conditional_embeds, unconditional_embeds, generator)` per config, under
+   `torch.no_grad()` in eval mode, with a CPU generator seeded from `config.seed`.
+   The pipeline receives embeds only, never text.
+5. Saving: full fine-tunes use `save_model(path)`; LoRA files are written by
+   aitk.adapters.AdapterNetwork, which maps keys through
+   `convert_lora_weights_before_save/load()` (public keys with the `diffusion_model.`
+   prefix; see aitk.adapters.keys).
 
 Conventions (keep them exactly):
-- Pixels (B, 3, H, W) in [-1, 1]; control tensors arrive in [0, 1].
+- Pixels (B, 3, H, W) in [-1, 1]; control tensors arrive in [0, 1] (x * 2 - 1 before
+  encoding).
 - Latents (B, C, h, w); video latents (B, C, frames, h, w).
 - Timesteps cross this API on 0..1000 where 1000 is pure noise; convert to the
-  network's own convention inside `get_noise_prediction`.
-- Flow-matching target is `noise - clean`.
-- Prompt embeds are per item, 2-D (L, D), padded only at the model call.
+  network's own convention inside `get_noise_prediction` (flip/rescale there).
+- Flow matching: x_t = (1 - s) * clean + s * noise with s = t / 1000; the target is
+  `noise - clean`.
+- Prompt embeds are per item, 2-D (L, D), padded only at the model call
+  (`AdvancedPromptEmbeds.pad`); keys that must keep their dtype go in
+  `frozen_dtype_keys`.
 - Gradient checkpointing uses `torch.utils.checkpoint.checkpoint(...,
-  use_reentrant=False)` whenever the flag is set and `torch.is_grad_enabled()`.
+  use_reentrant=False)` whenever the flag is set and `torch.is_grad_enabled()`, never
+  gated on `self.training`.
+- Quantized Linear layers take 2-D/3-D activations only: use `aitk.quantize.linear_nd`
+  for a Linear applied over a 4-D tensor.
+- Optional attention kernels (flash-attn) are imported under a guard, never at module
+  top level; SDPA is the default (aitk.attention); `set_attention_backend()` on the
+  network sets a per-module flag.
+- `get_bucket_divisibility()` = vae scale factor * patch size: image sides are
+  multiples of it.
 """
 
 from __future__ import annotations
 
-import hashlib
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -53,21 +88,6 @@ class ModelError(Exception):
 
 class ModelLoadError(ModelError):
     """`load_model()` failed: the message names the path and what is missing."""
-
-
-_DIGESTS: dict[tuple[str, int, int, int], str] = {}
-
-
-def file_sha256(path: Path) -> str:
-    """Content digest of one file, cached per (path, inode, size, mtime) in this process."""
-    st = path.stat()
-    key = (str(path.resolve()), st.st_ino, st.st_size, st.st_mtime_ns)
-    digest = _DIGESTS.get(key)
-    if digest is None:
-        with open(path, "rb") as fh:
-            digest = hashlib.file_digest(fh, "sha256").hexdigest()
-        _DIGESTS[key] = digest
-    return digest
 
 
 class ModelSettings(Protocol):
@@ -193,11 +213,13 @@ class BaseModel:
                               generator: torch.Generator) -> Image.Image:
         raise NotImplementedError
 
-    def encode_prompts(self, prompts: Iterable[str]) -> dict[str, AdvancedPromptEmbeds]:
+    def encode_prompts(self, prompts: Iterable[str], batch_size: int = 8
+                       ) -> dict[str, AdvancedPromptEmbeds]:
         """Embed each distinct prompt once: {prompt: single-item embeds}.
 
-        The trainer calls this for the sample prompts before it unloads the text encoder
-        (text embeddings cached), then passes the result to `generate_images`.
+        Runs `get_prompt_embeds` on chunks of `batch_size` prompts under no_grad. The
+        trainer uses it to fill the text-embed cache and to embed the sample prompts
+        before it unloads the text encoder, then passes those to `generate_images`.
         """
         unique = list(dict.fromkeys(prompts))
         if not unique:
@@ -205,9 +227,13 @@ class BaseModel:
         if self.text_encoder is None:
             raise ModelError("the text encoder is unloaded; embed the sample prompts with "
                              "encode_prompts() before unloading it")
+        out: dict[str, AdvancedPromptEmbeds] = {}
         with torch.no_grad():
-            embeds = self.get_prompt_embeds(unique).detach()
-        return {p: embeds.select([i]) for i, p in enumerate(unique)}
+            for start in range(0, len(unique), batch_size):
+                chunk = unique[start:start + batch_size]
+                embeds = self.get_prompt_embeds(chunk).detach()
+                out.update((p, embeds.select([i])) for i, p in enumerate(chunk))
+        return out
 
     def generate_images(self, configs: Sequence[GenerateImageConfig],
                         prompt_embeds: Mapping[str, AdvancedPromptEmbeds] | None = None
@@ -278,29 +304,22 @@ class BaseModel:
             raise RuntimeError("load_model() has not run")
         return self.model
 
-    def identity(self) -> str:
-        """A stable fingerprint of the loaded weights, part of every cache key.
+    def identity(self, digest_cache: Path | None = None) -> str:
+        """A stable fingerprint of the weights, part of every cache key.
 
-        Default: sha256 over the arch, the text-encoder quantization (it changes the
-        text embeddings) and the content of every file under `name_or_path` (a hub id
-        that is not a local path is hashed by name). File digests are cached per
-        (path, size, mtime), so this is cheap after the first call in a process.
+        Default: sha256 over the arch, the text-encoder quantization (it changes the text
+        embeddings) and the content of every file under `name_or_path`
+        (aitk.models.identity). `digest_cache` (a JSON file) remembers file digests
+        across runs, so large models are hashed once. Override when the weights live
+        elsewhere (several folders, a hub cache).
         """
+        from aitk.models.identity import weights_identity
+
         cfg = self.model_config
-        h = hashlib.sha256()
-        h.update(f"arch={self.arch}\n".encode())
+        extra = []
         if getattr(cfg, "quantize_te", False):
-            h.update(f"quantize_te={getattr(cfg, 'qtype_te', 'qfloat8')}\n".encode())
-        root = Path(cfg.name_or_path)
-        if root.is_file():
-            h.update(f"{root.name}={file_sha256(root)}\n".encode())
-        elif root.is_dir():
-            for path in sorted(p for p in root.rglob("*") if p.is_file()):
-                h.update(f"{path.relative_to(root).as_posix()}={file_sha256(path)}\n"
-                         .encode())
-        else:
-            h.update(f"name={cfg.name_or_path}\n".encode())
-        return h.hexdigest()
+            extra.append(f"quantize_te={getattr(cfg, 'qtype_te', 'qfloat8')}")
+        return weights_identity(self.arch, str(cfg.name_or_path), extra, digest_cache)
 
     def unload_text_encoder(self) -> None:
         """Free the text encoder once text embeddings are cached."""

@@ -18,7 +18,7 @@ import importlib
 import importlib.util
 import sys
 import traceback
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -74,6 +74,11 @@ class Registry:
         if entry is None:
             raise UnknownArchError(arch, self.models, self.broken)
         return entry.cls
+
+    def problems(self) -> list[str]:
+        """One line per broken extension and per warning, for a job's log."""
+        return ([f"extension {b.name} failed to import ({b.path}): {b.error}"
+                 for b in self.broken] + list(self.warnings))
 
     def _add_all(self, candidates: object, source: str) -> None:
         if not isinstance(candidates, (list, tuple)):
@@ -151,9 +156,18 @@ def discover(extra_dirs: Iterable[Path] = (), *, include_repo_extensions: bool =
     return registry
 
 
-def get_model_class(arch: str, extra_dirs: Iterable[Path] = ()) -> type[BaseModel]:
-    """The class for `arch`; raises UnknownArchError listing the known archs."""
-    return discover(extra_dirs).get(arch)
+def get_model_class(arch: str, extra_dirs: Iterable[Path] = (),
+                    report: Callable[[str], None] | None = None) -> type[BaseModel]:
+    """The class for `arch`; raises UnknownArchError listing the known archs.
+
+    `report` (e.g. the job's logger) receives each line of `Registry.problems()`, so a
+    broken extension is visible even when the requested arch loads fine.
+    """
+    registry = discover(extra_dirs)
+    if report is not None:
+        for line in registry.problems():
+            report(line)
+    return registry.get(arch)
 
 
 def load_model(model_config: ModelSettings, device: torch.device | str = "cpu",

@@ -152,7 +152,8 @@ class ExampleModel(BaseModel):
             decode=self.decode_latents,
             scheduler_config=dict(self.noise_scheduler.config),
             latent_channels=self.vae.config.latent_channels,
-            vae_scale_factor=self.vae_scale_factor, device=self.device, dtype=self.dtype)
+            vae_scale_factor=self.vae_scale_factor,
+            divisibility=self.get_bucket_divisibility(), device=self.device, dtype=self.dtype)
 
     def generate_single_image(self, pipeline: Any, gen_config: GenerateImageConfig,
                               conditional_embeds: AdvancedPromptEmbeds,

@@ -22,12 +22,13 @@ PredictFn = Callable[[torch.Tensor, torch.Tensor, AdvancedPromptEmbeds], torch.T
 class ExamplePipeline:
     def __init__(self, predict: PredictFn, decode: Callable[[torch.Tensor], torch.Tensor],
                  scheduler_config: dict, latent_channels: int, vae_scale_factor: int,
-                 device: torch.device, dtype: torch.dtype) -> None:
+                 divisibility: int, device: torch.device, dtype: torch.dtype) -> None:
         self.predict = predict
         self.decode = decode
         self.scheduler_config = scheduler_config
         self.latent_channels = latent_channels
         self.vae_scale_factor = vae_scale_factor
+        self.divisibility = divisibility  # vae factor * patch size
         self.device = device
         self.dtype = dtype
 
@@ -37,9 +38,9 @@ class ExamplePipeline:
                  num_inference_steps: int, guidance_scale: float,
                  generator: torch.Generator) -> torch.Tensor:
         """Returns pixels (1, 3, height, width) in [-1, 1]."""
-        f = self.vae_scale_factor
-        if width % f or height % f:
-            raise ValueError(f"sample size {width}x{height} must be a multiple of {f}")
+        f, d = self.vae_scale_factor, self.divisibility
+        if width % d or height % d:
+            raise ValueError(f"sample size {width}x{height} must be a multiple of {d}")
         shape = (1, self.latent_channels, height // f, width // f)
         # Noise on the CPU generator so a seed gives the same image on every device.
         latents = torch.randn(shape, generator=generator, dtype=torch.float32)

@@ -1,0 +1,79 @@
+"""Fixtures for the model-side tests: one tiny example model per session, built through
+the real `python -m aitk example-model` code path."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+
+from aitk.cli_example_model import main as example_model_main
+from aitk.models.registry import load_model
+
+
+@dataclass
+class ModelCfg:
+    """Stands in for the trainer's `model:` section (aitk.models.base.ModelSettings)."""
+
+    name_or_path: str
+    arch: str = "example"
+    quantize: bool = False
+    quantize_te: bool = False
+    qtype: str = "qfloat8"
+    qtype_te: str = "qfloat8"
+    model_kwargs: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class NetCfg:
+    """Stands in for the trainer's `network:` section."""
+
+    type: str = "lora"
+    linear: int = 4
+    linear_alpha: float = 4.0
+    dropout: float = 0.0
+    network_kwargs: dict[str, Any] = field(default_factory=dict)
+
+
+@pytest.fixture(scope="session")
+def example_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    target = tmp_path_factory.mktemp("example") / "model"
+    assert example_model_main([str(target), "--seed", "0"]) == 0
+    return target
+
+
+@pytest.fixture
+def make_cfg():
+    """ModelCfg(name_or_path=..., **overrides); tests import no names from conftest."""
+    return ModelCfg
+
+
+@pytest.fixture
+def net_cfg():
+    return NetCfg
+
+
+@pytest.fixture
+def make_model(example_dir: Path):
+    def make(**overrides: Any):
+        return load_model(ModelCfg(name_or_path=str(example_dir), **overrides))
+
+    return make
+
+
+@pytest.fixture
+def model(make_model):
+    return make_model()
+
+
+@pytest.fixture
+def inputs(model):
+    """A fixed batch: latents for a 64x96 image pair, timesteps, two prompts."""
+    gen = torch.Generator().manual_seed(0)
+    latents = torch.randn(2, 4, 16, 24, generator=gen)
+    timesteps = torch.tensor([250.0, 800.0])
+    embeds = model.get_prompt_embeds(["a red square on grey", "cat"])
+    return latents, timesteps, embeds

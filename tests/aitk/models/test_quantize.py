@@ -1,0 +1,56 @@
+from __future__ import annotations
+
+import pytest
+import torch
+from optimum.quanto import QModuleMixin
+from torch import nn
+
+from aitk.adapters import AdapterNetwork
+from aitk.quantize import QuantizeError, is_quantized, linear_nd, quantize_linear_layers
+
+
+def test_quantize_respects_exclude() -> None:
+    net = nn.Sequential(nn.Linear(8, 8), nn.ReLU(), nn.Linear(8, 4))
+    quantize_linear_layers(net, "qfloat8", exclude=["2"])
+    assert isinstance(net[0], QModuleMixin)
+    assert not isinstance(net[2], QModuleMixin)
+    assert is_quantized(net)
+
+
+def test_unknown_qtype_and_bare_linear() -> None:
+    with pytest.raises(QuantizeError, match="unknown qtype 'fp4'"):
+        quantize_linear_layers(nn.Sequential(nn.Linear(2, 2)), "fp4")
+    with pytest.raises(QuantizeError, match="pass the module that holds"):
+        quantize_linear_layers(nn.Linear(2, 2))
+
+
+@pytest.mark.parametrize("qtype", ["qfloat8", "qint8"])
+def test_4d_input_through_a_quantized_linear(qtype: str) -> None:
+    torch.manual_seed(0)
+    holder = nn.Sequential(nn.Linear(8, 6))
+    x = torch.randn(2, 3, 5, 8)
+    float_out = holder(x)
+    quantize_linear_layers(holder, qtype)
+    layer = holder[0]
+    seen = []
+    layer.register_forward_pre_hook(lambda m, args: seen.append(args[0].dim()))
+    out = linear_nd(layer, x)
+    assert seen == [3]  # the kernel only ever sees 2-D/3-D activations
+    assert out.shape == (2, 3, 5, 6)
+    # the same numbers as the 3-D call, item by item
+    assert torch.equal(out[1], layer(x[1]))
+    assert torch.allclose(out, float_out, atol=0.1)  # and close to the float layer
+
+
+def test_quantized_example_model_trains_a_lora(make_model, inputs, net_cfg) -> None:
+    model = make_model(quantize=True, quantize_te=True)
+    assert isinstance(model.model.blocks[0].attn.to_q, QModuleMixin)
+    assert not isinstance(model.model.proj_out, QModuleMixin)  # excluded
+    assert is_quantized(model.text_encoder)
+    latents, timesteps, _ = inputs
+    embeds = model.get_prompt_embeds(["a red square on grey", "cat"])
+    net = AdapterNetwork.attach(model, net_cfg())
+    pred = model.get_noise_prediction(latents, timesteps, embeds)
+    pred.pow(2).mean().backward()
+    grads = [p.grad for p in net.trainable_parameters()]
+    assert grads and all(g is not None and torch.isfinite(g).all() for g in grads)
