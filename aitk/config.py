@@ -18,7 +18,8 @@ pass. Every problem is collected, so a user fixes a config in one round:
 - an unknown key is an error that suggests the nearest valid key;
 - a key that upstream accepts but aitk does not support is a warning naming it (and
   is dropped), so configs written for upstream keep working where that is safe;
-- an unknown `model.arch` lists the archs the registry knows.
+- an unknown `model.arch` lists the archs the registry knows (and any extension that
+  failed to import).
 
 All of these raise `ConfigError`, which the entry points turn into exit code 2.
 """
@@ -469,7 +470,7 @@ def validation_problems(exc: ValidationError, data: Any) -> list[str]:
 
 def parse_job(raw: Any, source: str, *, name_override: str | None = None,
               env: typing.Mapping[str, str] | None = None,
-              known_archs: Callable[[], dict[str, str]] | None = None) -> LoadedConfig:
+              check_arch: ArchCheck | None = None) -> LoadedConfig:
     """Pure core of `load_config`: raw data -> validated config, all problems at once."""
     env = os.environ if env is None else env
     if not isinstance(raw, dict):
@@ -485,46 +486,49 @@ def parse_job(raw: Any, source: str, *, name_override: str | None = None,
         job = JobConfig.model_validate(data)
     except ValidationError as exc:
         problems += validation_problems(exc, data)
-    if known_archs is not None:
-        problems += arch_problems(data, known_archs)
+    if check_arch is not None:
+        problems += arch_problems(data, check_arch)
     if problems:
         raise ConfigError(source, problems)
     assert job is not None
     return LoadedConfig(job=job, raw=data, source=Path(source), warnings=warnings)
 
 
-def arch_problems(data: Any, known_archs: Callable[[], dict[str, str]]) -> list[str]:
-    """Unknown `model.arch` values, listing the archs the registry knows."""
+ArchCheck = Callable[[str], "str | None"]  # arch -> problem text, None when known
+
+
+def arch_problems(data: Any, check_arch: ArchCheck) -> list[str]:
+    """Unknown `model.arch` values; the checker's text lists the known archs."""
     procs = data.get("config", {}).get("process") if isinstance(data, dict) else None
     if not isinstance(procs, list):
         return []
-    archs: dict[str, str] | None = None
     out = []
     for i, proc in enumerate(procs):
-        arch = proc.get("model", {}).get("arch") if isinstance(proc, dict) else None
-        if not isinstance(arch, str) or not isinstance(proc.get("model"), dict):
-            continue
-        archs = known_archs() if archs is None else archs
-        if arch not in archs:
-            out.append(f"config.process[{i}].model.arch: unknown arch {arch!r}; "
-                       f"known archs: {', '.join(sorted(archs)) or '(none)'}")
+        model = proc.get("model") if isinstance(proc, dict) else None
+        arch = model.get("arch") if isinstance(model, dict) else None
+        if isinstance(arch, str):
+            problem = check_arch(arch)
+            if problem is not None:
+                out.append(f"config.process[{i}].model.arch: {problem}")
     return out
 
 
-def registry_archs() -> dict[str, str]:
-    """arch -> where it comes from, from the models registry (imported lazily)."""
+def registry_arch_check(arch: str) -> str | None:
+    """Ask the models registry (imported lazily: it imports torch)."""
     from aitk.models import registry
 
-    return {arch: entry.source for arch, entry in registry.discover().models.items()}
+    found = registry.discover()
+    if arch in found.models:
+        return None
+    return str(registry.UnknownArchError(arch, found.models, found.broken))
 
 
 def load_config(name_or_path: str, *, name_override: str | None = None,
                 env: typing.Mapping[str, str] | None = None,
-                known_archs: Callable[[], dict[str, str]] | None = registry_archs,
-                ) -> LoadedConfig:
+                check_arch: ArchCheck | None = registry_arch_check) -> LoadedConfig:
     path = resolve_config_path(name_or_path)
     return parse_job(read_config_file(path), str(path), name_override=name_override,
-                     env=env, known_archs=known_archs)
+                     env=env, check_arch=check_arch)
 
 
 def dump_yaml(raw: dict[str, Any]) -> str:

@@ -146,10 +146,12 @@ def quiet_library_progress() -> None:
     diffusers_logging.disable_progress_bar()
 
 
-def load_model(proc: ProcessConfig, device: torch.device) -> Any:
+def load_model(proc: ProcessConfig, device: torch.device,
+               report: Callable[[str], None] | None = None) -> Any:
     from aitk.models import registry
 
-    model_cls = registry.get_model_class(proc.model.arch)
+    # `report` shows broken extensions even when the requested arch loads fine.
+    model_cls = registry.get_model_class(proc.model.arch, report=report)
     model = model_cls(proc.model, device=device, dtype=TRAIN_DTYPES[proc.train.dtype])
     model.load_model()
     return model
@@ -275,7 +277,7 @@ def run_process(loaded: LoadedConfig, proc: ProcessConfig, stop: StopFlag,
     device = pick_device(proc.device)
     quiet_library_progress()
     ensure_example_model(proc)
-    model = load_model(proc, device)
+    model = load_model(proc, device, report=say)
     stop.check()
 
     items = scan_datasets(proc, model.get_bucket_divisibility(), say)

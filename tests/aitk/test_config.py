@@ -12,7 +12,8 @@ from aitk_testing import REPO, run_py
 from aitk.config import ConfigError, load_config, parse_job, read_config_file, resolve_config_path
 
 EXAMPLE = REPO / "config" / "examples" / "train_lora_example_cpu.yaml"
-ARCHS = {"example": "aitk.models (built-in)"}
+def check_arch(arch: str) -> str | None:
+    return None if arch == "example" else f"unknown arch {arch!r}; known archs: example"
 
 
 def example_raw() -> dict:
@@ -20,7 +21,7 @@ def example_raw() -> dict:
 
 
 def parse(raw: dict, env: dict | None = None, **kw):
-    return parse_job(raw, "job.yml", env=env or {}, known_archs=lambda: ARCHS, **kw)
+    return parse_job(raw, "job.yml", env=env or {}, check_arch=check_arch, **kw)
 
 
 def proc(raw: dict) -> dict:
@@ -167,7 +168,8 @@ def test_unknown_arch_through_the_real_registry(tmp_path: Path):
     path.write_text(yaml.safe_dump(raw))
     with pytest.raises(ConfigError) as info:
         load_config(str(path))
-    assert "unknown arch 'not_an_arch'" in info.value.problems[0]
+    assert info.value.problems[0].startswith(
+        "config.process[0].model.arch: unknown model arch 'not_an_arch'; known archs: ")
     assert "example" in info.value.problems[0]
 
 
