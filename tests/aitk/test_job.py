@@ -143,3 +143,14 @@ def test_missing_dataset_folder_exits_2(tmp_path: Path, example_model_dir: Path,
                      datasets=[{"folder_path": str(tmp_path / "absent")}])
     assert run_job(load_config(str(write_config(tmp_path / "c.yml", cfg)))) == 2
     assert f"dataset folder {tmp_path / 'absent'} does not exist" in capsys.readouterr().err
+
+
+def test_non_finite_loss_stops_the_job_with_exit_1_naming_the_step(tmp_path: Path,
+                                                                   example_model_dir: Path,
+                                                                   capsys):
+    cfg = job_config("nan", tmp_path / "out", example_model_dir, steps=5,
+                     sample={"sample_every": 100}, train={"lr": 1e30, "max_grad_norm": 0.0})
+    assert run_job(load_config(str(write_config(tmp_path / "n.yml", cfg)))) == 1
+    err = capsys.readouterr().err
+    assert "error: loss is " in err and " at step " in err and "Traceback" not in err
+    assert not (tmp_path / "out" / "nan" / "nan.safetensors").exists()
