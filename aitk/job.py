@@ -22,7 +22,7 @@ import os
 import signal
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import asdict
 from pathlib import Path
@@ -201,6 +201,50 @@ class Reporter:
             print(f"warning: {message}", file=self.stream, flush=True)
 
 
+# ---- caches ---------------------------------------------------------------------------
+def cached_latents(proc: ProcessConfig, model: Any, items: list[Item], stop: StopFlag,
+                   say: Callable[[str], None], stream: TextIO
+                   ) -> Callable[[Sequence[Item]], torch.Tensor] | None:
+    """Encode every image once (memory, and disk with `cache_latents_to_disk`); None
+    when no dataset asks for caching: the loop then encodes each batch."""
+    if not any(ds.cache_latents or ds.cache_latents_to_disk for ds in proc.datasets):
+        return None
+    to_disk = any(ds.cache_latents_to_disk for ds in proc.datasets)
+    folder = default_cache_dir(REPO_ROOT) / "latents" if to_disk else None
+    cache = LatentCache(model.encode_images, model.identity(), model.latent_space_version,
+                        folder, report=say)
+    print(f"caching latents for {len(set(items))} image sizes", file=stream, flush=True)
+    cache.fill(items, stop=stop.check)
+    return cache.get
+
+
+def text_embeddings(proc: ProcessConfig, model: Any, items: list[Item],
+                    samples: list[Any], stop: StopFlag, say: Callable[[str], None]
+                    ) -> tuple[Callable[[list[str]], Any], dict[str, Any] | None]:
+    """(captions -> batch embeds, embeds for the preview prompts or None).
+
+    With `cache_text_embeddings`, every caption the run can use (the empty one for
+    caption dropout, the preview prompts) is embedded up front and the text encoder is
+    unloaded; otherwise captions are embedded per batch."""
+    tr = proc.train
+    if not (tr.cache_text_embeddings or any(ds.cache_text_embeddings for ds in proc.datasets)):
+        def embed(captions: list[str]) -> Any:
+            with torch.no_grad():
+                return model.get_prompt_embeds(captions).detach()
+
+        return embed, None
+    captions = [i.caption for i in items]
+    if any(i.caption_dropout_rate > 0 for i in items):
+        captions.append("")
+    captions += [t for c in samples for t in (c.prompt, c.negative_prompt)]
+    cache = TextEmbedCache(model.encode_prompts, model.identity(),
+                           model.text_embedding_space_version,
+                           default_cache_dir(REPO_ROOT) / "text_embeds", report=say)
+    cache.fill(captions, stop=stop.check)
+    model.unload_text_encoder()  # every caption is cached: free its memory
+    return cache.get, cache.mapping()
+
+
 # ---- saving ---------------------------------------------------------------------------
 def lora_metadata(loaded: LoadedConfig, proc: ProcessConfig, step: int,
                   epoch: int) -> dict[str, str]:
@@ -281,36 +325,10 @@ def run_process(loaded: LoadedConfig, proc: ProcessConfig, stop: StopFlag,
     stop.check()
 
     items = scan_datasets(proc, model.get_bucket_divisibility(), say)
-    identity = model.identity()
-    cache_root = default_cache_dir(REPO_ROOT)
     tr = proc.train
-
-    latents = None
-    if any(ds.cache_latents or ds.cache_latents_to_disk for ds in proc.datasets):
-        to_disk = any(ds.cache_latents_to_disk for ds in proc.datasets)
-        lc = LatentCache(model.encode_images, identity, model.latent_space_version,
-                         cache_root / "latents" if to_disk else None, report=say)
-        print(f"caching latents for {len(set(items))} images", file=stream, flush=True)
-        lc.fill(items, stop=stop.check)
-        latents = lc.get
-
     samples = [] if tr.disable_sampling else image_configs(proc.sample, proc.trigger_word)
-    sample_embeds = None
-    if tr.cache_text_embeddings or any(ds.cache_text_embeddings for ds in proc.datasets):
-        captions = [i.caption for i in items]
-        if any(i.caption_dropout_rate > 0 for i in items):
-            captions.append("")
-        captions += [t for c in samples for t in (c.prompt, c.negative_prompt)]
-        tc = TextEmbedCache(model.encode_prompts, identity, model.text_embedding_space_version,
-                            cache_root / "text_embeds", report=say)
-        tc.fill(captions, stop=stop.check)
-        model.unload_text_encoder()  # every caption is cached: free its memory
-        embeds = tc.get
-        sample_embeds = tc.mapping()
-    else:
-        def embeds(captions: list[str]) -> Any:
-            with torch.no_grad():
-                return model.get_prompt_embeds(captions).detach()
+    latents = cached_latents(proc, model, items, stop, say, stream)
+    embeds, sample_embeds = text_embeddings(proc, model, items, samples, stop, say)
 
     torch.manual_seed(tr.seed)  # adapter init; a resume overwrites both
     network = create_network(model, proc)
@@ -338,7 +356,7 @@ def run_process(loaded: LoadedConfig, proc: ProcessConfig, stop: StopFlag,
           f"resolutions and repeats), {tr.steps} steps on {device.type}; outputs in {out_dir}",
           file=stream, flush=True)
     trained.train()  # adapter dropout active; previews switch to eval and back
-
+    metrics = Metrics(out_dir / "loss_log.jsonl", tr.steps, start, name, stream=stream)
     save_dtype = SAVE_DTYPES[proc.save.dtype]
 
     def save(step: int) -> None:
@@ -362,7 +380,6 @@ def run_process(loaded: LoadedConfig, proc: ProcessConfig, stop: StopFlag,
         save_every=proc.save.save_every,
         sample_every=proc.sample.sample_every if samples else None,
         sample_first=not tr.skip_first_sample, seed=tr.seed, timestep_type=tr.timestep_type)
-    metrics = Metrics(out_dir / "loss_log.jsonl", tr.steps, start, name, stream=stream)
     try:
         if start >= tr.steps:
             metrics.message(f"{name} already finished at step {start}")
