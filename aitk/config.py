@@ -422,7 +422,10 @@ def screen_keys(raw: Any, model: type[BaseModel], path: str,
             kept[key] = (screen_keys(value, nested, where, problems, warnings)
                          if nested is not None else value)
         elif key in upstream_only:
-            warnings.append(f"{where}: valid upstream but not supported by aitk; ignored")
+            # `push_to_hub: false`, `noise_offset: 0` change nothing: no need to warn.
+            if value not in (None, False, 0, "", [], {}):
+                warnings.append(f"{where}: valid upstream but not supported by aitk; "
+                                "ignored")
         else:
             near = difflib.get_close_matches(str(key), [*fields, *upstream_only], n=1,
                                              cutoff=0.6)

@@ -183,3 +183,77 @@ def test_bad_config_through_run_py_exits_2_with_one_message(tmp_path: Path):
     assert "Traceback" not in done.stderr + done.stdout
     assert done.stderr.strip() == (f"config error in {path}: config.process[0].train.stpes: "
                                    "unknown key (did you mean 'steps'?)")
+
+
+UPSTREAM_STYLE = """\
+---
+job: extension
+config:
+  name: "my_first_lora_v1"
+  process:
+    - type: 'sd_trainer'
+      training_folder: "output"
+      device: cuda:0
+      network:
+        type: "lora"
+        linear: 16
+        linear_alpha: 16
+      save:
+        dtype: float16
+        save_every: 250
+        max_step_saves_to_keep: 4
+        push_to_hub: false
+      datasets:
+        - folder_path: "/path/to/images/folder"
+          caption_ext: "txt"
+          caption_dropout_rate: 0.05
+          shuffle_tokens: false
+          cache_latents_to_disk: true
+          resolution: [ 512, 768, 1024 ]
+      train:
+        batch_size: 1
+        steps: 2000
+        gradient_accumulation_steps: 1
+        train_unet: true
+        train_text_encoder: false
+        gradient_checkpointing: true
+        noise_scheduler: "flowmatch"
+        optimizer: "adamw8bit"
+        lr: 1e-4
+        ema_config:
+          use_ema: true
+          ema_decay: 0.99
+        dtype: bf16
+      model:
+        name_or_path: "/models/example"
+        arch: example
+        quantize: true
+      sample:
+        sampler: "flowmatch"
+        sample_every: 250
+        width: 1024
+        height: 1024
+        prompts:
+          - "woman with red hair, playing chess at the park"
+        neg: ""
+        seed: 42
+        walk_seed: true
+        guidance_scale: 4
+        sample_steps: 20
+meta:
+  name: "[name]"
+  version: '1.0'
+"""
+
+
+def test_an_upstream_style_config_loads_with_warnings_only_where_it_matters(tmp_path):
+    path = tmp_path / "upstream.yaml"
+    path.write_text(UPSTREAM_STYLE)
+    loaded = load_config(str(path), check_arch=check_arch)
+    p = loaded.job.config.process[0]
+    assert p.train.lr == 1e-4  # YAML reads `1e-4` as a string; it is still a number
+    assert p.datasets[0].resolutions == [512, 768, 1024]
+    assert p.model.quantize_te is True  # follows quantize, as upstream
+    # push_to_hub: false / shuffle_tokens: false change nothing and stay quiet.
+    assert loaded.warnings == ["config.process[0].train.ema_config: valid upstream but not "
+                               "supported by aitk; ignored"]
