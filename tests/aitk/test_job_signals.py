@@ -19,7 +19,7 @@ from safetensors.torch import load_file
 
 from aitk import checkpoint as ckpt
 
-STEPS = 12
+STEPS = 20
 # Everything random in a step: caption dropout, LoRA dropout (global RNG), noise and
 # timesteps, the data order across epochs, accumulation, and previews in between.
 OVERRIDES = dict(
