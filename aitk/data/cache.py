@@ -31,6 +31,7 @@ from aitk.files import atomic_write_bytes
 from aitk.prompt_embeds import AdvancedPromptEmbeds, PromptEmbedsFileError
 
 CACHE_FORMAT = "1"  # bump when the layout of an entry changes
+ENCODE_BATCH = 16  # captions per text-encoder call: bounded memory for big datasets
 
 
 def default_cache_dir(repo_root: Path) -> Path:
@@ -131,10 +132,12 @@ class TextEmbedCache:
                 missing.append(caption)
             else:
                 self._memory[caption] = loaded
-        if missing:
-            fresh = self.encode(missing)
-            self.computed += len(missing)
-            for caption in missing:
+        for start in range(0, len(missing), ENCODE_BATCH):
+            stop()
+            chunk = missing[start:start + ENCODE_BATCH]
+            fresh = self.encode(chunk)
+            self.computed += len(chunk)
+            for caption in chunk:
                 embeds = fresh[caption].detach().to("cpu")
                 if self.folder is not None:
                     embeds.save(self._path(caption))

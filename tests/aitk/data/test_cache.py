@@ -109,3 +109,16 @@ def test_corrupt_text_entry_is_recomputed(tiny_model, tmp_path: Path):
                            report=reports.append)
     again.fill(["a cat"])
     assert again.computed == 1 and len(reports) == 1
+
+
+def test_many_captions_are_encoded_in_bounded_batches(tiny_model, tmp_path: Path):
+    sizes: list[int] = []
+
+    def encode(captions):
+        sizes.append(len(captions))
+        return tiny_model.encode_prompts(captions)
+
+    cache = TextEmbedCache(encode, "m", "1", None)
+    cache.fill([f"caption {i}" for i in range(40)])
+    assert sizes == [16, 16, 8] and cache.computed == 40
+    assert len(cache.get(["caption 3", "caption 39"])) == 2
