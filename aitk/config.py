@@ -82,7 +82,7 @@ class NetworkConfig(_Strict):
     alpha: float | None = None
     dropout: Probability | None = None
     lokr_factor: int = -1
-    transformer_only: bool = True
+    transformer_only: Literal[True] = True  # adapters go on the transformer only
     network_kwargs: NetworkKwargs = NetworkKwargs()
 
     @property
@@ -166,7 +166,7 @@ class TrainConfig(_Strict):
     train_unet: Literal[True] = True
     train_text_encoder: Literal[False] = False
     cache_text_embeddings: bool = False
-    unload_text_encoder: bool = False
+    unload_text_encoder: bool = False  # aitk: same as cache_text_embeddings
     skip_first_sample: bool = False
     disable_sampling: bool = False
     seed: int = 42
@@ -190,7 +190,6 @@ class ModelConfig(_Strict):
     quantize_te: bool | None = None
     qtype: str = "qfloat8"
     qtype_te: str = "qfloat8"
-    low_vram: bool = False
     model_kwargs: dict[str, Any] = {}
     # aitk: build the tiny random example model at name_or_path when it is absent
     # (arch `example` only), so the example job runs on a fresh checkout.
@@ -303,7 +302,7 @@ UPSTREAM_ONLY_KEYS: dict[type[BaseModel], frozenset[str]] = {
         "te_device", "te_dtype", "attn_masking", "ignore_if_contains", "only_if_contains",
         "quantize_kwargs", "split_model_over_gpus",
         "split_model_other_module_param_count_scale", "te_name_or_path",
-        "extras_name_or_path", "accuracy_recovery_adapter", "compile",
+        "extras_name_or_path", "accuracy_recovery_adapter", "compile", "low_vram",
     }),
     DatasetConfig: frozenset({
         "type", "dataset_path", "random_triggers", "random_triggers_max", "random_scale",

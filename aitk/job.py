@@ -223,11 +223,12 @@ def text_embeddings(proc: ProcessConfig, model: Any, items: list[Item],
                     ) -> tuple[Callable[[list[str]], Any], dict[str, Any] | None]:
     """(captions -> batch embeds, embeds for the preview prompts or None).
 
-    With `cache_text_embeddings`, every caption the run can use (the empty one for
-    caption dropout, the preview prompts) is embedded up front and the text encoder is
-    unloaded; otherwise captions are embedded per batch."""
+    With `cache_text_embeddings` (or `unload_text_encoder`), every caption the run can
+    use (the empty one for caption dropout, the preview prompts) is embedded up front and
+    the text encoder is unloaded; otherwise captions are embedded per batch."""
     tr = proc.train
-    if not (tr.cache_text_embeddings or any(ds.cache_text_embeddings for ds in proc.datasets)):
+    wanted = tr.cache_text_embeddings or tr.unload_text_encoder
+    if not (wanted or any(ds.cache_text_embeddings for ds in proc.datasets)):
         def embed(captions: list[str]) -> Any:
             with torch.no_grad():
                 return model.get_prompt_embeds(captions).detach()
