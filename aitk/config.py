@@ -1,0 +1,538 @@
+"""Job config: the upstream YAML format as a typed schema, and `load_config`.
+
+    job: extension
+    config:
+      name: my_lora
+      process:
+        - type: sd_trainer
+          training_folder: output
+          network: {type: lora, linear: 16, linear_alpha: 16}
+          save / sample / train / model / datasets: ...
+    meta: {name: "[name]", version: "1.0"}
+
+`load_config` resolves the file like upstream (`config/NAME` with or without an
+extension, or a path), replaces `[name]` and `${VAR}`, and validates everything in one
+pass. Every problem is collected, so a user fixes a config in one round:
+
+- a wrong type or value names the field path and what was expected;
+- an unknown key is an error that suggests the nearest valid key;
+- a key that upstream accepts but aitk does not support is a warning naming it (and
+  is dropped), so configs written for upstream keep working where that is safe;
+- an unknown `model.arch` lists the archs the registry knows (and any extension that
+  failed to import).
+
+All of these raise `ConfigError`, which the entry points turn into exit code 2.
+"""
+
+from __future__ import annotations
+
+import difflib
+import json
+import os
+import re
+import typing
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+CONFIG_EXTENSIONS = ("", ".yml", ".yaml", ".json")
+
+
+class ConfigError(Exception):
+    """A config that cannot run. `problems` holds one line per problem."""
+
+    exit_code = 2
+
+    def __init__(self, source: str, problems: list[str]) -> None:
+        self.source = source
+        self.problems = problems
+        super().__init__(self.render())
+
+    def render(self) -> str:
+        if len(self.problems) == 1:
+            return f"config error in {self.source}: {self.problems[0]}"
+        lines = [f"config errors in {self.source}:"]
+        lines += [f"  - {p}" for p in self.problems]
+        return "\n".join(lines)
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", validate_default=True)
+
+
+PositiveInt = Annotated[int, Field(ge=1)]
+Probability = Annotated[float, Field(ge=0.0, le=1.0)]
+
+
+class NetworkKwargs(_Strict):
+    only_if_contains: list[str] | None = None
+    ignore_if_contains: list[str] | None = None
+
+
+class NetworkConfig(_Strict):
+    type: Literal["lora", "lokr"] = "lora"
+    linear: PositiveInt | None = None
+    rank: PositiveInt | None = None  # upstream's older name for `linear`
+    linear_alpha: float | None = None
+    alpha: float | None = None
+    dropout: Probability | None = None
+    lokr_factor: int = -1
+    transformer_only: Literal[True] = True  # adapters go on the transformer only
+    network_kwargs: NetworkKwargs = NetworkKwargs()
+
+    @property
+    def dim(self) -> int:
+        return self.linear or self.rank or 16
+
+    @property
+    def scale_alpha(self) -> float:
+        for value in (self.linear_alpha, self.alpha):
+            if value is not None:
+                return float(value)
+        return float(self.dim)
+
+
+class SaveConfig(_Strict):
+    dtype: Literal["float16", "fp16", "bfloat16", "bf16", "float32", "fp32"] = "float16"
+    save_every: PositiveInt = 250
+    max_step_saves_to_keep: PositiveInt = 4
+    save_format: Literal["safetensors"] = "safetensors"
+
+
+class SampleItem(_Strict):
+    prompt: str
+    width: PositiveInt | None = None
+    height: PositiveInt | None = None
+    neg: str | None = None
+    seed: int | None = None
+    guidance_scale: float | None = None
+    sample_steps: PositiveInt | None = None
+
+
+class SampleConfig(_Strict):
+    sampler: Literal["flowmatch"] = "flowmatch"
+    sample_every: PositiveInt = 250
+    width: PositiveInt = 512
+    height: PositiveInt = 512
+    prompts: list[str] = []
+    samples: list[SampleItem] | None = None
+    neg: str | Literal[False] = ""
+    seed: int = 0
+    walk_seed: bool = False
+    guidance_scale: float = 4.0
+    sample_steps: PositiveInt = 20
+    format: Literal["jpg", "png", "webp"] = "jpg"
+
+    @property
+    def items(self) -> list[SampleItem]:
+        """`samples` wins over the legacy `prompts` list, as upstream."""
+        if self.samples is not None:
+            return list(self.samples)
+        return [SampleItem(prompt=p) for p in self.prompts]
+
+
+class OptimizerParams(_Strict):
+    weight_decay: float = 0.01
+    betas: tuple[float, float] = (0.9, 0.999)
+    eps: float = 1e-8
+
+
+class LRSchedulerParams(_Strict):
+    warmup_steps: Annotated[int, Field(ge=0)] = 0
+    eta_min: Annotated[float, Field(ge=0.0)] = 0.0  # floor of linear/cosine decay
+
+
+class TrainConfig(_Strict):
+    steps: PositiveInt = 1000
+    batch_size: PositiveInt = 1
+    gradient_accumulation: PositiveInt = 1
+    gradient_accumulation_steps: PositiveInt = 1  # upstream's legacy name
+    lr: Annotated[float, Field(gt=0.0)] = 1e-4
+    optimizer: Literal["adamw", "adamw8bit"] = "adamw"
+    optimizer_params: OptimizerParams = OptimizerParams()
+    lr_scheduler: Literal["constant", "constant_with_warmup", "linear", "cosine"] = "constant"
+    lr_scheduler_params: LRSchedulerParams = LRSchedulerParams()
+    max_grad_norm: Annotated[float, Field(ge=0.0)] = 1.0
+    dtype: Literal["fp32", "float32", "bf16", "bfloat16"] = "fp32"
+    noise_scheduler: Literal["flowmatch"] = "flowmatch"
+    timestep_type: Literal["sigmoid", "logit_normal", "linear", "uniform"] = "sigmoid"
+    loss_type: Literal["mse"] = "mse"
+    gradient_checkpointing: bool = True
+    train_unet: Literal[True] = True
+    train_text_encoder: Literal[False] = False
+    cache_text_embeddings: bool = False
+    unload_text_encoder: bool = False  # aitk: same as cache_text_embeddings
+    skip_first_sample: bool = False
+    disable_sampling: bool = False
+    seed: int = 42
+
+    @model_validator(mode="after")
+    def _one_accumulation_key(self) -> TrainConfig:
+        if self.gradient_accumulation > 1 and self.gradient_accumulation_steps > 1:
+            raise ValueError("set gradient_accumulation or gradient_accumulation_steps, "
+                             "not both")
+        return self
+
+    @property
+    def accumulation(self) -> int:
+        return max(self.gradient_accumulation, self.gradient_accumulation_steps)
+
+
+class ModelConfig(_Strict):
+    name_or_path: str
+    arch: str
+    quantize: bool = False
+    quantize_te: bool | None = None
+    qtype: str = "qfloat8"
+    qtype_te: str = "qfloat8"
+    model_kwargs: dict[str, Any] = {}
+    # aitk: build the tiny random example model at name_or_path when it is absent
+    # (arch `example` only), so the example job runs on a fresh checkout.
+    create_if_missing: bool = False
+
+    @model_validator(mode="after")
+    def _te_follows_quantize(self) -> ModelConfig:
+        if self.quantize_te is None:
+            self.quantize_te = self.quantize
+        return self
+
+
+class DatasetConfig(_Strict):
+    folder_path: str
+    caption_ext: str = "txt"
+    default_caption: str | None = None
+    trigger_word: str | None = None
+    caption_dropout_rate: Probability = 0.0
+    num_repeats: PositiveInt = 1
+    resolution: PositiveInt | list[PositiveInt] = 512
+    buckets: Literal[True] = True
+    cache_latents: bool = False
+    cache_latents_to_disk: bool = False
+    cache_text_embeddings: bool = False
+
+    @property
+    def resolutions(self) -> list[int]:
+        res = self.resolution if isinstance(self.resolution, list) else [self.resolution]
+        return sorted(set(res))
+
+
+class ProcessConfig(_Strict):
+    type: Literal["sd_trainer", "ui_trainer", "diffusion_trainer"] = "sd_trainer"
+    training_folder: str = "output"
+    device: str | None = None  # None: cuda when available, else cpu
+    trigger_word: str | None = None
+    network: NetworkConfig
+    save: SaveConfig = SaveConfig()
+    sample: SampleConfig = SampleConfig()
+    train: TrainConfig = TrainConfig()
+    model: ModelConfig
+    datasets: Annotated[list[DatasetConfig], Field(min_length=1)]
+
+
+class JobSection(_Strict):
+    name: Annotated[str, Field(min_length=1)]
+    process: Annotated[list[ProcessConfig], Field(min_length=1)]
+
+
+class JobConfig(_Strict):
+    job: Literal["extension"] = "extension"
+    config: JobSection
+    meta: dict[str, Any] = {}
+
+
+# Keys the upstream toolkit accepts in each section that aitk does not implement.
+# They are dropped with a warning, so an upstream config still loads. Anything not here
+# and not in the schema is an error with a suggestion.
+UPSTREAM_ONLY_KEYS: dict[type[BaseModel], frozenset[str]] = {
+    JobSection: frozenset({"log_dir"}),
+    ProcessConfig: frozenset({
+        "logging", "performance_log_every", "first_sample", "guidance", "embedding",
+        "decorator", "adapter", "do_lorm", "lorm_extract_mode", "lorm_extract_mode_param",
+        "torch_profiler", "reg_datasets", "slider", "ema_config",
+    }),
+    NetworkConfig: frozenset({"conv", "conv_alpha", "normalize", "lorm", "lokr_full_rank",
+                              "split_multistage_loras"}),
+    SaveConfig: frozenset({"push_to_hub", "hf_repo_id", "hf_private"}),
+    SampleConfig: frozenset({"network_multiplier", "guidance_rescale",
+                             "adapter_conditioning_scale", "refiner_start_at",
+                             "extra_values", "num_frames", "fps"}),
+    SampleItem: frozenset({"ctrl_img", "ctrl_idx", "network_multiplier", "fps",
+                           "num_frames"}),
+    TrainConfig: frozenset({
+        "content_or_style", "content_or_style_reg", "unet_lr", "text_encoder_lr",
+        "refiner_lr", "embedding_lr", "adapter_lr", "min_denoising_steps",
+        "max_denoising_steps", "xformers", "sdp", "train_refiner", "train_turbo",
+        "show_turbo_outputs", "min_snr_gamma", "snr_gamma", "learnable_snr_gos",
+        "noise_offset", "force_first_sample", "weight_jitter", "merge_network_on_save",
+        "start_step", "free_u", "adapter_assist_name_or_path", "adapter_assist_type",
+        "noise_multiplier", "target_noise_multiplier", "random_noise_multiplier",
+        "random_noise_shift", "img_multiplier", "noisy_latent_multiplier",
+        "latent_multiplier", "negative_prompt", "max_negative_prompts", "reg_weight",
+        "num_train_timesteps", "adaptive_scaling_factor", "prompt_dropout_prob",
+        "match_noise_norm", "short_and_long_captions",
+        "short_and_long_captions_encoder_split", "single_item_batching",
+        "match_adapter_assist", "match_adapter_chance", "loss_target",
+        "inverted_mask_prior", "inverted_mask_prior_multiplier",
+        "diff_output_preservation", "diff_output_preservation_multiplier",
+        "diff_output_preservation_class", "standardize_images", "standardize_latents",
+        "dynamic_noise_offset", "do_cfg", "do_random_cfg", "cfg_scale", "max_cfg_scale",
+        "cfg_rescale", "correct_pred_norm", "correct_pred_norm_multiplier", "pred_scaler",
+        "prompt_saturation_chance", "do_prior_divergence", "ema_config",
+        "target_norm_std", "target_norm_std_value", "next_sample_timesteps",
+        "linear_timesteps", "linear_timesteps2", "do_paramiter_swapping",
+        "paramiter_swapping_factor", "bypass_guidance_embedding",
+        "latent_feature_extractor_path", "latent_feature_loss_weight",
+        "diffusion_feature_extractor_path", "diffusion_feature_extractor_weight",
+        "optimal_noise_pairing_samples", "force_consistent_noise", "blended_blur_noise",
+        "do_guidance_loss", "guidance_loss_target", "unconditional_prompt",
+        "switch_boundary_every",
+    }),
+    ModelConfig: frozenset({
+        "is_v2", "is_xl", "is_pixart", "is_pixart_sigma", "is_auraflow", "is_v3",
+        "is_flux", "is_lumina2", "use_flux_cfg", "is_ssd", "is_vega", "is_v_pred",
+        "dtype", "vae_path", "refiner_name_or_path", "refiner_start_at", "lora_path",
+        "assistant_lora_path", "inference_lora_path", "latent_space_version",
+        "use_text_encoder_1", "use_text_encoder_2", "experimental_xl",
+        "text_encoder_bits", "unet_path", "unet_sample_size", "vae_device", "vae_dtype",
+        "te_device", "te_dtype", "attn_masking", "ignore_if_contains", "only_if_contains",
+        "quantize_kwargs", "split_model_over_gpus",
+        "split_model_other_module_param_count_scale", "te_name_or_path",
+        "extras_name_or_path", "accuracy_recovery_adapter", "compile", "low_vram",
+    }),
+    DatasetConfig: frozenset({
+        "type", "dataset_path", "random_triggers", "random_triggers_max", "random_scale",
+        "random_crop", "scale", "bucket_tolerance", "is_reg", "network_weight",
+        "token_dropout_rate", "shuffle_tokens", "keep_tokens", "flip_x", "flip_y",
+        "augments", "control_path", "control_transparent_color", "inpaint_path",
+        "full_size_control_images", "alpha_mask", "mask_path", "unconditional_path",
+        "invert_mask", "mask_min_value", "poi", "use_short_captions",
+        "cache_clip_vision_to_disk", "augmentations", "shuffle_augmentations",
+        "caption_type", "guidance_type", "clip_image_path", "clip_image_from_same_folder",
+        "clip_image_augmentations", "clip_image_shuffle_augmentations", "replacements",
+        "loss_multiplier", "num_workers", "prefetch_factor", "extra_values", "square_crop",
+        "replay_transforms", "num_frames", "shrink_video_to_frames", "fps", "debug",
+        "controls", "fast_image_size", "do_i2v",
+    }),
+}
+
+
+@dataclass
+class LoadedConfig:
+    """A validated job plus what the run needs to record it."""
+
+    job: JobConfig
+    raw: dict[str, Any]  # after [name]/${VAR} substitution, unsupported keys dropped
+    source: Path
+    warnings: list[str] = field(default_factory=list)
+
+    @property
+    def name(self) -> str:
+        return self.job.config.name
+
+
+# ---- file resolution ------------------------------------------------------------------
+def resolve_config_path(name: str, cwd: Path | None = None) -> Path:
+    """A path, or a name under `config/` with or without .yml/.yaml/.json (upstream)."""
+    cwd = cwd or Path.cwd()
+    bases = [Path(name)]
+    if not Path(name).is_absolute():
+        bases += [cwd / "config" / name, REPO_ROOT / "config" / name]
+    for base in bases:
+        for ext in CONFIG_EXTENSIONS:
+            candidate = base.with_name(base.name + ext) if ext else base
+            if candidate.is_file():
+                return candidate
+    raise ConfigError(name, ["no such config file (looked for it as a path and under "
+                             "config/, with and without .yml/.yaml/.json)"])
+
+
+def read_config_file(path: Path) -> Any:
+    text = path.read_text(encoding="utf-8")
+    try:
+        if path.suffix == ".json":
+            return json.loads(text)
+        return yaml.safe_load(text)
+    except (yaml.YAMLError, json.JSONDecodeError) as exc:
+        detail = str(exc).replace("\n", " ")
+        raise ConfigError(str(path), [f"not valid {path.suffix.lstrip('.') or 'YAML'}: "
+                                      f"{detail}"]) from None
+
+
+# ---- substitution ---------------------------------------------------------------------
+_ENV = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
+
+
+def substitute(raw: Any, name: str, env: typing.Mapping[str, str],
+               problems: list[str], path: str = "") -> Any:
+    """Replace `[name]` and `${VAR}` in every string; a missing variable is a problem."""
+    if isinstance(raw, dict):
+        return {k: substitute(v, name, env, problems, _join(path, k)) for k, v in raw.items()}
+    if isinstance(raw, list):
+        return [substitute(v, name, env, problems, f"{path}[{i}]") for i, v in enumerate(raw)]
+    if not isinstance(raw, str):
+        return raw
+
+    def env_value(match: re.Match[str]) -> str:
+        var = match.group(1)
+        if var not in env:
+            problems.append(f"{path}: environment variable {var} is not set")
+            return match.group(0)
+        return env[var]
+
+    return _ENV.sub(env_value, raw.replace("[name]", name))
+
+
+def _join(path: str, key: Any) -> str:
+    return f"{path}.{key}" if path else str(key)
+
+
+# ---- unknown and upstream-only keys ---------------------------------------------------
+def _nested_model(annotation: Any) -> type[BaseModel] | None:
+    """The pydantic model inside `X`, `X | None`, `list[X]`, `Annotated[list[X], ...]`."""
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return annotation
+    for arg in typing.get_args(annotation):
+        found = _nested_model(arg)
+        if found is not None:
+            return found
+    return None
+
+
+def screen_keys(raw: Any, model: type[BaseModel], path: str,
+                problems: list[str], warnings: list[str]) -> Any:
+    """Drop upstream-only keys (warning), flag unknown ones (error with a suggestion)."""
+    if isinstance(raw, list):
+        return [screen_keys(v, model, f"{path}[{i}]", problems, warnings)
+                for i, v in enumerate(raw)]
+    if not isinstance(raw, dict):
+        return raw
+    fields = model.model_fields
+    upstream_only = UPSTREAM_ONLY_KEYS.get(model, frozenset())
+    kept: dict[str, Any] = {}
+    for key, value in raw.items():
+        where = _join(path, key)
+        if key in fields:
+            nested = _nested_model(fields[key].annotation)
+            kept[key] = (screen_keys(value, nested, where, problems, warnings)
+                         if nested is not None else value)
+        elif key in upstream_only:
+            # `push_to_hub: false`, `noise_offset: 0` change nothing: no need to warn.
+            if value not in (None, False, 0, "", [], {}):
+                warnings.append(f"{where}: valid upstream but not supported by aitk; "
+                                "ignored")
+        else:
+            near = difflib.get_close_matches(str(key), [*fields, *upstream_only], n=1,
+                                             cutoff=0.6)
+            hint = f" (did you mean '{near[0]}'?)" if near else ""
+            problems.append(f"{where}: unknown key{hint}")
+    return kept
+
+
+# ---- validation -----------------------------------------------------------------------
+def _loc(loc: Iterable[Any], data: Any) -> str:
+    """A pydantic location as a config path, skipping union-branch tags like `int`."""
+    out = ""
+    for part in loc:
+        if isinstance(part, int) and isinstance(data, list) and part < len(data):
+            out, data = f"{out}[{part}]", data[part]
+        elif isinstance(part, str) and isinstance(data, dict) and part in data:
+            out, data = _join(out, part), data[part]
+        elif isinstance(part, str) and isinstance(data, dict | None) and \
+                not any(c in part for c in "[-"):
+            out, data = _join(out, part), None  # a missing key
+    return out
+
+
+def _expected(err: Any) -> str:
+    msg = err["msg"]
+    if err["type"] == "missing":
+        return "required key is missing"
+    if msg.startswith("Value error, "):
+        msg = msg[len("Value error, "):]
+    if err["type"] in ("value_error", "assertion_error"):
+        return msg
+    return f"{msg[0].lower()}{msg[1:]} (got {err.get('input')!r})"
+
+
+def validation_problems(exc: ValidationError, data: Any) -> list[str]:
+    found: dict[str, str] = {}
+    for err in exc.errors():
+        where = _loc(err["loc"], data) or "(top level)"
+        found.setdefault(where, f"{where}: {_expected(err)}")
+    # A union reports one error per branch; keep the most specific path.
+    return [line for where, line in found.items()
+            if not any(o != where and o.startswith((f"{where}.", f"{where}["))
+                       for o in found)]
+
+
+def parse_job(raw: Any, source: str, *, name_override: str | None = None,
+              env: typing.Mapping[str, str] | None = None,
+              check_arch: ArchCheck | None = None) -> LoadedConfig:
+    """Pure core of `load_config`: raw data -> validated config, all problems at once."""
+    env = os.environ if env is None else env
+    if not isinstance(raw, dict):
+        raise ConfigError(source, ["the file must hold a mapping with `job` and `config`"])
+    problems: list[str] = []
+    warnings: list[str] = []
+    section = raw.get("config")
+    job_name = name_override or (section.get("name") if isinstance(section, dict) else None)
+    data = substitute(raw, str(job_name or "[name]"), env, problems)
+    data = screen_keys(data, JobConfig, "", problems, warnings)
+    job: JobConfig | None = None
+    try:
+        job = JobConfig.model_validate(data)
+    except ValidationError as exc:
+        problems += validation_problems(exc, data)
+    if check_arch is not None:
+        problems += arch_problems(data, check_arch)
+    if problems:
+        raise ConfigError(source, problems)
+    assert job is not None
+    return LoadedConfig(job=job, raw=data, source=Path(source), warnings=warnings)
+
+
+ArchCheck = Callable[[str], "str | None"]  # arch -> problem text, None when known
+
+
+def arch_problems(data: Any, check_arch: ArchCheck) -> list[str]:
+    """Unknown `model.arch` values; the checker's text lists the known archs."""
+    procs = data.get("config", {}).get("process") if isinstance(data, dict) else None
+    if not isinstance(procs, list):
+        return []
+    out = []
+    for i, proc in enumerate(procs):
+        model = proc.get("model") if isinstance(proc, dict) else None
+        arch = model.get("arch") if isinstance(model, dict) else None
+        if isinstance(arch, str):
+            problem = check_arch(arch)
+            if problem is not None:
+                out.append(f"config.process[{i}].model.arch: {problem}")
+    return out
+
+
+def registry_arch_check(arch: str) -> str | None:
+    """Ask the models registry (imported lazily: it imports torch)."""
+    from aitk.models import registry
+
+    found = registry.discover()
+    if arch in found.models:
+        return None
+    return str(registry.UnknownArchError(arch, found.models, found.broken))
+
+
+def load_config(name_or_path: str, *, name_override: str | None = None,
+                env: typing.Mapping[str, str] | None = None,
+                check_arch: ArchCheck | None = registry_arch_check) -> LoadedConfig:
+    path = resolve_config_path(name_or_path)
+    return parse_job(read_config_file(path), str(path), name_override=name_override,
+                     env=env, check_arch=check_arch)
+
+
+def dump_yaml(raw: dict[str, Any]) -> str:
+    return yaml.safe_dump(raw, sort_keys=False, allow_unicode=True)
+

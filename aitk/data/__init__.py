@@ -1,0 +1,1 @@
+"""Training data: image folders with captions, aspect buckets, seeded order, caches."""

@@ -1,0 +1,50 @@
+"""Batches for the loop: seeded order -> captions (with dropout) -> latents and embeds."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+import torch
+
+from aitk.batch import DataBatch
+from aitk.data.buckets import BatchSampler
+from aitk.data.dataset import Item, dropped_captions, load_pixels
+from aitk.prompt_embeds import AdvancedPromptEmbeds
+
+
+class BatchSource:
+    """`next()` gives a ready DataBatch; `state_dict()` is the data-order position."""
+
+    def __init__(self, items: Sequence[Item], batch_size: int, seed: int,
+                 latents: Callable[[Sequence[Item]], torch.Tensor] | None,
+                 encode_images: Callable[[torch.Tensor], torch.Tensor],
+                 embeds: Callable[[list[str]], AdvancedPromptEmbeds]) -> None:
+        self.items = list(items)
+        self.seed = seed
+        self.sampler = BatchSampler([i.bucket for i in self.items], batch_size, seed)
+        self._latents = latents
+        self._encode = encode_images
+        self._embeds = embeds
+        self.epoch = 0
+
+    def next(self) -> DataBatch:
+        epoch, index, ids = self.sampler.next()
+        self.epoch = epoch
+        items = [self.items[i] for i in ids]
+        drops = dropped_captions(self.seed, epoch, index,
+                                 [i.caption_dropout_rate for i in items])
+        captions = ["" if d else i.caption for d, i in zip(drops, items, strict=True)]
+        if self._latents is not None:
+            latents = self._latents(items)
+        else:
+            with torch.no_grad():
+                latents = self._encode(torch.stack([load_pixels(i) for i in items]))
+        return DataBatch(captions=captions, latents=latents, prompt_embeds=self._embeds(captions),
+                         file_paths=[str(i.path) for i in items])
+
+    def state_dict(self) -> dict[str, int]:
+        return self.sampler.state_dict()
+
+    def load_state_dict(self, state: dict[str, int]) -> None:
+        self.sampler.load_state_dict(state)
+        self.epoch = int(state["epoch"])

@@ -1,0 +1,97 @@
+"""Aspect-ratio buckets and the seeded, resumable batch order.
+
+A bucket is the (width, height) an image is trained at: its own aspect ratio, sides
+multiples of the model's divisibility, area at most resolution^2, never upscaled. Items
+of one bucket batch together. The order of an epoch is a pure function of (seed, epoch),
+so the sampler's whole state is two integers.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import defaultdict
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+Size = tuple[int, int]  # (width, height)
+
+
+def bucket_for(width: int, height: int, resolution: int, divisibility: int) -> Size | None:
+    """The training size for an image, or None when it is smaller than one cell."""
+    scale = min(1.0, math.sqrt(resolution * resolution / (width * height)))
+    bw = int(width * scale) // divisibility * divisibility
+    bh = int(height * scale) // divisibility * divisibility
+    if bw < divisibility or bh < divisibility:
+        return None
+    return bw, bh
+
+
+@dataclass(frozen=True)
+class ResizeCrop:
+    """Resize to (resize_w, resize_h) -- never larger than the source -- then crop."""
+
+    resize_w: int
+    resize_h: int
+    left: int
+    top: int
+    width: int
+    height: int
+
+
+def resize_crop(width: int, height: int, bucket: Size) -> ResizeCrop:
+    bw, bh = bucket
+    scale = max(bw / width, bh / height)  # <= 1: bucket_for never grows an image
+    rw = min(width, max(bw, round(width * scale)))
+    rh = min(height, max(bh, round(height * scale)))
+    return ResizeCrop(rw, rh, (rw - bw) // 2, (rh - bh) // 2, bw, bh)
+
+
+def epoch_batches(buckets: Sequence[Size], batch_size: int, seed: int,
+                  epoch: int) -> list[list[int]]:
+    """Indices grouped into same-bucket batches, shuffled by (seed, epoch)."""
+    rng = np.random.default_rng([seed, epoch])
+    groups: dict[Size, list[int]] = defaultdict(list)
+    for index, bucket in enumerate(buckets):
+        groups[bucket].append(index)
+    batches: list[list[int]] = []
+    for bucket in sorted(groups):
+        members = [groups[bucket][i] for i in rng.permutation(len(groups[bucket]))]
+        batches += [members[i:i + batch_size] for i in range(0, len(members), batch_size)]
+    return [batches[i] for i in rng.permutation(len(batches))]
+
+
+class BatchSampler:
+    """Endless batches over epochs; `position` (epoch, index) is all its state."""
+
+    def __init__(self, buckets: Sequence[Size], batch_size: int, seed: int) -> None:
+        if not buckets:
+            raise ValueError("no items to sample")
+        self.buckets = list(buckets)
+        self.batch_size = batch_size
+        self.seed = seed
+        self.epoch = 0
+        self.index = 0
+        self._order: list[list[int]] | None = None
+
+    def _current(self) -> list[list[int]]:
+        if self._order is None:
+            self._order = epoch_batches(self.buckets, self.batch_size, self.seed, self.epoch)
+        return self._order
+
+    def next(self) -> tuple[int, int, list[int]]:
+        """(epoch, batch index within the epoch, item indices)."""
+        order = self._current()
+        if self.index >= len(order):
+            self.epoch, self.index, self._order = self.epoch + 1, 0, None
+            order = self._current()
+        at = (self.epoch, self.index, order[self.index])
+        self.index += 1
+        return at
+
+    def state_dict(self) -> dict[str, int]:
+        return {"epoch": self.epoch, "index": self.index, "seed": self.seed}
+
+    def load_state_dict(self, state: dict[str, int]) -> None:
+        self.epoch, self.index, self._order = int(state["epoch"]), int(state["index"]), None

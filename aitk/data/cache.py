@@ -1,0 +1,170 @@
+"""Latent and text-embedding caches, on disk and in memory.
+
+A cache entry's key is a sha256 over everything that determines its content:
+
+- latents: the image file's bytes, the processing (bucket, resize and crop), the model's
+  `identity()` and `latent_space_version`;
+- text embeddings: the caption, the model's `identity()` and
+  `text_embedding_space_version`.
+
+So an edited image, a different model or a changed encoder never reuses a stale entry.
+Entries are written atomically (aitk.files); an entry that cannot be read back is
+reported and recomputed. Files live under `<cache_dir>/latents/` and
+`<cache_dir>/text_embeds/` (default `<repo>/cache`, or `AITK_CACHE_DIR`).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import asdict
+from pathlib import Path
+
+import torch
+from safetensors.torch import load_file, save
+
+from aitk.data.buckets import resize_crop
+from aitk.data.dataset import Item, load_pixels
+from aitk.files import atomic_write_bytes
+from aitk.prompt_embeds import AdvancedPromptEmbeds, PromptEmbedsFileError
+
+CACHE_FORMAT = "1"  # bump when the layout of an entry changes
+ENCODE_BATCH = 16  # captions per text-encoder call: bounded memory for big datasets
+
+
+def default_cache_dir(repo_root: Path) -> Path:
+    return Path(os.environ.get("AITK_CACHE_DIR") or repo_root / "cache")
+
+
+def _digest(obj: object) -> str:
+    return hashlib.sha256(json.dumps(obj, sort_keys=True).encode()).hexdigest()
+
+
+def file_digest(path: Path) -> str:
+    with open(path, "rb") as fh:
+        return hashlib.file_digest(fh, "sha256").hexdigest()
+
+
+def latent_key(item: Item, content_sha256: str, model_identity: str,
+               space_version: str) -> str:
+    plan = resize_crop(*item.size, item.bucket)
+    return _digest({"kind": "latent", "format": CACHE_FORMAT, "content": content_sha256,
+                    "processing": asdict(plan), "resample": "lanczos",
+                    "model": model_identity, "space": space_version})
+
+
+def text_key(caption: str, model_identity: str, space_version: str) -> str:
+    return _digest({"kind": "text", "format": CACHE_FORMAT, "caption": caption,
+                    "model": model_identity, "space": space_version})
+
+
+def _entry(folder: Path, key: str, suffix: str = ".safetensors") -> Path:
+    return folder / key[:2] / f"{key}{suffix}"
+
+
+class LatentCache:
+    """Clean latents per item: memory always, disk when `to_disk`."""
+
+    def __init__(self, encode: Callable[[torch.Tensor], torch.Tensor], model_identity: str,
+                 space_version: str, folder: Path | None,
+                 report: Callable[[str], None] = print) -> None:
+        self.encode = encode
+        self.identity = model_identity
+        self.space = space_version
+        self.folder = folder
+        self.report = report
+        self._memory: dict[tuple[Path, tuple[int, int]], torch.Tensor] = {}
+        self.computed = 0  # entries encoded in this process (tests and progress read it)
+
+    def key(self, item: Item) -> str:
+        return latent_key(item, file_digest(item.path), self.identity, self.space)
+
+    def fill(self, items: Iterable[Item], progress: Callable[[], None] = lambda: None,
+             stop: Callable[[], None] = lambda: None) -> None:
+        for item in dict.fromkeys(items):  # repeats share one entry
+            stop()
+            self._memory[(item.path, item.bucket)] = self._load_or_encode(item)
+            progress()
+
+    def _load_or_encode(self, item: Item) -> torch.Tensor:
+        key = self.key(item)
+        path = _entry(self.folder, key) if self.folder is not None else None
+        if path is not None and path.exists():
+            try:
+                return load_file(path)["latent"]
+            except Exception as exc:  # a torn or foreign file: recompute, never trust it
+                self.report(f"latent cache entry {path.name} is unreadable ({exc}); "
+                            "recomputing")
+        with torch.no_grad():
+            latent = self.encode(load_pixels(item).unsqueeze(0))[0].detach().cpu()
+        self.computed += 1
+        if path is not None:
+            atomic_write_bytes(path, save({"latent": latent.contiguous()},
+                                          metadata={"key": key}))
+        return latent
+
+    def get(self, items: Sequence[Item]) -> torch.Tensor:
+        return torch.stack([self._memory[(i.path, i.bucket)] for i in items])
+
+
+class TextEmbedCache:
+    """Embeds per caption; disk entries via AdvancedPromptEmbeds.save/load."""
+
+    def __init__(self, encode: Callable[[list[str]], dict[str, AdvancedPromptEmbeds]],
+                 model_identity: str, space_version: str, folder: Path | None,
+                 report: Callable[[str], None] = print) -> None:
+        self.encode = encode
+        self.identity = model_identity
+        self.space = space_version
+        self.folder = folder
+        self.report = report
+        self._memory: dict[str, AdvancedPromptEmbeds] = {}
+        self.computed = 0
+
+    def fill(self, captions: Iterable[str], stop: Callable[[], None] = lambda: None) -> None:
+        missing: list[str] = []
+        for caption in dict.fromkeys(captions):
+            stop()
+            loaded = self._load(caption)
+            if loaded is None:
+                missing.append(caption)
+            else:
+                self._memory[caption] = loaded
+        for start in range(0, len(missing), ENCODE_BATCH):
+            stop()
+            chunk = missing[start:start + ENCODE_BATCH]
+            fresh = self.encode(chunk)
+            self.computed += len(chunk)
+            for caption in chunk:
+                embeds = fresh[caption].detach().to("cpu")
+                if self.folder is not None:
+                    embeds.save(self._path(caption))
+                self._memory[caption] = embeds
+
+    def _path(self, caption: str) -> Path:
+        assert self.folder is not None
+        return _entry(self.folder, text_key(caption, self.identity, self.space))
+
+    def _load(self, caption: str) -> AdvancedPromptEmbeds | None:
+        if self.folder is None:
+            return None
+        path = self._path(caption)
+        if not path.exists():
+            return None
+        try:
+            return AdvancedPromptEmbeds.load(path)
+        except PromptEmbedsFileError as exc:
+            self.report(f"text-embedding cache entry {path.name} is unreadable ({exc}); "
+                        "recomputing")
+            return None
+
+    def __contains__(self, caption: str) -> bool:
+        return caption in self._memory
+
+    def get(self, captions: Sequence[str]) -> AdvancedPromptEmbeds:
+        return AdvancedPromptEmbeds.cat([self._memory[c] for c in captions])
+
+    def mapping(self) -> dict[str, AdvancedPromptEmbeds]:
+        return dict(self._memory)

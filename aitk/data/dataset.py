@@ -1,0 +1,123 @@
+"""Image folders with same-name caption files -> training items.
+
+Caption rules (upstream's): `[trigger]` in a caption becomes the trigger word, and the
+trigger word is prepended when the caption does not contain it; a missing caption file
+uses `default_caption` (empty when unset). Unreadable images are skipped. Both are
+reported once each through `report`, and neither stops the job; a dataset with no
+usable image is an error.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+from PIL import Image, ImageOps, UnidentifiedImageError
+
+from aitk.data.buckets import Size, bucket_for, resize_crop
+
+IMAGE_EXTENSIONS = (".jpg", ".jpeg", ".png", ".webp")
+TRIGGER_TAG = "[trigger]"
+
+
+class DatasetError(ValueError):
+    exit_code = 2
+
+
+@dataclass(frozen=True)
+class Item:
+    path: Path
+    caption: str  # after trigger rules; dropout happens per draw
+    size: Size  # the source image, after EXIF orientation
+    bucket: Size  # the size it trains at
+    caption_dropout_rate: float = 0.0
+
+
+def apply_trigger(caption: str, trigger: str | None) -> str:
+    """`[trigger]` -> trigger; prepend the trigger when the caption lacks it."""
+    if not trigger:
+        cleaned = caption.replace(TRIGGER_TAG, "")
+        return re.sub(r"\s*,\s*(,\s*)+", ", ", cleaned).strip(" ,")
+    caption = caption.replace(TRIGGER_TAG, trigger)
+    if trigger not in caption:
+        caption = f"{trigger}, {caption}" if caption.strip() else trigger
+    return caption.strip()
+
+
+def read_caption(image: Path, caption_ext: str, default_caption: str | None,
+                 report: Callable[[str], None]) -> str:
+    ext = caption_ext if caption_ext.startswith(".") else f".{caption_ext}"
+    caption_file = image.with_suffix(ext)
+    try:
+        return caption_file.read_text(encoding="utf-8").strip()
+    except FileNotFoundError:
+        report(f"{image}: no caption file {caption_file.name}; using "
+               + (f"the default caption {default_caption!r}" if default_caption
+                  else "an empty caption"))
+    except (OSError, UnicodeDecodeError) as exc:
+        report(f"{caption_file}: unreadable caption ({exc}); using the default caption")
+    return default_caption or ""
+
+
+def image_size(path: Path) -> Size:
+    """(width, height) after EXIF rotation; raises on anything PIL cannot read."""
+    with Image.open(path) as img:
+        img.verify()
+    with Image.open(path) as img:
+        w, h = img.size
+        orientation = img.getexif().get(0x0112, 1)
+    return (h, w) if orientation in (5, 6, 7, 8) else (w, h)
+
+
+def scan_folder(folder: Path, *, caption_ext: str = "txt", default_caption: str | None = None,
+                trigger_word: str | None = None, resolutions: Sequence[int] = (512,),
+                divisibility: int = 16, caption_dropout_rate: float = 0.0,
+                num_repeats: int = 1, report: Callable[[str], None] = print) -> list[Item]:
+    """Every usable (image, resolution) pair, repeated `num_repeats` times."""
+    if not folder.is_dir():
+        raise DatasetError(f"dataset folder {folder} does not exist")
+    items: list[Item] = []
+    for path in sorted(p for p in folder.iterdir() if p.suffix.lower() in IMAGE_EXTENSIONS):
+        try:
+            size = image_size(path)
+        except (OSError, UnidentifiedImageError, SyntaxError, ValueError) as exc:
+            report(f"{path}: unreadable image, skipped ({exc.__class__.__name__})")
+            continue
+        caption = apply_trigger(read_caption(path, caption_ext, default_caption, report),
+                                trigger_word)
+        for res in resolutions:
+            bucket = bucket_for(*size, res, divisibility)
+            if bucket is None:
+                report(f"{path}: {size[0]}x{size[1]} is smaller than one "
+                       f"{divisibility}px cell; skipped")
+                break
+            items += [Item(path, caption, size, bucket, caption_dropout_rate)] * num_repeats
+    if not items:
+        raise DatasetError(f"dataset folder {folder} has no usable images "
+                           f"({', '.join(IMAGE_EXTENSIONS)})")
+    return items
+
+
+def load_pixels(item: Item) -> torch.Tensor:
+    """(3, H, W) float32 in [-1, 1] at the item's bucket: resize down, centre crop."""
+    with Image.open(item.path) as img:
+        img = ImageOps.exif_transpose(img).convert("RGB")
+        plan = resize_crop(img.width, img.height, item.bucket)
+        if (plan.resize_w, plan.resize_h) != img.size:
+            img = img.resize((plan.resize_w, plan.resize_h), Image.Resampling.LANCZOS)
+        img = img.crop((plan.left, plan.top, plan.left + plan.width, plan.top + plan.height))
+        arr = np.asarray(img, dtype=np.float32)
+    return torch.from_numpy(arr).permute(2, 0, 1) / 127.5 - 1.0
+
+
+def dropped_captions(seed: int, epoch: int, batch_index: int,
+                     rates: Sequence[float]) -> list[bool]:
+    """Caption dropout for one batch, from (seed, epoch, batch) alone -- resumable."""
+    if not any(rates):
+        return [False] * len(rates)
+    draws = np.random.default_rng([seed, epoch, batch_index, 7]).random(len(rates))
+    return [bool(d < r) for d, r in zip(draws, rates, strict=True)]

@@ -1,0 +1,88 @@
+"""Training progress for people (rich bar, or plain lines when not a tty) and for
+plots (a JSON-lines loss log: step, loss, lr, time)."""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from collections import deque
+from pathlib import Path
+from typing import TextIO
+
+from rich.console import Console
+from rich.progress import (
+    BarColumn,
+    MofNCompleteColumn,
+    Progress,
+    TextColumn,
+    TimeElapsedColumn,
+    TimeRemainingColumn,
+)
+
+from aitk.files import atomic_write_text
+
+
+def trim_log(path: Path, upto_step: int) -> None:
+    """On resume, drop entries past the checkpoint so each step appears once."""
+    if not path.exists():
+        return
+    kept = []
+    for line in path.read_text(encoding="utf-8").splitlines():
+        try:
+            if json.loads(line)["step"] <= upto_step:
+                kept.append(line)
+        except (ValueError, KeyError, TypeError):
+            continue  # a torn last line from a hard kill
+    atomic_write_text(path, "".join(f"{line}\n" for line in kept))
+
+
+class Metrics:
+    def __init__(self, log_path: Path, total_steps: int, start_step: int, name: str,
+                 stream: TextIO | None = None) -> None:
+        self.stream = stream or sys.stderr
+        self.total = total_steps
+        self.start_step = start_step
+        log_path.parent.mkdir(parents=True, exist_ok=True)
+        trim_log(log_path, start_step)
+        self._log = open(log_path, "a", encoding="utf-8")  # noqa: SIM115 - closed in close()
+        # Speed over the last steps only: a preview or a save must not skew the ETA for long.
+        self._times: deque[float] = deque([time.perf_counter()], maxlen=21)
+        self._last_print = 0.0
+        self.console = Console(file=self.stream)
+        self.interactive = self.console.is_terminal
+        self._progress: Progress | None = None
+        if self.interactive:
+            self._progress = Progress(
+                TextColumn(f"[bold]{name}"), BarColumn(), MofNCompleteColumn(),
+                TextColumn("loss {task.fields[loss]}"), TextColumn("{task.fields[speed]}"),
+                TimeElapsedColumn(), TimeRemainingColumn(), console=self.console)
+            self._task = self._progress.add_task("train", total=total_steps,
+                                                 completed=start_step, loss="-", speed="")
+            self._progress.start()
+
+    def message(self, text: str) -> None:
+        self.console.print(text, markup=False, highlight=False)
+
+    def log(self, step: int, loss: float, lr: float) -> None:
+        now = time.perf_counter()
+        self._log.write(json.dumps({"step": step, "loss": loss, "lr": lr,
+                                    "time": round(time.time(), 6)}) + "\n")
+        self._log.flush()
+        self._times.append(now)
+        rate = (len(self._times) - 1) / max(now - self._times[0], 1e-9)
+        if self._progress is not None:
+            self._progress.update(self._task, completed=step, loss=f"{loss:.4f}",
+                                  speed=f"{rate:.2f} it/s")
+        elif now - self._last_print >= 2.0 or step in (self.start_step + 1, self.total):
+            self._last_print = now
+            eta = (self.total - step) / rate if rate > 0 else 0.0
+            print(f"step {step}/{self.total} loss {loss:.4f} lr {lr:.3g} "
+                  f"{rate:.2f} it/s eta {eta:.0f}s", file=self.stream, flush=True)
+
+    def close(self) -> None:
+        if self._progress is not None:
+            self._progress.stop()
+            self._progress = None
+        if not self._log.closed:
+            self._log.close()

@@ -1,0 +1,140 @@
+"""Trainer overhead: steps/s of the example job against a bare PyTorch loop.
+
+    .venv/bin/python bench/trainer_overhead.py [--steps 120] [--rounds 3]
+
+Both sides train the same tiny `example` model with the same LoRA on same-shaped
+batches (8 square 64x64 images, batch 2, cached latents and text embeddings):
+
+- job:  the real `run_job` (data order, caption handling, flow-matching loss, LR
+        schedule, clipping, loss log, progress lines); step times from the loss log's
+        per-step timestamps;
+- bare: a loop over one pre-built batch doing the same forward, backward, clip and
+        AdamW step, nothing else.
+
+Each side's speed is 1 / (10th-percentile step time): on a shared machine other
+processes slow some steps down, and the fast steps show what each side costs when it
+gets the CPU (the median is printed too). Rounds alternate job/bare so background load
+hits both alike. The figure is the median of the per-round ratios job/bare (target
+>= 0.95).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import torch
+from PIL import Image
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+
+from aitk.config import parse_job  # noqa: E402
+from aitk.job import create_network, load_model, run_job  # noqa: E402
+
+
+def make_dataset(folder: Path) -> None:
+    folder.mkdir(parents=True)
+    for i in range(8):
+        Image.new("RGB", (64, 64), (30 * i, 255 - 30 * i, 90)).save(folder / f"img{i}.png")
+        (folder / f"img{i}.txt").write_text(f"image {i}")  # same token count for all
+
+
+def job_dict(root: Path, model_dir: Path, steps: int, name: str) -> dict:
+    return {"job": "extension", "config": {"name": name, "process": [{
+        "type": "sd_trainer", "training_folder": str(root / "out"), "device": "cpu",
+        "network": {"type": "lora", "linear": 8, "linear_alpha": 8},
+        "save": {"save_every": steps + 1, "dtype": "float32"},
+        "datasets": [{"folder_path": str(root / "data"), "resolution": 64,
+                      "cache_latents_to_disk": True}],
+        "train": {"batch_size": 2, "steps": steps, "lr": 1e-3, "optimizer": "adamw",
+                  "max_grad_norm": 1.0, "gradient_checkpointing": False,
+                  "cache_text_embeddings": True, "disable_sampling": True, "seed": 1},
+        "model": {"arch": "example", "name_or_path": str(model_dir)},
+    }]}}
+
+
+def speeds(durations: list[float]) -> tuple[float, float]:
+    """(steps/s at the 10th-percentile step time, steps/s at the median)."""
+    ordered = sorted(durations)
+    return 1.0 / ordered[len(ordered) // 10], 1.0 / statistics.median(ordered)
+
+
+def job_rate(root: Path, model_dir: Path, steps: int, name: str) -> tuple[float, float]:
+    loaded = parse_job(job_dict(root, model_dir, steps, name), "bench.yml")
+    with open(os.devnull, "w") as sink:
+        assert run_job(loaded, stream=sink) == 0
+    times = [json.loads(line)["time"] for line in
+             (root / "out" / name / "loss_log.jsonl").read_text().splitlines()]
+    return speeds([b - a for a, b in zip(times, times[1:], strict=False)])
+
+
+def bare_rate(root: Path, model_dir: Path, steps: int) -> tuple[float, float]:
+    loaded = parse_job(job_dict(root, model_dir, steps, "bare"), "bench.yml")
+    proc = loaded.job.config.process[0]
+    model = load_model(proc, torch.device("cpu"))
+    torch.manual_seed(1)
+    network = create_network(model, proc)
+    model.get_model_to_train().train()
+    params = network.trainable_parameters()
+    optimizer = torch.optim.AdamW(params, lr=1e-3)
+    with torch.no_grad():
+        pixels = torch.stack([torch.zeros(3, 64, 64), torch.ones(3, 64, 64) * 0.5])
+        clean = model.encode_images(pixels)
+        embeds = model.get_prompt_embeds(["image 1", "image 2"])
+    gen = torch.Generator().manual_seed(0)
+
+    def step() -> None:
+        optimizer.zero_grad(set_to_none=True)
+        noise = torch.randn(clean.shape, generator=gen)
+        t = torch.sigmoid(torch.randn(clean.shape[0], generator=gen)) * 1000
+        s = (t / 1000).view(-1, 1, 1, 1)
+        pred = model.get_noise_prediction((1 - s) * clean + s * noise, t, embeds)
+        loss = torch.nn.functional.mse_loss(pred.float(), (noise - clean).float())
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(params, 1.0)
+        optimizer.step()
+
+    durations = []
+    for _ in range(steps):
+        start = time.perf_counter()
+        step()
+        durations.append(time.perf_counter() - start)
+    return speeds(durations)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--steps", type=int, default=120)
+    parser.add_argument("--rounds", type=int, default=3)
+    args = parser.parse_args()
+    from aitk.models.example.build import build_example_model
+
+    with tempfile.TemporaryDirectory() as tmp:
+        root = Path(tmp)
+        os.environ["AITK_CACHE_DIR"] = str(root / "cache")
+        make_dataset(root / "data")
+        model_dir = build_example_model(root / "model")
+        ratios, median_ratios = [], []
+        for r in range(args.rounds):
+            (job, job_med) = job_rate(root, model_dir, args.steps, f"round{r}")
+            (bare, bare_med) = bare_rate(root, model_dir, args.steps)
+            ratios.append(job / bare)
+            median_ratios.append(job_med / bare_med)
+            print(f"round {r}: job {job:.1f} steps/s, bare {bare:.1f} steps/s, ratio "
+                  f"{job / bare:.3f} (at median step times: {job_med / bare_med:.3f})",
+                  flush=True)
+    print(f"trainer/bare steps/s ratio (median of {args.rounds} rounds): "
+          f"{statistics.median(ratios):.3f}  (target >= 0.95; at median step times "
+          f"{statistics.median(median_ratios):.3f})")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,38 @@
+"""Fixtures for the trainer tests (tests/aitk, except tests/aitk/models)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from aitk_testing import TinyModel, model_settings, write_image
+
+
+@pytest.fixture
+def tiny_model() -> TinyModel:
+    model = TinyModel(model_settings())
+    model.load_model()
+    return model
+
+
+@pytest.fixture
+def image_folder(tmp_path: Path) -> Path:
+    folder = tmp_path / "imgs"
+    write_image(folder / "a.png", (64, 48), (200, 30, 30), "a red thing")
+    write_image(folder / "b.jpg", (48, 64), (30, 200, 30), "[trigger] a green thing")
+    write_image(folder / "c.png", (64, 64), (30, 30, 200), "a blue thing")
+    return folder
+
+
+@pytest.fixture(autouse=True)
+def _isolated_cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Caches go to the test's tmp dir, never the checkout's cache/."""
+    monkeypatch.setenv("AITK_CACHE_DIR", str(tmp_path / "aitk-cache"))
+
+
+@pytest.fixture(scope="session")
+def example_model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """One tiny example model for the whole session (built locally, no download)."""
+    from aitk.models.example.build import build_example_model
+
+    return build_example_model(tmp_path_factory.mktemp("models") / "example")

@@ -1,0 +1,156 @@
+"""The example job end to end, in process: outputs, metadata, loss falls, the LoRA
+changes and reproduces the sampler's output, resume re-runs nothing."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+import yaml
+from aitk_testing import job_config, write_config
+from PIL import Image
+from safetensors import safe_open
+
+from aitk.config import load_config
+from aitk.job import EXIT_OK, create_network, load_model, run_job
+from aitk.models.base import BaseModel
+from aitk.sampling import image_configs
+from aitk.train import compute_loss, step_generator
+
+STEPS = 24
+
+
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory, example_model_dir: Path):
+    root = tmp_path_factory.mktemp("job")
+    cfg = job_config("demo", root / "out", example_model_dir, steps=STEPS,
+                     save={"save_every": 10, "max_step_saves_to_keep": 2},
+                     sample={"sample_every": 12},
+                     train={"lr_scheduler": "constant", "lr": 3e-3})
+    loaded = load_config(str(write_config(root / "demo.yml", cfg)))
+    unloads: list[str] = []
+    with pytest.MonkeyPatch.context() as mp:
+        original = BaseModel.unload_text_encoder
+
+        def record(self) -> None:
+            unloads.append(self.arch)
+            original(self)
+
+        mp.setattr(BaseModel, "unload_text_encoder", record)
+        assert run_job(loaded) == EXIT_OK
+    assert unloads == ["example"]  # text embeddings cached -> text encoder freed
+    return loaded, root / "out" / "demo"
+
+
+def fresh(loaded):
+    proc = loaded.job.config.process[0]
+    model = load_model(proc, torch.device("cpu"))
+    return model, create_network(model, proc), proc
+
+
+def test_outputs_have_the_upstream_names(trained):
+    _, out = trained
+    assert sorted(p.name for p in out.iterdir()) == [
+        "checkpoints", "config.yaml", "demo.safetensors", "demo_000000010.safetensors",
+        "demo_000000020.safetensors", "loss_log.jsonl", "samples"]
+    # max_step_saves_to_keep: 2 -> the newest two of each kind
+    assert sorted(p.name for p in (out / "checkpoints").iterdir()) == ["step_000000020",
+                                                                       "step_000000024"]
+    assert sorted(p.name for p in (out / "samples").iterdir()) == [
+        f"{s:09d}_{i}.png" for s in (0, 12, 24) for i in (0, 1)]
+    rows = [json.loads(x) for x in (out / "loss_log.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in rows] == list(range(1, STEPS + 1))
+
+
+def test_lora_file_has_public_keys_and_metadata(trained):
+    loaded, out = trained
+    with safe_open(str(out / "demo.safetensors"), "pt") as fh:
+        meta = fh.metadata()
+        keys = list(fh.keys())
+    assert keys and all(k.startswith("diffusion_model.") for k in keys)
+    assert json.loads(meta["software"])["name"] == "aitk"
+    info = json.loads(meta["training_info"])
+    assert info["step"] == STEPS and info["epoch"] >= 1
+    assert meta["base_model_arch"] == "example"
+    assert json.loads(meta["config"]) == loaded.raw
+    assert yaml.safe_load((out / "config.yaml").read_text()) == loaded.raw
+
+
+def test_loss_on_fixed_batches_falls(trained):
+    loaded, out = trained
+    model, network, proc = fresh(loaded)
+    from aitk.data.dataset import load_pixels, scan_folder
+
+    items = scan_folder(Path(proc.datasets[0].folder_path), trigger_word=proc.trigger_word,
+                        resolutions=[32], divisibility=model.get_bucket_divisibility())
+    from aitk.batch import DataBatch
+
+    def mean_loss() -> float:
+        total = 0.0
+        with torch.no_grad():
+            for n, item in enumerate(items):
+                latents = model.encode_images(load_pixels(item)[None])
+                batch = DataBatch(captions=[item.caption], latents=latents,
+                                  prompt_embeds=model.get_prompt_embeds([item.caption]))
+                for k in range(4):
+                    total += compute_loss(model, batch, step_generator(99, n, k),
+                                          "sigmoid").item()
+        return total / (4 * len(items))
+
+    base = mean_loss()
+    network.load_file(out / "demo.safetensors")
+    assert mean_loss() < base * 0.97
+
+
+def test_lora_changes_the_sampler_and_reloads_to_the_same_images(trained):
+    loaded, out = trained
+    model, network, proc = fresh(loaded)
+    configs = image_configs(proc.sample, proc.trigger_word)
+    before = np.asarray(model.generate_images(configs[:1])[0], dtype=np.int16)
+    network.load_file(out / "demo.safetensors")  # via convert_lora_weights_before_load
+    after = np.asarray(model.generate_images(configs[:1])[0], dtype=np.int16)
+    assert np.abs(after - before).max() > 2
+    during_training = np.asarray(Image.open(out / "samples" / f"{STEPS:09d}_0.png"),
+                                 dtype=np.int16)
+    assert np.abs(after - during_training).max() <= 1
+
+
+def test_running_the_config_again_resumes_and_does_nothing(trained):
+    loaded, out = trained
+    before = (out / "demo.safetensors").read_bytes()
+    assert run_job(loaded) == EXIT_OK
+    assert (out / "demo.safetensors").read_bytes() == before
+    assert len((out / "loss_log.jsonl").read_text().splitlines()) == STEPS
+
+
+def test_resuming_with_another_network_is_a_clear_input_error(tmp_path: Path,
+                                                              example_model_dir: Path,
+                                                              capsys):
+    cfg = job_config("net", tmp_path / "out", example_model_dir, steps=2,
+                     sample={"sample_every": 100})
+    assert run_job(load_config(str(write_config(tmp_path / "a.yml", cfg)))) == EXIT_OK
+    cfg["config"]["process"][0]["network"]["linear"] = 8
+    assert run_job(load_config(str(write_config(tmp_path / "b.yml", cfg)))) == 2
+    err = capsys.readouterr().err
+    assert "was trained with another network config" in err and "Traceback" not in err
+
+
+def test_missing_dataset_folder_exits_2(tmp_path: Path, example_model_dir: Path, capsys):
+    cfg = job_config("nodata", tmp_path / "out", example_model_dir, steps=2,
+                     datasets=[{"folder_path": str(tmp_path / "absent")}])
+    assert run_job(load_config(str(write_config(tmp_path / "c.yml", cfg)))) == 2
+    assert f"dataset folder {tmp_path / 'absent'} does not exist" in capsys.readouterr().err
+
+
+def test_non_finite_loss_stops_the_job_with_exit_1_naming_the_step(tmp_path: Path,
+                                                                   example_model_dir: Path,
+                                                                   capsys):
+    cfg = job_config("nan", tmp_path / "out", example_model_dir, steps=5,
+                     sample={"sample_every": 100}, train={"lr": 1e30, "max_grad_norm": 0.0})
+    assert run_job(load_config(str(write_config(tmp_path / "n.yml", cfg)))) == 1
+    err = capsys.readouterr().err
+    assert "error: loss is " in err and " at step " in err and "Traceback" not in err
+    assert not (tmp_path / "out" / "nan" / "nan.safetensors").exists()
