@@ -5,7 +5,8 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from aitk_testing import TinyModel, model_settings, write_image
+
+from tests.aitk.aitk_testing import TinyModel, model_settings, write_image
 
 
 @pytest.fixture

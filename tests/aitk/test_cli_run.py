@@ -6,9 +6,8 @@ import subprocess
 import sys
 from pathlib import Path
 
-from aitk_testing import REPO, job_config, write_config
-
 from aitk.cli_run import main
+from tests.aitk.aitk_testing import REPO, job_config, write_config
 
 
 def configs(tmp_path: Path, model_dir: Path) -> tuple[Path, Path]:

@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 import yaml
-from aitk_testing import REPO, run_py
 
 from aitk.config import ConfigError, load_config, parse_job, read_config_file, resolve_config_path
+from tests.aitk.aitk_testing import REPO, run_py
 
 EXAMPLE = REPO / "config" / "examples" / "train_lora_example_cpu.yaml"
 def check_arch(arch: str) -> str | None:

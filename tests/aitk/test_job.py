@@ -10,7 +10,6 @@ import numpy as np
 import pytest
 import torch
 import yaml
-from aitk_testing import job_config, write_config
 from PIL import Image
 from safetensors import safe_open
 
@@ -19,6 +18,7 @@ from aitk.job import EXIT_OK, create_network, load_model, run_job
 from aitk.models.base import BaseModel
 from aitk.sampling import image_configs
 from aitk.train import compute_loss, step_generator
+from tests.aitk.aitk_testing import job_config, write_config
 
 STEPS = 24
 

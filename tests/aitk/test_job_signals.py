@@ -14,10 +14,10 @@ from pathlib import Path
 
 import pytest
 import torch
-from aitk_testing import REPO, job_config, run_py, write_config
 from safetensors.torch import load_file
 
 from aitk import checkpoint as ckpt
+from tests.aitk.aitk_testing import REPO, job_config, run_py, write_config
 
 STEPS = 20
 # Everything random in a step: caption dropout, LoRA dropout (global RNG), noise and

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import pytest
 import torch
-from aitk_testing import TinyAdapter
 
 from aitk.batch import DataBatch
 from aitk.flow_matching import NonFiniteLoss
@@ -19,6 +18,7 @@ from aitk.train import (
     step_generator,
     train,
 )
+from tests.aitk.aitk_testing import TinyAdapter
 
 
 def batches(model, n: int = 8, size: int = 2):

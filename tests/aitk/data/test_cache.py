@@ -7,10 +7,10 @@ from pathlib import Path
 
 import pytest
 import torch
-from aitk_testing import write_image
 
 from aitk.data.cache import LatentCache, TextEmbedCache
 from aitk.data.dataset import scan_folder
+from tests.aitk.aitk_testing import write_image
 
 
 def latent_cache(model, folder: Path, identity="tiny-model-v1", space="1", reports=None):

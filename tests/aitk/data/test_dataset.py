@@ -5,7 +5,6 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from aitk_testing import write_image
 
 from aitk.data.dataset import (
     DatasetError,
@@ -14,6 +13,7 @@ from aitk.data.dataset import (
     load_pixels,
     scan_folder,
 )
+from tests.aitk.aitk_testing import write_image
 
 
 def test_trigger_tag_is_replaced():
