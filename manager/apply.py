@@ -429,7 +429,9 @@ def _run_optional(ctx: Context, state: State, step: Step) -> None:
         ctx.changes.append(f"installed {opt.name}")
         guard(ctx, state)
         return
-    detail = result.error if result else "not checked"
+    detail = result.summary if result else "not checked"
+    if result is not None and result.error != detail:
+        ctx.report(f"importing {opt.import_name} failed:\n{result.error}")  # the whole story
     added = sorted(set(venvmod.observe(ctx.paths).dists) - before)
     if added:
         installer.uninstall(added)

@@ -26,7 +26,7 @@ for name in sys.argv[1:]:
         mod = importlib.import_module(name)
         out[name] = {"ok": True, "version": str(getattr(mod, "__version__", ""))}
     except BaseException as exc:
-        out[name] = {"ok": False, "error": f"{type(exc).__name__}: {exc}"[:500]}
+        out[name] = {"ok": False, "error": f"{type(exc).__name__}: {exc}"[:4000]}
 print("@@AITK@@" + json.dumps(out))
 """
 
@@ -62,7 +62,13 @@ def write_constraints(spec: Spec, path: Path) -> Path:
 class ImportCheck:
     ok: bool
     version: str = ""
-    error: str = ""
+    error: str = ""  # the whole message; some (torchcodec's) run to a dozen lines
+
+    @property
+    def summary(self) -> str:
+        """The error's first line: what a warning, the state and a table cell show."""
+        lines = [ln.strip() for ln in self.error.splitlines() if ln.strip()]
+        return lines[0] if lines else self.error
 
 
 def import_modules(python: Path, modules: list[str], timeout: float = 600.0
@@ -83,7 +89,7 @@ def judge(wheel: Wheel, check: ImportCheck | None) -> str | None:
     if check is None:
         return "not checked"
     if not check.ok:
-        return check.error
+        return check.summary
     if check.version and check.version != wheel.pinned:
         return f"imports as {check.version}, expected {wheel.pinned}"
     return None

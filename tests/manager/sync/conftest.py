@@ -242,7 +242,9 @@ def world(scratch: Path) -> Iterator[World]:
         build_wheel(wh, "accel-good", "1.0", requires=(f"torch=={TORCH}",)),
         build_wheel(wh, "accel-broken-dep", "1.0"),
         build_wheel(wh, "accel-broken", "1.0", {
-            "accel_broken/__init__.py": "raise ImportError('no kernel image for this GPU')\n"},
+            # A multi-line message, as torchcodec's: one line in the state, all on stderr.
+            "accel_broken/__init__.py": "raise ImportError('no kernel image for this GPU\\n"
+                                        "  rebuild it for sm_120')\n"},
             requires=("accel-broken-dep",)),
         build_wheel(wh, "accel-uninstallable", "1.0", requires=("does-not-exist-anywhere",)),
         build_wheel(wh, "slowpkg", "1.0"),

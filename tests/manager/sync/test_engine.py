@@ -14,7 +14,9 @@ def sync_ok(checkout: Checkout, *args: str) -> dict:
 
 
 def test_fresh_install_then_noop(checkout: Checkout) -> None:
-    env = sync_ok(checkout)
+    done = checkout.manager("sync", "--json")
+    assert done.returncode == 0, done.stderr + done.stdout
+    env = json.loads(done.stdout)
     installed = checkout.installed()
     assert installed["torch"] == TORCH
     assert installed["torchvision"] == "0.28.0+cpu"
@@ -30,6 +32,9 @@ def test_fresh_install_then_noop(checkout: Checkout) -> None:
     statuses = {k: v["status"] for k, v in state["optional"].items()}
     assert statuses == {"accel-good": "ok", "accel-broken": "rolled_back",
                         "accel-uninstallable": "install_failed", "accel-nowheel": "unavailable"}
+    broken = state["optional"]["accel-broken"]["detail"]
+    assert broken == "ImportError: no kernel image for this GPU"  # one line
+    assert "rebuild it for sm_120" in done.stderr  # the rest shown above
     assert state["git_pins"] == {"gitpkg": checkout.world.git_revs[0]}
     assert checkout.run_python("import gitpkg; print(gitpkg.VALUE)").stdout.strip() == "1"
 
