@@ -43,7 +43,9 @@ class State:
 
 
 def _hint() -> str:
-    return "run `python3 -m manager sync --verify`; it keeps the bad file aside and re-checks"
+    # The bad file may have been what remembered --cpu: say so, or the hint cannot work.
+    return ("run `python3 -m manager sync --verify` (add --cpu if you installed with it); "
+            "it keeps the bad file aside and re-checks")
 
 
 def parse_state(raw: str, where: Path) -> State:
@@ -58,10 +60,36 @@ def parse_state(raw: str, where: Path) -> State:
         raise StateError(f"{where} has an unknown format version {data.get('version')!r}",
                          hint="it was written by another version of the manager; " + _hint())
     known = {k: v for k, v in data.items() if k in State.__dataclass_fields__}
-    try:
-        return State(**known)
-    except TypeError as exc:  # pragma: no cover - a field of the wrong shape
-        raise StateError(f"{where} has an unexpected layout: {exc}", hint=_hint()) from exc
+    for name, value in known.items():
+        if not _has_shape(value, _SHAPES[name]):
+            raise StateError(f"{where} has an unexpected layout ({name!r} is "
+                             f"{type(value).__name__})", hint=_hint())
+    return State(**known)
+
+
+# Each field's JSON shape: a type, a tuple of alternatives, or a container of a shape
+# (the plan calls .get() on the records: a list where a dict belongs must not get past).
+_OPT_STR = (str, type(None))
+_RECORDS = ("dict", dict)
+_SHAPES: dict[str, Any] = {
+    "version": int, "cpu_requested": bool, "backend": _OPT_STR, "installer": _OPT_STR,
+    "spec_fingerprint": _OPT_STR, "requirements_hash": _OPT_STR,
+    "requirement_files": ("dict", str), "venv_fingerprint": _OPT_STR,
+    "python": ("dict", str), "torch": dict, "git_pins": ("dict", str),
+    "companions": _RECORDS, "optional": _RECORDS, "migrations": ("list", str),
+    "tools": _RECORDS, "verified_at": (int, float, type(None)),
+}
+
+
+def _has_shape(value: Any, shape: Any) -> bool:
+    if isinstance(shape, tuple) and shape and shape[0] == "dict":
+        return isinstance(value, dict) and all(_has_shape(v, shape[1]) for v in value.values())
+    if isinstance(shape, tuple) and shape and shape[0] == "list":
+        return isinstance(value, list) and all(_has_shape(v, shape[1]) for v in value)
+    if shape is int or int in (shape if isinstance(shape, tuple) else ()):
+        if isinstance(value, bool):  # JSON true is not a number here
+            return False
+    return isinstance(value, shape)
 
 
 def load_state(paths: Paths) -> State:

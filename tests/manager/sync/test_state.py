@@ -14,13 +14,27 @@ from manager.state import State, load_state, read_state, save_state
 def test_round_trip_and_missing(tmp_path: Path) -> None:
     paths = Paths(tmp_path)
     assert load_state(paths) == State()
-    state = State(backend="cpu", git_pins={"a": "1"}, migrations=["0001"])
+    state = State(backend="cpu", installer="uv", spec_fingerprint="f", requirements_hash="h",
+                  requirement_files={"requirements.txt": "ab"}, venv_fingerprint="v",
+                  python={"version": "3.11.2", "machine": "x86_64"},
+                  torch={"name": "torch", "version": "2.13.0+cpu", "status": "ok"},
+                  git_pins={"a": "1"}, migrations=["0001"],
+                  companions={"torchvision": {"status": "ok", "version": "0.28.0+cpu"}},
+                  optional={"triton": {"status": "unavailable", "detail": "no GPU"}},
+                  tools={"uv": {"status": "ok", "version": "0.13.9", "path": None}},
+                  cpu_requested=True, verified_at=1764400000.5)
     save_state(paths, state)
     assert load_state(paths) == state
     assert [p.name for p in paths.venv.iterdir()] == ["aitk_manager_state.json"]  # no temp
 
 
-@pytest.mark.parametrize("raw", ["{not json", "[]", '{"version": 99}'])
+@pytest.mark.parametrize("raw", [
+    "{not json", "[]", '{"version": 99}',
+    # valid JSON of the wrong shape: the plan would crash on it instead of re-verifying
+    '{"version": 1, "companions": []}', '{"version": 1, "optional": {"x": "ok"}}',
+    '{"version": 1, "migrations": "001"}', '{"version": 1, "venv_fingerprint": 3}',
+    '{"version": true}',
+])
 def test_bad_files_raise_and_are_kept_aside(tmp_path: Path, raw: str) -> None:
     paths = Paths(tmp_path)
     paths.venv.mkdir()
