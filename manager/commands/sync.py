@@ -71,17 +71,18 @@ def run(options: Options) -> Result:
         for note in recover_interrupted_swap(where):
             _say(note)
     read = read_state(where, keep_backup=not options.dry_run)
+    messages: list[str] = []
+    if read.problem:  # said first: the spec below may fail without the state's --cpu
+        kept = f"; kept as {read.backup}" if read.backup else ""
+        text = (f"the state file was unusable ({read.problem}){kept}; re-verifying instead "
+                "of trusting it")
+        _say(text)
+        messages.append(f"aitk: {text}")
     cpu = options.cpu or read.state.cpu_requested
     spec = current_spec(cpu)
     inputs = gather(where, spec, read, extra_files=options.extra_requirements,
                     force=options.force, verify=options.verify)
     plan = make_plan(inputs)
-    messages: list[str] = []
-    if read.problem:
-        kept = f"; kept as {read.backup}" if read.backup else ""
-        messages.append(f"aitk: the state file was unusable ({read.problem}){kept}; "
-                        "re-verifying instead of trusting it")
-        _say(messages[-1])
     data: dict[str, Any] = {
         "dry_run": options.dry_run,
         "spec": {"backend": spec.backend, "flavour": spec.flavour,
