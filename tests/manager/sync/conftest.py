@@ -120,7 +120,7 @@ class Index:
         shutil.copy2(wheel, files / wheel.name)
         project = wheel.name.split("-", 1)[0].replace("_", "-").lower()
         folder = self.root / tree / "simple" / project
-        existing = [files / p.split('"')[0].rsplit("/", 1)[-1]
+        existing = [files / p.split('"')[0].split("#")[0].rsplit("/", 1)[-1]
                     for p in (folder / "index.html").read_text().split('href="')[1:]
                     ] if (folder / "index.html").exists() else []
         _project_page(folder, sorted({*existing, files / wheel.name}), f"{self.url}/files")
@@ -236,6 +236,9 @@ def world(scratch: Path) -> Iterator[World]:
         index.add("pytorch", wheel)
     pypi = [
         build_wheel(wh, "torch", "2.14.0", {"torch/__init__.py": "__version__ = '2.14.0'\n"}),
+        # The same version without the local tag (PyPI's CUDA build): a fallback that
+        # asked for 2.13.0 instead of exactly 2.13.0+cpu would take it.
+        build_wheel(wh, "torch", "2.13.0", {"torch/__init__.py": "__version__ = '2.13.0'\n"}),
         build_wheel(wh, "demo-req", "1.0", requires=("torch",)),
         build_wheel(wh, "demo-extra", "1.0"),
         build_wheel(wh, "needs-newer-torch", "1.0", requires=("torch>=2.14",)),

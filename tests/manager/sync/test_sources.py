@@ -35,7 +35,8 @@ def test_unreachable_torch_index_falls_back_to_the_exact_build(uv_checkout: Chec
     done = _sync(checkout, PIP_CONFIG_FILE=str(config))
     assert done.returncode == 0, done.stderr
     assert f"PyTorch index {CLOSED} cannot be reached" in done.stderr
-    # PyPI (the loopback `pypi` tree) offers torch 2.14.0: only the pinned build is taken.
+    # PyPI (the loopback `pypi` tree) offers torch 2.14.0 and a plain 2.13.0: only the
+    # pinned build is taken.
     assert checkout.installed()["torch"] == TORCH
     assert checkout.installed()["torchvision"] == "0.28.0+cpu"
     assert checkout.state()["companions"]["torchaudio"]["status"] == "install_failed"
@@ -50,7 +51,7 @@ def test_missing_build_names_the_index_and_the_override(pip_checkout: Checkout) 
     error = json.loads(done.stdout)["error"]
     assert CLOSED in error["message"] and "torch==2.13.0+cpu" in error["message"]
     assert "AITK_TORCH_INDEX_URL" in error["hint"]
-    assert "torch" not in checkout.installed()  # PyPI's 2.14.0 was not taken instead
+    assert "torch" not in checkout.installed()  # PyPI's 2.14.0 or 2.13.0 was not taken
 
     done = _sync(checkout, AITK_TORCH_INDEX_URL=checkout.world.index.pytorch)  # a mirror
     assert done.returncode == 0, done.stderr
