@@ -151,7 +151,9 @@ def _create_venv(ctx: Context, target: Path) -> None:
     spec_python = ctx.spec.python
     if ctx.uv is not None:
         env = {"UV_PYTHON_INSTALL_DIR": str(ctx.paths.uv_dir / "python")}
-        argv = [str(ctx.uv), "venv", "--seed", "--python", spec_python, str(target)]
+        # Built aside: the prompt names the folder it becomes, not `.venv.build`.
+        argv = [str(ctx.uv), "venv", "--seed", "--python", spec_python,
+                "--prompt", ctx.paths.venv.name, str(target)]
         done = process.run(argv, extra_env=env, echo=sys.stderr)
     else:
         python = _find_python(spec_python)
@@ -159,7 +161,8 @@ def _create_venv(ctx: Context, target: Path) -> None:
             raise errors.ManagerError(
                 f"no Python satisfying {spec_python} was found for {target.name}",
                 hint="install a matching Python, or install uv so the manager can fetch one")
-        done = process.run([python, "-m", "venv", str(target)], echo=sys.stderr)
+        done = process.run([python, "-m", "venv", "--prompt", ctx.paths.venv.name,
+                            str(target)], echo=sys.stderr)
     if not done.ok:
         shutil.rmtree(target, ignore_errors=True)
         raise errors.ManagerError(f"creating {target.name} failed: {done.stdout.strip()[-300:]}",
@@ -167,7 +170,14 @@ def _create_venv(ctx: Context, target: Path) -> None:
 
 
 def _run_create(ctx: Context, state: State, step: Step) -> None:
-    _create_venv(ctx, ctx.paths.venv)
+    # Built aside and renamed into place, like a rebuild: a kill mid-creation leaves no
+    # half-made .venv (recover_interrupted_swap drops the debris), and a .venv folder
+    # without a Python (nothing usable in it) is replaced instead of blocking `uv venv`.
+    build = venvmod.build_aside(ctx.paths)
+    shutil.rmtree(build, ignore_errors=True)
+    _create_venv(ctx, build)
+    venvmod.retarget_scripts(build, ctx.paths.venv)
+    venvmod.swap_in(ctx.paths)
     ctx.changes.append("created .venv")
 
 
@@ -188,6 +198,7 @@ def _run_rebuild(ctx: Context, state: State, step: Step) -> None:
         marker = ctx.paths.venv / "aitk_bootstrap.txt"  # the bootstrap's "deps are in"
         if marker.exists():
             shutil.copy2(marker, build / marker.name)
+    venvmod.retarget_scripts(build, ctx.paths.venv)
     venvmod.swap_in(ctx.paths)
     state.companions.clear()
     state.optional.clear()

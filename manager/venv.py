@@ -16,6 +16,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from manager.files import atomic_write_bytes
 from manager.paths import Paths
 
 _NORMALIZE = re.compile(r"[-_.]+")
@@ -160,6 +161,36 @@ def recover_interrupted_swap(paths: Paths) -> list[str]:
             shutil.rmtree(leftover, ignore_errors=True)
             notes.append(f"removed {leftover.name} left by an interrupted rebuild")
     return notes
+
+
+def retarget_scripts(build: Path, final: Path) -> list[Path]:
+    """Point a venv built at `build` at the path it is about to be renamed to.
+
+    venv and uv write the venv's own path into the activation scripts, the shebangs of
+    console scripts (pip, and anything installed before the swap) and pyvenv.cfg; after the
+    rename they would name a folder that no longer exists. Text files only: a binary
+    launcher (Windows .exe) cannot be edited in place and is rewritten by its next install.
+    """
+    scripts = build / ("Scripts" if os.name == "nt" else "bin")
+    old, new = str(build).encode(), str(final).encode()
+    changed: list[Path] = []
+    try:
+        entries = [p for p in scripts.iterdir() if p.is_file() and not p.is_symlink()]
+    except OSError:
+        return changed
+    entries.append(build / "pyvenv.cfg")  # venv records the command that made it
+    for path in entries:
+        try:
+            data = path.read_bytes()
+        except OSError:
+            continue
+        if b"\0" in data or old not in data:
+            continue
+        mode = path.stat().st_mode
+        atomic_write_bytes(path, data.replace(old, new))
+        os.chmod(path, mode)  # the temp file was created 0600: keep scripts executable
+        changed.append(path)
+    return changed
 
 
 def swap_in(paths: Paths) -> None:

@@ -1,9 +1,11 @@
-"""A venv with the wrong Python is rebuilt aside and swapped in; debris is cleaned."""
+"""A venv is built aside and swapped in (created or rebuilt for the wrong Python); its
+scripts name its final path; debris is cleaned."""
 
 from __future__ import annotations
 
 import json
 import os
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -35,6 +37,30 @@ def test_wrong_python_is_rebuilt_aside(uv_checkout: Checkout) -> None:
     assert not (checkout.root / ".venv.build").exists()
     assert not (checkout.root / ".venv.old").exists()
     assert checkout.state()["python"]["version"].startswith("3.12")
+    assert_scripts_name_the_venv(checkout)
+
+
+def assert_scripts_name_the_venv(checkout: Checkout) -> None:
+    """Activation scripts and console-script shebangs name .venv, not where it was built."""
+    activate = (checkout.venv / "bin" / "activate").read_text()
+    assert str(checkout.venv) in activate and ".venv.build" not in activate
+    assert ".venv.build" not in (checkout.venv / "pyvenv.cfg").read_text()
+    pip = subprocess.run([str(checkout.venv / "bin" / "pip"), "--version"], env=checkout.env,
+                         capture_output=True, text=True, timeout=60)
+    assert pip.returncode == 0 and str(checkout.venv) in pip.stdout, pip.stderr
+
+
+def test_created_aside_and_a_venv_folder_without_python_is_replaced(checkout: Checkout
+                                                                     ) -> None:
+    checkout.write_spec(make_spec(checkout.world, companions=(), accelerators=()))
+    checkout.venv.mkdir()  # e.g. a folder left without its Python: `uv venv` refuses it
+    (checkout.venv / "stray.txt").write_text("left over\n")
+    done = checkout.manager("sync", "--json")
+    assert done.returncode == 0, done.stderr
+    assert checkout.installed()["torch"] == TORCH
+    assert not (checkout.venv / "stray.txt").exists()
+    assert not (checkout.root / ".venv.build").exists()
+    assert_scripts_name_the_venv(checkout)
 
 
 def test_a_swap_killed_between_the_renames_is_rolled_back(uv_checkout: Checkout) -> None:
