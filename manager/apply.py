@@ -312,6 +312,12 @@ def _run_companion(ctx: Context, state: State, step: Step) -> None:
     if wheel.required:
         raise _torch_error(ctx, wheel, outcome)
     detail = outcome.last_line()
+    url = ctx.spec.torch_index_url
+    if url and ctx.torch_source_used == "configured":
+        # The installer's own line misleads here (pip calls a missing build a
+        # "conflict" when a constraint names it); its full output is above.
+        detail = (f"the PyTorch index {url} could not be reached, and the configured "
+                  f"indexes and find-links do not have exactly that build")
     state.companions[wheel.name] = {"status": "install_failed", "version": wheel.pinned,
                                     "detail": detail}
     ctx.warnings.append(f"{wheel.name} {wheel.pinned} could not be installed ({detail}); "

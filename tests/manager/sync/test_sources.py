@@ -39,7 +39,11 @@ def test_unreachable_torch_index_falls_back_to_the_exact_build(uv_checkout: Chec
     # pinned build is taken.
     assert checkout.installed()["torch"] == TORCH
     assert checkout.installed()["torchvision"] == "0.28.0+cpu"
-    assert checkout.state()["companions"]["torchaudio"]["status"] == "install_failed"
+    torchaudio = checkout.state()["companions"]["torchaudio"]
+    assert torchaudio["status"] == "install_failed"
+    assert torchaudio["detail"] == (f"the PyTorch index {CLOSED} could not be reached, and the "
+                                    "configured indexes and find-links do not have exactly "
+                                    "that build")
 
 
 def test_missing_build_names_the_index_and_the_override(pip_checkout: Checkout) -> None:
