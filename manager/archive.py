@@ -97,6 +97,52 @@ def unsafe_link(name: str, target: str) -> str | None:
     return None
 
 
+def _resolve(parts: list[str], links: dict[str, str]) -> list[str] | None:
+    """A path inside the archive, following the archive's own symlinks, as its parts;
+    None when it climbs above the root (or the links loop)."""
+    out: list[str] = []
+    todo = list(parts)
+    hops = 0
+    while todo:
+        part = todo.pop(0)
+        if part in ("", "."):
+            continue
+        if part == "..":
+            if not out:
+                return None
+            out.pop()
+            continue
+        out.append(part)
+        target = links.get("/".join(out))
+        if target is not None:
+            hops += 1
+            if hops > 64:
+                return None
+            out.pop()
+            todo = target.split("/") + todo
+    return out
+
+
+def link_escape(members: list[tuple[str, str | None]]) -> str | None:
+    """Pure: the first member that reaches outside the tree through the archive's own
+    links, or None. `unsafe_link` judges one link by its text; this follows chains, e.g.
+    `a -> .` then `b -> a/../..`, whose text stays inside while the path does not."""
+    links = {n.strip("/"): t for n, t in members if t is not None}
+    for name, target in members:
+        parts = name.strip("/").split("/")
+        if target is not None and _resolve(parts[:-1] + target.split("/"), links) is None:
+            return name
+        if _resolve(parts[:-1], links) is None:  # written through a link to outside
+            return name
+    return None
+
+
+def _refuse(name: str, problem: str) -> UnsafeArchive:
+    return UnsafeArchive(f"archive member {name!r} is {problem}; nothing was installed",
+                         hint="the download is not the expected release; check the URL or "
+                              "mirror")
+
+
 def _check_tar(members: list[tarfile.TarInfo], max_unpacked: int) -> None:
     total = 0
     for m in members:
@@ -114,6 +160,9 @@ def _check_tar(members: list[tarfile.TarInfo], max_unpacked: int) -> None:
         total += m.size
         if total > max_unpacked:
             raise UnsafeArchive(f"archive unpacks to more than {max_unpacked} bytes")
+    escaping = link_escape([(m.name, m.linkname if m.issym() else None) for m in members])
+    if escaping:
+        raise _refuse(escaping, "reached outside the target through a chain of links")
 
 
 def _zip_mode(info: zipfile.ZipInfo) -> int:
@@ -122,11 +171,14 @@ def _zip_mode(info: zipfile.ZipInfo) -> int:
 
 def _check_zip(infos: list[zipfile.ZipInfo], zf: zipfile.ZipFile, max_unpacked: int) -> None:
     total = 0
+    named: list[tuple[str, str | None]] = []
     for info in infos:
         problem = unsafe_name(info.filename)
         kind = stat.S_IFMT(_zip_mode(info))
-        if problem is None and kind == stat.S_IFLNK:
-            problem = unsafe_link(info.filename.rstrip("/"), zf.read(info).decode("utf-8"))
+        target = zf.read(info).decode("utf-8") if kind == stat.S_IFLNK else None
+        named.append((info.filename, target))
+        if problem is None and target is not None:
+            problem = unsafe_link(info.filename.rstrip("/"), target)
         elif problem is None and kind not in (0, stat.S_IFREG, stat.S_IFDIR):
             problem = "a device, fifo or other special file"
         if problem:
@@ -136,6 +188,9 @@ def _check_zip(infos: list[zipfile.ZipInfo], zf: zipfile.ZipFile, max_unpacked: 
         total += info.file_size
         if total > max_unpacked:
             raise UnsafeArchive(f"archive unpacks to more than {max_unpacked} bytes")
+    escaping = link_escape(named)
+    if escaping:
+        raise _refuse(escaping, "reached outside the target through a chain of links")
 
 
 # ---- extraction and publishing -------------------------------------------------------------

@@ -24,6 +24,11 @@ BAD = {
                          Entry("pkg/escape", kind="symlink", target="../../outside")],
     "absolute symlink": [Entry("pkg/etc", kind="symlink", target="/etc")],
     "device": [Entry("pkg/dev", kind="device")],
+    # Each link's text stays inside; followed, `esc` is the folder above the target.
+    "chained symlinks": [Entry("pkg", kind="dir", mode=0o755),
+                         Entry("pkg/self", kind="symlink", target="."),
+                         Entry("pkg/esc", kind="symlink", target="self/../.."),
+                         Entry("pkg/esc/evil", b"boom")],
 }
 
 
@@ -131,3 +136,13 @@ def test_marker_roundtrip_and_matching(tmp_path):
     assert not archive.marker_matches(None, "node", "22.12.0", "node.tar.xz", None)
     (tmp_path / archive.MARKER_NAME).write_text("{not json")
     assert archive.read_marker(tmp_path) is None
+
+
+@pytest.mark.parametrize("members, bad", [
+    ([("node/bin/npm", "../lib/npm/cli.js"), ("node/lib/npm/cli.js", None)], None),
+    ([("pkg/self", "."), ("pkg/up", "self/..")], None),  # the archive root: still inside
+    ([("pkg/self", "."), ("pkg/esc", "self/../.."), ("pkg/esc/evil", None)], "pkg/esc"),
+    ([("a", "b"), ("b", "a"), ("a/x", None)], "a"),  # a loop is refused, not followed
+])
+def test_link_escape_follows_chains(members, bad):
+    assert archive.link_escape(members) == bad
