@@ -428,7 +428,7 @@ def _optional(ctx: Context, name: str) -> Optional_:
 def _run_optional(ctx: Context, state: State, step: Step) -> None:
     opt = _optional(ctx, step.target)
     installer = ctx.installer()
-    before = set(venvmod.observe(ctx.paths).dists)
+    before = {n: d.version for n, d in venvmod.observe(ctx.paths).dists.items()}
     torchstack.write_constraints(ctx.spec, ctx.constraints)
     outcome = installer.install(Request(requirements=(opt.requirement,),
                                         constraints=(ctx.constraints,)))
@@ -449,12 +449,31 @@ def _run_optional(ctx: Context, state: State, step: Step) -> None:
     detail = result.summary if result else "not checked"
     if result is not None and result.error != detail:
         ctx.report(f"importing {opt.import_name} failed:\n{result.error}")  # the whole story
-    added = sorted(set(venvmod.observe(ctx.paths).dists) - before)
-    if added:
-        installer.uninstall(added)
+    _roll_back(ctx, installer, before, opt.name)
     state.optional[opt.name] = {**record, "status": "rolled_back", "detail": detail}
     ctx.warnings.append(f"{opt.name} was rolled back: it does not import ({detail})")
     guard(ctx, state)
+
+
+def _roll_back(ctx: Context, installer: Installer, before: dict[str, str], name: str) -> None:
+    """Undo an optional package's install: remove what it added and put back the exact
+    versions of what it upgraded or replaced (the constraints pin only the torch stack
+    and the manager, so a trainer dependency may have moved)."""
+    after = venvmod.observe(ctx.paths).dists
+    added = sorted(set(after) - set(before))
+    if added:
+        installer.uninstall(added)
+    moved = sorted(f"{n}=={v}" for n, v in before.items()
+                   if n not in after or after[n].version != v)
+    if not moved:
+        return
+    outcome = installer.install(Request(requirements=tuple(moved),
+                                        constraints=(ctx.constraints,), no_deps=True))
+    if outcome.ok:
+        ctx.changes.append(f"restored {', '.join(moved)} after rolling back {name}")
+    else:
+        ctx.warnings.append(f"rolling back {name} could not restore {', '.join(moved)} "
+                            f"({outcome.last_line()}); they stay as {name} left them")
 
 
 def _run_unavailable(ctx: Context, state: State, step: Step) -> None:

@@ -251,6 +251,12 @@ def world(scratch: Path) -> Iterator[World]:
             requires=("accel-broken-dep",)),
         build_wheel(wh, "accel-uninstallable", "1.0", requires=("does-not-exist-anywhere",)),
         build_wheel(wh, "slowpkg", "1.0"),
+        build_wheel(wh, "demo-dep", "1.0"),
+        build_wheel(wh, "demo-dep", "2.0"),
+        # Upgrades a trainer dependency, then fails to import: the rollback must undo both.
+        build_wheel(wh, "accel-bumps", "1.0", {
+            "accel_bumps/__init__.py": "raise ImportError('no kernel image for this GPU')\n"},
+            requires=("demo-dep>=2",)),
     ]
     for wheel in pypi:
         index.add("pypi", wheel)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 
+from spec import Optional_
 from tests.manager.sync.conftest import TORCH, Checkout, git_requirement, make_spec
 
 
@@ -60,4 +61,17 @@ def test_requirement_edits_resync(checkout: Checkout) -> None:
     assert moved == {"demo-extra": (None, "1.0")}  # the torch stack was not touched
     assert checkout.run_python("import gitpkg; print(gitpkg.VALUE)").stdout.strip() == "2"
     assert checkout.state()["git_pins"] == {"gitpkg": checkout.world.git_revs[1]}
+    assert sync_ok(checkout)["data"]["plan"] == []
+
+
+def test_rollback_restores_what_the_accelerator_upgraded(checkout: Checkout) -> None:
+    checkout.write_spec(make_spec(checkout.world, companions=(), accelerators=(
+        Optional_("accel-bumps", "accel-bumps==1.0", "accel_bumps"),)))
+    checkout.requirements("demo-dep==1.0")
+    result = sync_ok(checkout)["data"]
+    installed = checkout.installed()
+    assert "accel-bumps" not in installed
+    assert installed["demo-dep"] == "1.0"  # upgraded to 2.0 by the accelerator, put back
+    assert "restored demo-dep==1.0 after rolling back accel-bumps" in result["changes"]
+    assert checkout.state()["optional"]["accel-bumps"]["status"] == "rolled_back"
     assert sync_ok(checkout)["data"]["plan"] == []
