@@ -251,6 +251,11 @@ def world(scratch: Path) -> Iterator[World]:
             requires=("accel-broken-dep",)),
         build_wheel(wh, "accel-uninstallable", "1.0", requires=("does-not-exist-anywhere",)),
         build_wheel(wh, "slowpkg", "1.0"),
+        # A stand-in test runner for `manager test`: exits with the code it is given.
+        build_wheel(wh, "pytest", "0.0.1", {
+            "pytest/__init__.py": "",
+            "pytest/__main__.py": "import sys\nprint('stand-in pytest', sys.argv[1:])\n"
+                                  "sys.exit(int(sys.argv[1]) if sys.argv[1:] else 0)\n"}),
         build_wheel(wh, "demo-dep", "1.0"),
         build_wheel(wh, "demo-dep", "2.0"),
         # Upgrades a trainer dependency, then fails to import: the rollback must undo both.

@@ -11,7 +11,7 @@ import spec as spec_module
 from manager import errors, specsource
 from manager.commands import install, sync
 from manager.commands import test as test_cmd
-from tests.manager.sync.conftest import Checkout
+from tests.manager.sync.conftest import Checkout, make_spec
 
 
 def test_spec_refusal_is_unsupported_machine(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -56,3 +56,25 @@ def test_install_no_launch_dry_run(uv_checkout: Checkout) -> None:
     envelope = json.loads(done.stdout)
     assert envelope["command"] == "install" and envelope["data"]["plan"]
     assert not uv_checkout.venv.exists()
+
+
+def test_manager_test_passes_pytests_exit_code_through(uv_checkout: Checkout) -> None:
+    checkout = uv_checkout
+    checkout.write_spec(make_spec(checkout.world, companions=(), accelerators=()))
+    (checkout.root / "requirements-test.txt").write_text("pytest==0.0.1\n")
+    for code in ("0", "1", "5"):  # 5: pytest collected nothing; not turned into success
+        done = checkout.manager("test", code)
+        assert done.returncode == int(code), done.stderr
+        assert f"stand-in pytest ['{code}']" in done.stdout
+
+
+def test_manager_test_fails_loudly_when_the_environment_cannot_be_set_up(
+        uv_checkout: Checkout) -> None:
+    checkout = uv_checkout
+    checkout.write_spec(make_spec(checkout.world, companions=(), accelerators=()))
+    (checkout.root / "requirements-test.txt").write_text("pytest==0.0.1\n")
+    checkout.requirements("does-not-exist-anywhere==1.0")
+    done = checkout.manager("test", "0")
+    assert done.returncode == 1
+    assert "installing requirements.txt failed" in done.stderr
+    assert "stand-in pytest" not in done.stdout  # the tests never ran on a broken venv
