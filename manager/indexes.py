@@ -86,7 +86,8 @@ def _truthy(value: str) -> bool:
 
 
 def _apply(values: dict[str, object], key: str, raw: str) -> None:
-    name = _KEYS.get(key)
+    # pip reads `index_url` and `--index-url` in its files as `index-url`; so do we
+    name = _KEYS.get(key.lower().replace("_", "-").removeprefix("--"))
     if name is None:
         return
     if name in _LISTS:

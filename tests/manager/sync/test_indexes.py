@@ -14,7 +14,7 @@ def test_pip_files_then_environment(tmp_path: Path) -> None:
                       "extra-index-url = https://a/simple\n  https://b/simple\n"
                       "constraint = /etc/c.txt\n")
     user = tmp_path / "user.conf"
-    user.write_text("[install]\nfind-links = /opt/wheels\n")
+    user.write_text("[install]\nfind_links = /opt/wheels\n")  # pip's spelling too
     env = {"PIP_EXTRA_INDEX_URL": "https://c/simple"}
     config = read_config(env, files=[system, user])
     assert config == IndexConfig(index_url="https://mirror/simple",
