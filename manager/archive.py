@@ -15,6 +15,7 @@ artefact or checksum is not trusted (`read_marker` + `marker_matches`).
 from __future__ import annotations
 
 import json
+import lzma
 import os
 import posixpath
 import shutil
@@ -22,6 +23,7 @@ import stat
 import tarfile
 import uuid
 import zipfile
+import zlib
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass
@@ -198,6 +200,19 @@ def _check_zip(infos: list[zipfile.ZipInfo], zf: zipfile.ZipFile, max_unpacked: 
 
 def extract(archive: Path, dest: Path, kind: str, *, max_unpacked: int) -> None:
     """Extract a tar.gz, tar.xz or zip (a wheel is a zip) into the empty folder dest."""
+    try:
+        _extract(archive, dest, kind, max_unpacked=max_unpacked)
+    except (tarfile.TarError, zipfile.BadZipFile, EOFError, lzma.LZMAError, zlib.error,
+            UnicodeDecodeError) as exc:
+        # Only an opted-in unverified download can get here: a verified one is the
+        # vendor's. Still one clear error, never a traceback that aborts the sync.
+        raise UnsafeArchive(f"{archive.name} is not a valid {kind} archive ({exc}); "
+                            "nothing was installed",
+                            hint="the download is not the expected release; check the URL "
+                                 "or mirror") from None
+
+
+def _extract(archive: Path, dest: Path, kind: str, *, max_unpacked: int) -> None:
     dest.mkdir(parents=True, exist_ok=True)
     if kind in ("tar.gz", "tar.xz"):
         with tarfile.open(archive, "r:gz" if kind == "tar.gz" else "r:xz") as tf:

@@ -77,6 +77,14 @@ def test_unpacked_size_ceiling(tmp_path):
         archive.extract(src, tmp_path / "out", "tar.gz", max_unpacked=50_000)
 
 
+@pytest.mark.parametrize("kind", ["tar.gz", "tar.xz", "zip"])
+def test_a_corrupt_archive_is_one_clear_error(tmp_path, kind):
+    good = make_zip(GOOD[:2]) if kind == "zip" else make_tar(GOOD[:2], kind.split(".")[1])
+    src = write(tmp_path, "cut." + kind, good[: len(good) // 2])
+    with pytest.raises(archive.UnsafeArchive, match="is not a valid"):
+        archive.extract(src, tmp_path / "out", kind, max_unpacked=1 << 20)
+
+
 @pytest.mark.parametrize(("name", "bad"), [
     ("a/b", False), ("a/../b", True), ("../a", True), ("/a", True), ("C:/a", True),
     ("a\\..\\b", True), ("", True),
