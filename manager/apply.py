@@ -449,7 +449,7 @@ def _run_optional(ctx: Context, state: State, step: Step) -> None:
     detail = result.summary if result else "not checked"
     if result is not None and result.error != detail:
         ctx.report(f"importing {opt.import_name} failed:\n{result.error}")  # the whole story
-    _roll_back(ctx, installer, before, opt.name)
+    _roll_back(ctx, installer, before, venvmod.normalize(opt.name))
     state.optional[opt.name] = {**record, "status": "rolled_back", "detail": detail}
     ctx.warnings.append(f"{opt.name} was rolled back: it does not import ({detail})")
     guard(ctx, state)
@@ -460,11 +460,13 @@ def _roll_back(ctx: Context, installer: Installer, before: dict[str, str], name:
     versions of what it upgraded or replaced (the constraints pin only the torch stack
     and the manager, so a trainer dependency may have moved)."""
     after = venvmod.observe(ctx.paths).dists
-    added = sorted(set(after) - set(before))
+    # The package itself goes even when it was there before this try: a run killed
+    # between its install and its rollback left it behind.
+    added = sorted((set(after) - set(before)) | ({name} & set(after)))
     if added:
         installer.uninstall(added)
     moved = sorted(f"{n}=={v}" for n, v in before.items()
-                   if n not in after or after[n].version != v)
+                   if n != name and (n not in after or after[n].version != v))
     if not moved:
         return
     outcome = installer.install(Request(requirements=tuple(moved),

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import subprocess
 
 from spec import Optional_
 from tests.manager.sync.conftest import TORCH, Checkout, git_requirement, make_spec
@@ -75,3 +76,28 @@ def test_rollback_restores_what_the_accelerator_upgraded(checkout: Checkout) -> 
     assert "restored demo-dep==1.0 after rolling back accel-bumps" in result["changes"]
     assert checkout.state()["optional"]["accel-bumps"]["status"] == "rolled_back"
     assert sync_ok(checkout)["data"]["plan"] == []
+
+
+def test_a_failed_accelerator_left_by_a_killed_run_is_still_rolled_back(
+        uv_checkout: Checkout) -> None:
+    checkout = uv_checkout
+    spec = make_spec(checkout.world, companions=(), accelerators=(
+        Optional_("accel-broken", "accel-broken==1.0", "accel_broken"),))
+    checkout.write_spec(spec)
+    sync_ok(checkout)
+    assert "accel-broken" not in checkout.installed()
+    # What a kill -9 between the accelerator's install and its rollback leaves: the
+    # package in the venv, no outcome recorded, the state unverified.
+    pip = subprocess.run([str(checkout.python), "-m", "pip", "install", "-q",
+                          "accel-broken==1.0"], capture_output=True, text=True, timeout=120,
+                         env={k: v for k, v in checkout.env.items()
+                              if k not in {"PIP_TARGET", "PIP_USER"}})
+    assert pip.returncode == 0, pip.stderr
+    state = checkout.state()
+    state["optional"].pop("accel-broken")
+    state["venv_fingerprint"] = None
+    checkout.state_file.write_text(json.dumps(state))
+
+    sync_ok(checkout)
+    assert "accel-broken" not in checkout.installed()
+    assert checkout.state()["optional"]["accel-broken"]["status"] == "rolled_back"
