@@ -439,7 +439,12 @@ def _run_optional(ctx: Context, state: State, step: Step) -> None:
         ctx.warnings.append(f"{opt.name} could not be installed ({detail}); continuing "
                             "without it")
         return
-    check = torchstack.import_modules(ctx.paths.venv_python, [opt.import_name])
+    from manager import tools
+
+    # Tested as the trainer will run it: launched with the local tools' environment (a
+    # library path only works from a process's start), e.g. torchcodec finding .ffmpeg/.
+    check = torchstack.import_modules(ctx.paths.venv_python, [opt.import_name],
+                                      extra_env=tools.child_env(ctx.paths))
     result = check.get(opt.import_name)
     if result is not None and result.ok:
         state.optional[opt.name] = {**record, "status": "ok", "detail": ""}

@@ -3,8 +3,8 @@
 An empty plan means the venv is what the spec asks for: that is `check`'s answer and a
 no-op sync. `--dry-run` prints the plan; `sync` hands it to apply.py. The steps are in
 the order they must run: the venv, the torch stack first, then the requirement files
-under the torch constraints, git pins, optional packages one at a time, verification,
-migrations, local tools.
+under the torch constraints, git pins, local tools (an optional package may need one:
+torchcodec loads FFmpeg), optional packages one at a time, verification, migrations.
 """
 
 from __future__ import annotations
@@ -194,6 +194,11 @@ def make_plan(inputs: Inputs) -> Plan:
                                   f"pinned at {pin.rev}, installed at {now or 'unknown'}",
                                   force=True))
 
+    # Local tools before the optional packages: torchcodec's import test needs FFmpeg.
+    if inputs.tools and (not state.tools or inputs.force):
+        steps.append(Step("tools", "local tools", "--force" if state.tools
+                          else "not provisioned yet"))
+
     for opt in (*spec.extras, *spec.accelerators):
         record = state.optional.get(opt.name, {})
         if not opt.available:
@@ -226,9 +231,6 @@ def make_plan(inputs: Inputs) -> Plan:
 
     if inputs.pending_migrations:
         steps.append(Step("migrate", ", ".join(inputs.pending_migrations), "not applied yet"))
-    if inputs.tools and (not state.tools or inputs.force):
-        steps.append(Step("tools", "local tools", "--force" if state.tools
-                          else "not provisioned yet"))
     return Plan(tuple(steps))
 
 

@@ -9,6 +9,7 @@ reinstall is "already satisfied" to pip and uv and changes nothing).
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -71,10 +72,11 @@ class ImportCheck:
         return lines[0] if lines else self.error
 
 
-def import_modules(python: Path, modules: list[str], timeout: float = 600.0
-                   ) -> dict[str, ImportCheck]:
+def import_modules(python: Path, modules: list[str], timeout: float = 600.0,
+                   extra_env: Mapping[str, str] | None = None) -> dict[str, ImportCheck]:
     """Import modules in the venv's Python, each in turn; never raises."""
-    done = process.run([str(python), "-c", _PROBE, *modules], timeout=timeout)
+    done = process.run([str(python), "-c", _PROBE, *modules], timeout=timeout,
+                       extra_env=extra_env)
     marker = next((ln for ln in done.stdout.splitlines() if ln.startswith("@@AITK@@")), None)
     if marker is None:
         why = (done.stderr.strip().splitlines() or [f"exit code {done.returncode}"])[-1]

@@ -256,6 +256,9 @@ def world(scratch: Path) -> Iterator[World]:
             "pytest/__init__.py": "",
             "pytest/__main__.py": "import sys\nprint('stand-in pytest', sys.argv[1:])\n"
                                   "sys.exit(int(sys.argv[1]) if sys.argv[1:] else 0)\n"}),
+        # Loads a shared library at import, as torchcodec loads FFmpeg's.
+        build_wheel(wh, "accel-needs-lib", "1.0", {
+            "accel_needs_lib/__init__.py": "import ctypes\nctypes.CDLL('libaitkprobe.so')\n"}),
         build_wheel(wh, "demo-dep", "1.0"),
         build_wheel(wh, "demo-dep", "2.0"),
         # Upgrades a trainer dependency, then fails to import: the rollback must undo both.

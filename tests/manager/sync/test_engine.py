@@ -3,8 +3,15 @@
 from __future__ import annotations
 
 import json
+import shutil
 import subprocess
+from pathlib import Path
 
+import pytest
+
+from manager import archive
+from manager.tools.lifecycle import current_platform
+from manager.tools.pins import FFMPEG
 from spec import Optional_
 from tests.manager.sync.conftest import TORCH, Checkout, git_requirement, make_spec
 
@@ -101,3 +108,37 @@ def test_a_failed_accelerator_left_by_a_killed_run_is_still_rolled_back(
     sync_ok(checkout)
     assert "accel-broken" not in checkout.installed()
     assert checkout.state()["optional"]["accel-broken"]["status"] == "rolled_back"
+
+
+def _mapped_library(prefix: str) -> str | None:
+    """A real shared library this process has mapped, to stand in for FFmpeg's."""
+    import ctypes  # noqa: F401  (maps libffi)
+
+    with open("/proc/self/maps") as maps:
+        found = sorted({ln.split()[-1] for ln in maps if "/" in ln})
+    return next((f for f in found if Path(f).name.startswith(prefix)), None)
+
+
+@pytest.mark.skipif(not Path("/proc/self/maps").exists(), reason="needs Linux /proc")
+def test_optional_package_is_import_tested_with_the_local_tools(uv_checkout: Checkout
+                                                                 ) -> None:
+    """torchcodec needs FFmpeg's libraries: its import test must see a local .ffmpeg/."""
+    checkout = uv_checkout
+    lib = _mapped_library("libffi.so")
+    art = FFMPEG.artefact(current_platform())
+    if lib is None or art is None or shutil.which("ffmpeg"):
+        pytest.skip("needs a library to copy, an FFmpeg pin here, and no system ffmpeg")
+    ffmpeg = checkout.root / ".ffmpeg"
+    (ffmpeg / "bin").mkdir(parents=True)
+    (ffmpeg / "bin" / "ffmpeg").write_text("#!/bin/sh\necho 'ffmpeg version n7.1'\n")
+    (ffmpeg / "bin" / "ffmpeg").chmod(0o755)
+    (ffmpeg / "lib").mkdir()
+    shutil.copy2(lib, ffmpeg / "lib" / "libaitkprobe.so")
+    archive.write_marker(ffmpeg, archive.Marker("ffmpeg", FFMPEG.version, art.filename,
+                                                "http://mirror", art.sha256 or "ab" * 32,
+                                                art.sha256 is not None))
+    checkout.write_spec(make_spec(checkout.world, companions=(), accelerators=(
+        Optional_("accel-needs-lib", "accel-needs-lib==1.0", "accel_needs_lib"),)))
+    sync_ok(checkout)
+    assert checkout.state()["optional"]["accel-needs-lib"]["status"] == "ok"
+    assert checkout.installed()["accel-needs-lib"] == "1.0"

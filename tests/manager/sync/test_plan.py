@@ -66,8 +66,8 @@ def test_changed_manager_pins_rerun_the_requirements_pass() -> None:
 def test_fresh_checkout_plans_everything_in_order() -> None:
     kinds = _kinds(observed=Observed(False), state=State())
     assert kinds == ["create-venv", "install-torch", "install-companion",
-                     "install-requirements", "try-optional", "record-unavailable", "verify",
-                     "tools"]
+                     "install-requirements", "tools", "try-optional", "record-unavailable",
+                     "verify"]
 
 
 def test_torch_of_another_build_is_force_reinstalled() -> None:
