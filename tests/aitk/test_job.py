@@ -4,6 +4,7 @@ changes and reproduces the sampler's output, resume re-runs nothing."""
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import numpy as np
@@ -42,6 +43,9 @@ def trained(tmp_path_factory, example_model_dir: Path):
         mp.setattr(BaseModel, "unload_text_encoder", record)
         assert run_job(loaded) == EXIT_OK
     assert unloads == ["example"]  # text embeddings cached -> text encoder freed
+    cache = Path(os.environ["AITK_CACHE_DIR"])
+    assert (cache / "latents").is_dir() and (cache / "text_embeds").is_dir()
+    assert cache.is_relative_to(tmp_path_factory.getbasetemp())  # never the checkout's
     return loaded, root / "out" / "demo"
 
 
