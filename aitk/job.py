@@ -202,6 +202,12 @@ class Reporter:
 
 
 # ---- caches ---------------------------------------------------------------------------
+def model_identity(model: Any) -> str:
+    """The model's cache-key fingerprint. File digests are remembered in the cache folder
+    (by path, size and mtime), so a multi-GB model is hashed once, not at every start."""
+    return model.identity(digest_cache=default_cache_dir(REPO_ROOT) / "model_digests.json")
+
+
 def cached_latents(proc: ProcessConfig, model: Any, items: list[Item], stop: StopFlag,
                    say: Callable[[str], None], stream: TextIO
                    ) -> Callable[[Sequence[Item]], torch.Tensor] | None:
@@ -211,7 +217,7 @@ def cached_latents(proc: ProcessConfig, model: Any, items: list[Item], stop: Sto
         return None
     to_disk = any(ds.cache_latents_to_disk for ds in proc.datasets)
     folder = default_cache_dir(REPO_ROOT) / "latents" if to_disk else None
-    cache = LatentCache(model.encode_images, model.identity(), model.latent_space_version,
+    cache = LatentCache(model.encode_images, model_identity(model), model.latent_space_version,
                         folder, report=say)
     print(f"caching latents for {len(set(items))} image sizes", file=stream, flush=True)
     cache.fill(items, stop=stop.check)
@@ -238,7 +244,7 @@ def text_embeddings(proc: ProcessConfig, model: Any, items: list[Item],
     if any(i.caption_dropout_rate > 0 for i in items):
         captions.append("")
     captions += [t for c in samples for t in (c.prompt, c.negative_prompt)]
-    cache = TextEmbedCache(model.encode_prompts, model.identity(),
+    cache = TextEmbedCache(model.encode_prompts, model_identity(model),
                            model.text_embedding_space_version,
                            default_cache_dir(REPO_ROOT) / "text_embeds", report=say)
     cache.fill(captions, stop=stop.check)

@@ -46,6 +46,9 @@ def trained(tmp_path_factory, example_model_dir: Path):
     cache = Path(os.environ["AITK_CACHE_DIR"])
     assert (cache / "latents").is_dir() and (cache / "text_embeds").is_dir()
     assert cache.is_relative_to(tmp_path_factory.getbasetemp())  # never the checkout's
+    # Weight digests are remembered across runs: a big model is hashed once, not per start.
+    digests = json.loads((cache / "model_digests.json").read_text())["digests"]
+    assert any("diffusion_pytorch_model.safetensors" in k for k in digests)
     return loaded, root / "out" / "demo"
 
 
