@@ -20,9 +20,10 @@ import torch
 from safetensors.torch import load_file
 
 from aitk import checkpoint as ckpt
+from aitk.cli_run import main as cli_main
 from tests.aitk.aitk_testing import REPO, job_config, run_py, write_config
 
-STEPS = 20
+STEPS = 12
 # Everything random in a step: caption dropout, LoRA dropout (global RNG), noise and
 # timesteps, the data order across epochs, accumulation, and previews in between.
 OVERRIDES = dict(
@@ -70,6 +71,16 @@ def wait_for(marker: str, tmp_path: Path, proc: subprocess.Popen,
         time.sleep(0.01)
 
 
+def resume(path: Path, capsys: pytest.CaptureFixture[str]) -> str:
+    """Run the config again, in this process (the stop was the real-process part);
+    returns its "resuming ..." line."""
+    capsys.readouterr()
+    assert cli_main([str(path)]) == 0
+    err = capsys.readouterr().err
+    return next((line.split(" (")[0] for line in err.splitlines()
+                 if line.startswith("resuming")), err)
+
+
 def weights(path: Path) -> dict[str, torch.Tensor]:
     return load_file(path)
 
@@ -89,7 +100,7 @@ def straight(tmp_path_factory, example_model_dir: Path) -> dict[str, torch.Tenso
 
 def test_ctrl_c_saves_at_a_step_boundary_and_resume_is_exact(tmp_path: Path,
                                                              example_model_dir: Path,
-                                                             straight):
+                                                             straight, capsys):
     path = config(tmp_path, example_model_dir, "run")
     out = tmp_path / "out" / "run"
     # Loss computation 5 is the first micro-step of step 3 (2 micro-steps per step):
@@ -110,16 +121,15 @@ def test_ctrl_c_saves_at_a_step_boundary_and_resume_is_exact(tmp_path: Path,
     assert saved is not None and saved.step == 3  # nothing lost, nothing re-run
     assert (out / "run_000000003.safetensors").exists()
 
-    done = run_py(str(path), cwd=tmp_path)
-    assert done.returncode == 0, done.stderr
-    assert "resuming run from step 3" in done.stderr
+    assert resume(path, capsys) == "resuming run from step 3"
     assert max_diff(weights(out / "run.safetensors"), straight) <= 1e-6
     steps = [json.loads(x)["step"] for x in (out / "loss_log.jsonl").read_text().splitlines()]
     assert steps == list(range(1, STEPS + 1))
 
 
 def test_second_ctrl_c_stops_at_once_without_corrupting(tmp_path: Path,
-                                                        example_model_dir: Path, straight):
+                                                        example_model_dir: Path, straight,
+                                                        capsys):
     path = config(tmp_path, example_model_dir, "run")
     out = tmp_path / "out" / "run"
     # First Ctrl+C mid-step 7 (step 5 is already saved); the second one arrives while
@@ -137,7 +147,5 @@ def test_second_ctrl_c_stops_at_once_without_corrupting(tmp_path: Path,
     ckpt.validate(out / "checkpoints" / "step_000000005")
     assert not (out / "run_000000007.safetensors").exists()
 
-    done = run_py(str(path), cwd=tmp_path)
-    assert done.returncode == 0, done.stderr
-    assert "resuming run from step 5" in done.stderr
+    assert resume(path, capsys) == "resuming run from step 5"
     assert max_diff(weights(out / "run.safetensors"), straight) <= 1e-6
