@@ -149,3 +149,18 @@ def test_second_ctrl_c_stops_at_once_without_corrupting(tmp_path: Path,
 
     assert resume(path, capsys) == "resuming run from step 5"
     assert max_diff(weights(out / "run.safetensors"), straight) <= 1e-6
+
+
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM])
+def test_sigint_and_sigterm_request_a_stop_then_stop_at_once(signum: int):
+    from aitk.job import StopFlag
+
+    said: list[str] = []
+    before = signal.getsignal(signum)
+    with StopFlag(say=said.append).installed() as stop:
+        os.kill(os.getpid(), signum)
+        assert stop.requested and said and "stopping after this step" in said[0]
+        with pytest.raises(KeyboardInterrupt):
+            os.kill(os.getpid(), signum)
+            time.sleep(5)  # the handler raises here at the latest; never waits this long
+    assert signal.getsignal(signum) is before  # handlers restored after the job
