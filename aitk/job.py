@@ -366,12 +366,15 @@ def run_process(loaded: LoadedConfig, proc: ProcessConfig, stop: StopFlag,
     metrics = Metrics(out_dir / "loss_log.jsonl", tr.steps, start, name, stream=stream)
     save_dtype = SAVE_DTYPES[proc.save.dtype]
 
+    def lora_path(step: int) -> Path:
+        return out_dir / (f"{name}.safetensors" if step >= tr.steps
+                          else step_lora_name(name, step))
+
     def save(step: int) -> None:
         meta = lora_metadata(loaded, proc, step, data.epoch)
         ckpt.save_checkpoint(ckpt_root, step,
                              checkpoint_files(network, optimizer, data, step, schedule, loaded))
-        final = step >= tr.steps
-        lora = out_dir / (f"{name}.safetensors" if final else step_lora_name(name, step))
+        lora = lora_path(step)
         network.save_file(lora, meta, dtype=save_dtype)  # atomic, public keys
         ckpt.prune(ckpt_root, proc.save.max_step_saves_to_keep)
         prune_step_loras(out_dir, name, proc.save.max_step_saves_to_keep)
@@ -381,6 +384,13 @@ def run_process(loaded: LoadedConfig, proc: ProcessConfig, stop: StopFlag,
         paths = write_samples(model, samples, out_dir / "samples", step, proc.sample.format,
                               sample_embeds)
         metrics.message(f"wrote {len(paths)} samples for step {step}")
+
+    if start > 0 and not lora_path(start).exists():
+        # A save cut between its checkpoint and its LoRA file (second Ctrl+C, crash):
+        # the checkpoint holds the same weights, and the loop will not save this step.
+        network.save_file(lora_path(start), lora_metadata(loaded, proc, start, data.epoch),
+                          dtype=save_dtype)
+        metrics.message(f"wrote {lora_path(start).name} (missing after an interrupted save)")
 
     settings = LoopSettings(
         total_steps=tr.steps, accumulation=tr.accumulation, max_grad_norm=tr.max_grad_norm,

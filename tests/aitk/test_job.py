@@ -145,6 +145,28 @@ def test_resuming_with_another_network_is_a_clear_input_error(tmp_path: Path,
     assert "was trained with another network config" in err and "Traceback" not in err
 
 
+def test_a_lora_file_lost_after_its_checkpoint_is_written_on_resume(tmp_path: Path,
+                                                                   example_model_dir: Path):
+    # A second Ctrl+C (or a crash) between publishing the final checkpoint and writing
+    # the final LoRA file: running the config again must still deliver the LoRA.
+    cfg = job_config("lost", tmp_path / "out", example_model_dir, steps=2,
+                     sample={"sample_every": 100})
+    loaded = load_config(str(write_config(tmp_path / "l.yml", cfg)))
+    assert run_job(loaded) == EXIT_OK
+    final = tmp_path / "out" / "lost" / "lost.safetensors"
+
+    def contents() -> tuple[dict, dict]:
+        with safe_open(str(final), "pt") as fh:
+            return fh.metadata(), {k: fh.get_tensor(k) for k in fh.keys()}
+
+    meta, tensors = contents()
+    final.unlink()
+    assert run_job(loaded) == EXIT_OK
+    meta_again, tensors_again = contents()
+    assert meta_again == meta and tensors_again.keys() == tensors.keys()
+    assert all(torch.equal(tensors[k], tensors_again[k]) for k in tensors)
+
+
 def test_missing_dataset_folder_exits_2(tmp_path: Path, example_model_dir: Path, capsys):
     cfg = job_config("nodata", tmp_path / "out", example_model_dir, steps=2,
                      datasets=[{"folder_path": str(tmp_path / "absent")}])
