@@ -274,8 +274,10 @@ def step_lora_name(name: str, step: int) -> str:
 
 def prune_step_loras(out_dir: Path, name: str, keep: int) -> None:
     prefix = f"{name}_"
-    found = sorted(p for p in out_dir.glob(f"{name}_*.safetensors")
-                   if p.stem[len(prefix):].isdigit() and len(p.stem) == len(prefix) + 9)
+    # Not glob(): a name like "lora[v2]" would read as a pattern and match nothing.
+    found = sorted(p for p in out_dir.iterdir()
+                   if p.suffix == ".safetensors" and p.stem.startswith(prefix)
+                   and p.stem[len(prefix):].isdigit() and len(p.stem) == len(prefix) + 9)
     for old in found[:-keep]:
         old.unlink(missing_ok=True)
 

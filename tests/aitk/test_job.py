@@ -15,7 +15,14 @@ from PIL import Image
 from safetensors import safe_open
 
 from aitk.config import load_config
-from aitk.job import EXIT_OK, create_network, load_model, run_job
+from aitk.job import (
+    EXIT_OK,
+    create_network,
+    load_model,
+    prune_step_loras,
+    run_job,
+    step_lora_name,
+)
 from aitk.models.base import BaseModel
 from aitk.sampling import image_configs
 from aitk.train import compute_loss, step_generator
@@ -165,6 +172,18 @@ def test_a_lora_file_lost_after_its_checkpoint_is_written_on_resume(tmp_path: Pa
     meta_again, tensors_again = contents()
     assert meta_again == meta and tensors_again.keys() == tensors.keys()
     assert all(torch.equal(tensors[k], tensors_again[k]) for k in tensors)
+
+
+@pytest.mark.parametrize("name", ["plain", "lora[v2]", "a*b?"])
+def test_step_loras_are_pruned_to_the_newest_whatever_the_name(tmp_path: Path, name: str):
+    for step in (10, 20, 30):
+        (tmp_path / step_lora_name(name, step)).write_bytes(b"x")
+    (tmp_path / f"{name}.safetensors").write_bytes(b"final")
+    (tmp_path / f"{name}_notes.safetensors").write_bytes(b"other")
+    prune_step_loras(tmp_path, name, keep=2)
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted([
+        step_lora_name(name, 20), step_lora_name(name, 30), f"{name}.safetensors",
+        f"{name}_notes.safetensors"])
 
 
 def test_missing_dataset_folder_exits_2(tmp_path: Path, example_model_dir: Path, capsys):
