@@ -175,13 +175,15 @@ def test_unreadable_config_file_is_one_error_not_a_traceback(tmp_path: Path, mon
         read_config_file(tmp_path / "latin1.yml")
 
 
-def test_non_utf8_config_through_run_py_exits_2_without_traceback(tmp_path: Path):
+def test_non_utf8_config_through_the_cli_exits_2_with_one_line(tmp_path: Path, capsys):
+    from aitk.cli_run import main
+
     path = tmp_path / "bad.yml"
     path.write_bytes(b"\xff\xfe")
-    done = run_py(str(path), cwd=tmp_path)
-    assert done.returncode == 2, done.stderr
-    assert "Traceback" not in done.stderr
-    assert done.stderr.strip().startswith(f"config error in {path}: not a UTF-8 text file")
+    assert main([str(path)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"config error in {path}: not a UTF-8 text file")
+    assert len(err.strip().splitlines()) == 1
 
 
 def test_unknown_arch_through_the_real_registry(tmp_path: Path):
