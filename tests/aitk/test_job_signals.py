@@ -21,7 +21,7 @@ from safetensors.torch import load_file
 
 from aitk import checkpoint as ckpt
 from aitk.cli_run import main as cli_main
-from tests.aitk.aitk_testing import REPO, job_config, run_py, write_config
+from tests.aitk.aitk_testing import REPO, job_config, write_config
 
 STEPS = 12
 # Everything random in a step: caption dropout, LoRA dropout (global RNG), noise and
@@ -92,9 +92,9 @@ def max_diff(a: dict[str, torch.Tensor], b: dict[str, torch.Tensor]) -> float:
 
 @pytest.fixture(scope="module")
 def straight(tmp_path_factory, example_model_dir: Path) -> dict[str, torch.Tensor]:
+    """The uninterrupted run (in this process: only the stopped runs need their own)."""
     tmp = tmp_path_factory.mktemp("straight")
-    done = run_py(str(config(tmp, example_model_dir, "run")), cwd=tmp)
-    assert done.returncode == 0, done.stderr
+    assert cli_main([str(config(tmp, example_model_dir, "run"))]) == 0
     return weights(tmp / "out" / "run" / "run.safetensors")
 
 
