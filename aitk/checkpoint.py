@@ -4,7 +4,7 @@
         adapter.safetensors   adapter weights, internal names, full precision
         optimizer.pt          optimizer state
         rng.pt                python / numpy / torch CPU (+ CUDA) generator states
-        state.json            step, epoch, data-order position, LR schedule, config hash
+        state.json            step, epoch, data-order position, LR schedule, job name
         manifest.json         sha256 of every file above; written last
 
 The directory is assembled as `.tmp-step_...` beside its final name (every file

@@ -42,11 +42,12 @@ def render(data: dict, verbose_errors: dict[str, str] | None = None) -> None:
     err = Console(stderr=True)
     for b in data["broken_extensions"]:
         err.print(f"[red]broken extension[/red] {b['name']} ({b['path']}): {b['error']}",
-                  markup=True, highlight=False)
+                  markup=True, highlight=False, soft_wrap=True)
         if verbose_errors:
             err.print(verbose_errors[b["name"]], markup=False, highlight=False)
     for w in data["warnings"]:
-        err.print(f"[yellow]warning[/yellow] {w}", markup=True, highlight=False)
+        err.print(f"[yellow]warning[/yellow] {w}", markup=True, highlight=False,
+                  soft_wrap=True)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -352,13 +352,20 @@ def resolve_config_path(name: str, cwd: Path | None = None) -> Path:
 
 
 def read_config_file(path: Path) -> Any:
-    text = path.read_text(encoding="utf-8")
+    try:
+        text = path.read_text(encoding="utf-8")
+    except UnicodeDecodeError as exc:
+        raise ConfigError(str(path), [f"not a UTF-8 text file ({exc.reason} at byte "
+                                      f"{exc.start})"]) from None
+    except OSError as exc:
+        raise ConfigError(str(path), [f"cannot read the file ({exc.strerror or exc})"]
+                          ) from None
     try:
         if path.suffix == ".json":
             return json.loads(text)
         return yaml.safe_load(text)
     except (yaml.YAMLError, json.JSONDecodeError) as exc:
-        detail = str(exc).replace("\n", " ")
+        detail = " ".join(str(exc).split())  # yaml's caret diagram, on one line
         raise ConfigError(str(path), [f"not valid {path.suffix.lstrip('.') or 'YAML'}: "
                                       f"{detail}"]) from None
 

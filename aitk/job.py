@@ -202,6 +202,12 @@ class Reporter:
 
 
 # ---- caches ---------------------------------------------------------------------------
+def model_identity(model: Any) -> str:
+    """The model's cache-key fingerprint. File digests are remembered in the cache folder
+    (by path, size and mtime), so a multi-GB model is hashed once, not at every start."""
+    return model.identity(digest_cache=default_cache_dir(REPO_ROOT) / "model_digests.json")
+
+
 def cached_latents(proc: ProcessConfig, model: Any, items: list[Item], stop: StopFlag,
                    say: Callable[[str], None], stream: TextIO
                    ) -> Callable[[Sequence[Item]], torch.Tensor] | None:
@@ -211,7 +217,7 @@ def cached_latents(proc: ProcessConfig, model: Any, items: list[Item], stop: Sto
         return None
     to_disk = any(ds.cache_latents_to_disk for ds in proc.datasets)
     folder = default_cache_dir(REPO_ROOT) / "latents" if to_disk else None
-    cache = LatentCache(model.encode_images, model.identity(), model.latent_space_version,
+    cache = LatentCache(model.encode_images, model_identity(model), model.latent_space_version,
                         folder, report=say)
     print(f"caching latents for {len(set(items))} image sizes", file=stream, flush=True)
     cache.fill(items, stop=stop.check)
@@ -238,7 +244,7 @@ def text_embeddings(proc: ProcessConfig, model: Any, items: list[Item],
     if any(i.caption_dropout_rate > 0 for i in items):
         captions.append("")
     captions += [t for c in samples for t in (c.prompt, c.negative_prompt)]
-    cache = TextEmbedCache(model.encode_prompts, model.identity(),
+    cache = TextEmbedCache(model.encode_prompts, model_identity(model),
                            model.text_embedding_space_version,
                            default_cache_dir(REPO_ROOT) / "text_embeds", report=say)
     cache.fill(captions, stop=stop.check)
@@ -268,8 +274,10 @@ def step_lora_name(name: str, step: int) -> str:
 
 def prune_step_loras(out_dir: Path, name: str, keep: int) -> None:
     prefix = f"{name}_"
-    found = sorted(p for p in out_dir.glob(f"{name}_*.safetensors")
-                   if p.stem[len(prefix):].isdigit() and len(p.stem) == len(prefix) + 9)
+    # Not glob(): a name like "lora[v2]" would read as a pattern and match nothing.
+    found = sorted(p for p in out_dir.iterdir()
+                   if p.suffix == ".safetensors" and p.stem.startswith(prefix)
+                   and p.stem[len(prefix):].isdigit() and len(p.stem) == len(prefix) + 9)
     for old in found[:-keep]:
         old.unlink(missing_ok=True)
 
@@ -360,12 +368,15 @@ def run_process(loaded: LoadedConfig, proc: ProcessConfig, stop: StopFlag,
     metrics = Metrics(out_dir / "loss_log.jsonl", tr.steps, start, name, stream=stream)
     save_dtype = SAVE_DTYPES[proc.save.dtype]
 
+    def lora_path(step: int) -> Path:
+        return out_dir / (f"{name}.safetensors" if step >= tr.steps
+                          else step_lora_name(name, step))
+
     def save(step: int) -> None:
         meta = lora_metadata(loaded, proc, step, data.epoch)
         ckpt.save_checkpoint(ckpt_root, step,
                              checkpoint_files(network, optimizer, data, step, schedule, loaded))
-        final = step >= tr.steps
-        lora = out_dir / (f"{name}.safetensors" if final else step_lora_name(name, step))
+        lora = lora_path(step)
         network.save_file(lora, meta, dtype=save_dtype)  # atomic, public keys
         ckpt.prune(ckpt_root, proc.save.max_step_saves_to_keep)
         prune_step_loras(out_dir, name, proc.save.max_step_saves_to_keep)
@@ -375,6 +386,13 @@ def run_process(loaded: LoadedConfig, proc: ProcessConfig, stop: StopFlag,
         paths = write_samples(model, samples, out_dir / "samples", step, proc.sample.format,
                               sample_embeds)
         metrics.message(f"wrote {len(paths)} samples for step {step}")
+
+    if start > 0 and not lora_path(start).exists():
+        # A save cut between its checkpoint and its LoRA file (second Ctrl+C, crash):
+        # the checkpoint holds the same weights, and the loop will not save this step.
+        network.save_file(lora_path(start), lora_metadata(loaded, proc, start, data.epoch),
+                          dtype=save_dtype)
+        metrics.message(f"wrote {lora_path(start).name} (missing after an interrupted save)")
 
     settings = LoopSettings(
         total_steps=tr.steps, accumulation=tr.accumulation, max_grad_norm=tr.max_grad_norm,

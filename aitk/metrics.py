@@ -62,7 +62,8 @@ class Metrics:
             self._progress.start()
 
     def message(self, text: str) -> None:
-        self.console.print(text, markup=False, highlight=False)
+        # soft_wrap: one line per message, whatever the width (rich folds a non-tty at 80)
+        self.console.print(text, markup=False, highlight=False, soft_wrap=True)
 
     def log(self, step: int, loss: float, lr: float) -> None:
         now = time.perf_counter()

@@ -64,10 +64,15 @@ def read_caption(image: Path, caption_ext: str, default_caption: str | None,
 
 
 def image_size(path: Path) -> Size:
-    """(width, height) after EXIF rotation; raises on anything PIL cannot read."""
+    """(width, height) after EXIF rotation; raises on anything PIL cannot read.
+
+    The pixels are decoded, not only the header: a truncated file has a valid header
+    and would otherwise fail later, mid-run, when its latents are computed.
+    """
     with Image.open(path) as img:
         img.verify()
     with Image.open(path) as img:
+        img.load()
         w, h = img.size
         orientation = img.getexif().get(0x0112, 1)
     return (h, w) if orientation in (5, 6, 7, 8) else (w, h)

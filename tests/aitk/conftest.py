@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -23,6 +24,16 @@ def image_folder(tmp_path: Path) -> Path:
     write_image(folder / "b.jpg", (48, 64), (30, 200, 30), "[trigger] a green thing")
     write_image(folder / "c.png", (64, 64), (30, 30, 200), "a blue thing")
     return folder
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _session_cache(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
+    """Module- and session-scoped fixtures (a trained job shared by several tests) are
+    set up before any per-test fixture: they get a private cache too, never the
+    checkout's cache/."""
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("AITK_CACHE_DIR", str(tmp_path_factory.mktemp("session-cache")))
+        yield
 
 
 @pytest.fixture(autouse=True)

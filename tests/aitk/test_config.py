@@ -157,8 +157,33 @@ def test_json_configs_load_and_broken_yaml_is_one_error(tmp_path: Path):
     (tmp_path / "job.json").write_text('{"job": "extension"}')
     assert read_config_file(tmp_path / "job.json") == {"job": "extension"}
     (tmp_path / "bad.yml").write_text("config: [unclosed\n")
-    with pytest.raises(ConfigError, match="not valid yml"):
+    with pytest.raises(ConfigError, match="not valid yml") as info:
         read_config_file(tmp_path / "bad.yml")
+    assert len(info.value.render().splitlines()) == 1
+
+
+def test_unreadable_config_file_is_one_error_not_a_traceback(tmp_path: Path, monkeypatch):
+    (tmp_path / "latin1.yml").write_bytes("name: caf\xe9\n".encode("latin-1"))
+    with pytest.raises(ConfigError, match="not a UTF-8 text file"):
+        read_config_file(tmp_path / "latin1.yml")
+
+    def denied(self, *args, **kwargs):
+        raise PermissionError(13, "Permission denied", str(self))
+
+    monkeypatch.setattr(Path, "read_text", denied)
+    with pytest.raises(ConfigError, match=r"cannot read the file \(Permission denied\)"):
+        read_config_file(tmp_path / "latin1.yml")
+
+
+def test_non_utf8_config_through_the_cli_exits_2_with_one_line(tmp_path: Path, capsys):
+    from aitk.cli_run import main
+
+    path = tmp_path / "bad.yml"
+    path.write_bytes(b"\xff\xfe")
+    assert main([str(path)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"config error in {path}: not a UTF-8 text file")
+    assert len(err.strip().splitlines()) == 1
 
 
 def test_unknown_arch_through_the_real_registry(tmp_path: Path):

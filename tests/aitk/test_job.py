@@ -4,6 +4,7 @@ changes and reproduces the sampler's output, resume re-runs nothing."""
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import numpy as np
@@ -14,7 +15,14 @@ from PIL import Image
 from safetensors import safe_open
 
 from aitk.config import load_config
-from aitk.job import EXIT_OK, create_network, load_model, run_job
+from aitk.job import (
+    EXIT_OK,
+    create_network,
+    load_model,
+    prune_step_loras,
+    run_job,
+    step_lora_name,
+)
 from aitk.models.base import BaseModel
 from aitk.sampling import image_configs
 from aitk.train import compute_loss, step_generator
@@ -42,6 +50,12 @@ def trained(tmp_path_factory, example_model_dir: Path):
         mp.setattr(BaseModel, "unload_text_encoder", record)
         assert run_job(loaded) == EXIT_OK
     assert unloads == ["example"]  # text embeddings cached -> text encoder freed
+    cache = Path(os.environ["AITK_CACHE_DIR"])
+    assert (cache / "latents").is_dir() and (cache / "text_embeds").is_dir()
+    assert cache.is_relative_to(tmp_path_factory.getbasetemp())  # never the checkout's
+    # Weight digests are remembered across runs: a big model is hashed once, not per start.
+    digests = json.loads((cache / "model_digests.json").read_text())["digests"]
+    assert any("diffusion_pytorch_model.safetensors" in k for k in digests)
     return loaded, root / "out" / "demo"
 
 
@@ -136,6 +150,40 @@ def test_resuming_with_another_network_is_a_clear_input_error(tmp_path: Path,
     assert run_job(load_config(str(write_config(tmp_path / "b.yml", cfg)))) == 2
     err = capsys.readouterr().err
     assert "was trained with another network config" in err and "Traceback" not in err
+
+
+def test_a_lora_file_lost_after_its_checkpoint_is_written_on_resume(tmp_path: Path,
+                                                                   example_model_dir: Path):
+    # A second Ctrl+C (or a crash) between publishing the final checkpoint and writing
+    # the final LoRA file: running the config again must still deliver the LoRA.
+    cfg = job_config("lost", tmp_path / "out", example_model_dir, steps=1,
+                     train={"disable_sampling": True})
+    loaded = load_config(str(write_config(tmp_path / "l.yml", cfg)))
+    assert run_job(loaded) == EXIT_OK
+    final = tmp_path / "out" / "lost" / "lost.safetensors"
+
+    def contents() -> tuple[dict, dict]:
+        with safe_open(str(final), "pt") as fh:
+            return fh.metadata(), {k: fh.get_tensor(k) for k in fh.keys()}
+
+    meta, tensors = contents()
+    final.unlink()
+    assert run_job(loaded) == EXIT_OK
+    meta_again, tensors_again = contents()
+    assert meta_again == meta and tensors_again.keys() == tensors.keys()
+    assert all(torch.equal(tensors[k], tensors_again[k]) for k in tensors)
+
+
+@pytest.mark.parametrize("name", ["plain", "lora[v2]", "a*b?"])
+def test_step_loras_are_pruned_to_the_newest_whatever_the_name(tmp_path: Path, name: str):
+    for step in (10, 20, 30):
+        (tmp_path / step_lora_name(name, step)).write_bytes(b"x")
+    (tmp_path / f"{name}.safetensors").write_bytes(b"final")
+    (tmp_path / f"{name}_notes.safetensors").write_bytes(b"other")
+    prune_step_loras(tmp_path, name, keep=2)
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted([
+        step_lora_name(name, 20), step_lora_name(name, 30), f"{name}.safetensors",
+        f"{name}_notes.safetensors"])
 
 
 def test_missing_dataset_folder_exits_2(tmp_path: Path, example_model_dir: Path, capsys):

@@ -30,3 +30,13 @@ def test_resume_trims_entries_past_the_checkpoint(tmp_path: Path):
                    + '{"step": 8, "lo')  # torn by a hard kill
     trim_log(log, 5)
     assert [json.loads(x)["step"] for x in log.read_text().splitlines()] == [1, 2, 3, 4, 5]
+
+
+def test_messages_stay_one_line_in_a_log(tmp_path: Path):
+    stream = io.StringIO()
+    m = Metrics(tmp_path / "loss_log.jsonl", total_steps=3, start_step=0, name="job",
+                stream=stream)
+    text = f"saved {'a_long_job_name_' * 8}000000050.safetensors and checkpoint step_50"
+    m.message(text)
+    m.close()
+    assert stream.getvalue() == text + "\n"

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import io
 from pathlib import Path
 
 import pytest
+from PIL import Image
 
 from aitk.data.dataset import (
     DatasetError,
@@ -56,6 +58,22 @@ def test_unreadable_image_is_skipped_and_reported(image_folder: Path):
     assert "broken.png" not in {i.path.name for i in items}
     assert len(items) == 3
     assert any("broken.png" in r and "unreadable" in r for r in reports)
+
+
+@pytest.mark.parametrize("name", ["cut.jpg", "cut.png"])
+def test_truncated_image_is_skipped_at_scan_and_reported(image_folder: Path, name: str):
+    # The header is intact, so only decoding the pixels finds the damage.
+    noise = Image.effect_noise((64, 64), 64).convert("RGB")
+    buf = io.BytesIO()
+    noise.save(buf, format="JPEG" if name.endswith(".jpg") else "PNG")
+    (image_folder / name).write_bytes(buf.getvalue()[:len(buf.getvalue()) // 2])
+    (image_folder / name).with_suffix(".txt").write_text("cut")
+    reports: list[str] = []
+    items = scan_folder(image_folder, resolutions=[32], divisibility=8, report=reports.append)
+    assert name not in {i.path.name for i in items}
+    assert any(name in r and "unreadable" in r for r in reports)
+    for item in items:  # what the scan kept decodes
+        load_pixels(item)
 
 
 def test_empty_or_missing_dataset_is_an_error(tmp_path: Path):
