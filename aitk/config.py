@@ -329,6 +329,9 @@ class LoadedConfig:
     raw: dict[str, Any]  # after [name]/${VAR} substitution, unsupported keys dropped
     source: Path
     warnings: list[str] = field(default_factory=list)
+    # What outputs record (config.yaml, LoRA metadata): like `raw`, but `${VAR}` kept as
+    # written, so a token passed through the environment is never saved to disk.
+    recorded: dict[str, Any] = field(default_factory=dict)
 
     @property
     def name(self) -> str:
@@ -374,15 +377,18 @@ def read_config_file(path: Path) -> Any:
 _ENV = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
 
 
-def substitute(raw: Any, name: str, env: typing.Mapping[str, str],
+def substitute(raw: Any, name: str, env: typing.Mapping[str, str] | None,
                problems: list[str], path: str = "") -> Any:
-    """Replace `[name]` and `${VAR}` in every string; a missing variable is a problem."""
+    """Replace `[name]` and `${VAR}` in every string; a missing variable is a problem.
+    With env=None only `[name]` is replaced (the form outputs record)."""
     if isinstance(raw, dict):
         return {k: substitute(v, name, env, problems, _join(path, k)) for k, v in raw.items()}
     if isinstance(raw, list):
         return [substitute(v, name, env, problems, f"{path}[{i}]") for i, v in enumerate(raw)]
     if not isinstance(raw, str):
         return raw
+    if env is None:
+        return raw.replace("[name]", name)
 
     def env_value(match: re.Match[str]) -> str:
         var = match.group(1)
@@ -500,7 +506,9 @@ def parse_job(raw: Any, source: str, *, name_override: str | None = None,
     if problems:
         raise ConfigError(source, problems)
     assert job is not None
-    return LoadedConfig(job=job, raw=data, source=Path(source), warnings=warnings)
+    recorded = screen_keys(substitute(raw, str(job_name), None, []), JobConfig, "", [], [])
+    return LoadedConfig(job=job, raw=data, source=Path(source), warnings=warnings,
+                        recorded=recorded)
 
 
 ArchCheck = Callable[[str], "str | None"]  # arch -> problem text, None when known

@@ -264,7 +264,7 @@ def lora_metadata(loaded: LoadedConfig, proc: ProcessConfig, step: int,
         "base_model": proc.model.name_or_path,
         "network": json.dumps({"type": proc.network.type, "rank": proc.network.dim,
                                "alpha": proc.network.scale_alpha}),
-        "config": json.dumps(loaded.raw),
+        "config": json.dumps(loaded.recorded),
     }
 
 
@@ -360,7 +360,7 @@ def run_process(loaded: LoadedConfig, proc: ProcessConfig, stop: StopFlag,
         restore(found, network, optimizer, data)
         start = found.step
         print(f"resuming {name} from step {start} ({found.path})", file=stream, flush=True)
-    atomic_write_text(out_dir / "config.yaml", dump_yaml(loaded.raw))
+    atomic_write_text(out_dir / "config.yaml", dump_yaml(loaded.recorded))
     print(f"training {name}: {len({i.path for i in items})} images ({len(items)} items with "
           f"resolutions and repeats), {tr.steps} steps on {device.type}; outputs in {out_dir}",
           file=stream, flush=True)

@@ -54,6 +54,20 @@ def test_name_tag_and_env_vars_are_substituted():
         == "other"
 
 
+def test_env_values_are_used_but_never_recorded():
+    # config.yaml and the LoRA metadata come from `recorded`: a token passed through the
+    # environment must not be written to disk next to the weights.
+    raw = example_raw()
+    proc(raw)["training_folder"] = "${OUT_ROOT}/runs"
+    raw["meta"]["source"] = "${HF_TOKEN}"
+    loaded = parse(raw, env={"OUT_ROOT": "/data", "HF_TOKEN": "hf_secret123"})
+    assert loaded.job.config.process[0].training_folder == "/data/runs"
+    assert "hf_secret123" not in repr(loaded.recorded)
+    assert loaded.recorded["meta"]["source"] == "${HF_TOKEN}"
+    assert proc(loaded.recorded)["training_folder"] == "${OUT_ROOT}/runs"
+    assert loaded.recorded["meta"]["name"] == "example_lora"  # [name] is still filled in
+
+
 def test_missing_env_var_is_an_error_naming_it_and_the_field():
     raw = example_raw()
     proc(raw)["model"]["name_or_path"] = "${MODELS_DIR}/example"
