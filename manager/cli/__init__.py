@@ -78,8 +78,13 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     except click.exceptions.UsageError as exc:
         where = exc.ctx.command_path if exc.ctx else "python3 -m manager"
-        hint = f" (see `{where} --help`)"
-        sys.stderr.write(f"aitk: usage error: {exc.format_message()}{hint}\n")
+        hint = f"see `{where} --help`"
+        if exc.ctx is not None and _asked_for_json(exc.ctx, args):
+            # Scripts parse stdout even when they get the call wrong.
+            error = {"type": "UsageError", "message": exc.format_message(), "hint": hint}
+            emit_json(envelope(exc.ctx.info_name or "", None, error=error,
+                               exit_code=errors.UsageError.exit_code))
+        sys.stderr.write(f"aitk: usage error: {exc.format_message()} ({hint})\n")
         return errors.UsageError.exit_code
     except errors.ManagerError as exc:  # raised outside _finish (e.g. `test`)
         _fail("", exc, as_json=False)
@@ -91,6 +96,13 @@ def main(argv: list[str] | None = None) -> int:
         sys.stderr.write("aitk: interrupted\n")
         return errors.EXIT_INTERRUPTED
     return 0
+
+
+def _asked_for_json(ctx: click.Context, args: list[str]) -> bool:
+    """`--json` was given to a verb that takes it (a usage error inside that verb)."""
+    if ctx.parent is None or "--json" not in args:
+        return False
+    return any("--json" in getattr(p, "opts", ()) for p in ctx.command.params)
 
 
 # Register the verbs; the import order is the order `--help` lists them.

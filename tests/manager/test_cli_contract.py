@@ -122,3 +122,75 @@ def test_spec_from_bad_file_is_one_line_exit_2(content, why, tmp_path, no_gpu_en
 def test_spec_from_a_directory_is_one_line_exit_2(tmp_path, no_gpu_env):
     done = manager("spec", "--from", str(tmp_path), env=no_gpu_env)
     assert done.returncode == 2 and len(done.stderr.splitlines()) == 1
+
+
+# ---- every verb ------------------------------------------------------------------------
+
+COMMANDS = typer.main.get_command(app).commands  # type: ignore[attr-defined]
+# These hand unknown arguments on (to run.py, to pytest): no usage error of their own.
+PASS_THROUGH = {"launch", "test"}
+
+
+def takes_json(name: str) -> bool:
+    return any("--json" in getattr(p, "opts", ()) for p in COMMANDS[name].params)
+
+
+def test_the_verb_list_is_known():
+    """A new verb must be added here, and so gets the contract tests below."""
+    assert set(COMMANDS) == {"version", "detect", "spec", "install", "sync", "test", "tools",
+                             "update", "check", "doctor", "launch", "shortcut"}
+
+
+@pytest.mark.parametrize("name", sorted(set(COMMANDS) - PASS_THROUGH))
+def test_every_verb_rejects_an_unknown_flag_in_one_line(name, no_gpu_env):
+    done = manager(name, "--no-such-flag", env=no_gpu_env)
+    assert done.returncode == 2, done.stderr
+    assert done.stdout == ""
+    assert done.stderr.splitlines() == [
+        f"aitk: usage error: No such option '--no-such-flag'. "
+        f"(see `python3 -m manager {name} --help`)"]
+
+
+@pytest.mark.parametrize("name", sorted(n for n in COMMANDS if takes_json(n)))
+def test_every_json_verb_answers_a_usage_error_with_an_envelope(name, no_gpu_env):
+    done = manager(name, "--json", "--no-such-flag", env=no_gpu_env)
+    assert done.returncode == 2
+    doc = json.loads(done.stdout)
+    assert set(doc) == ENVELOPE_KEYS
+    assert (doc["command"], doc["ok"], doc["exit_code"]) == (name, False, 2)
+    assert doc["error"]["type"] == "UsageError" and "--no-such-flag" in doc["error"]["message"]
+    assert len(done.stderr.splitlines()) == 1  # people still get the line on stderr
+
+
+def test_the_json_verbs_are_the_ones_scripts_call():
+    assert {n for n in COMMANDS if takes_json(n)} >= {
+        "version", "detect", "spec", "sync", "check", "doctor", "tools", "shortcut"}
+
+
+def test_no_color_on_a_terminal(no_gpu_env):
+    """On a tty rich colours doctor's statuses; NO_COLOR turns colour off (bold may stay)."""
+    import os
+    import pty
+
+    def on_tty(env: dict[str, str]) -> str:
+        leader, follower = pty.openpty()
+        child = subprocess.Popen([sys.executable, "-m", "manager", "doctor"], cwd=ROOT,
+                                 env=env, stdin=follower, stdout=follower, stderr=follower)
+        os.close(follower)
+        out = b""
+        while True:
+            try:
+                chunk = os.read(leader, 65536)
+            except OSError:  # the child closed the terminal
+                break
+            if not chunk:
+                break
+            out += chunk
+        os.close(leader)
+        assert child.wait(timeout=180) in (0, 1)
+        return out.decode()
+
+    env = {k: v for k, v in no_gpu_env.items() if k != "NO_COLOR"}
+    assert "\x1b[32mOK" in on_tty(env)  # coloured on a terminal...
+    plain = on_tty({**env, "NO_COLOR": "1"})
+    assert "OK" in plain and "\x1b[3" not in plain  # ...and not with NO_COLOR
