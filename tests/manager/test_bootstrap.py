@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from manager import __main__ as bootstrap
+from manager import __version__
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -93,3 +94,16 @@ def test_bootstrap_from_bare_python(tmp_path):
     assert cpu.returncode == 0, cpu.stderr
     assert json.loads(cpu.stdout)["data"]["torch"]["local"] in ("cpu", "cu130", "cu126",
                                                                 "rocm7.1", None)
+
+
+@pytest.mark.parametrize("python", [sys.executable, sys._base_executable],
+                         ids=["venv", "bare-reexec"])
+def test_the_package_folder_runs_as_a_script_from_any_folder(python, tmp_path):
+    """`python3 /path/to/checkout/manager COMMAND` from elsewhere: the checkout, not the
+    package folder, goes on sys.path (manager/venv.py must not shadow the stdlib's)."""
+    env = {k: v for k, v in os.environ.items() if k not in ("VIRTUAL_ENV", "PYTHONPATH")}
+    done = subprocess.run([python, str(ROOT / "manager"), "version", "--json"], cwd=tmp_path,
+                          env={**env, "NO_COLOR": "1"}, capture_output=True, text=True,
+                          timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout)["data"]["version"] == __version__
