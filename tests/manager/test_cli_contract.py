@@ -194,3 +194,12 @@ def test_no_color_on_a_terminal(no_gpu_env):
     assert "\x1b[32mOK" in on_tty(env)  # coloured on a terminal...
     plain = on_tty({**env, "NO_COLOR": "1"})
     assert "OK" in plain and "\x1b[3" not in plain  # ...and not with NO_COLOR
+
+
+def test_version_outside_a_checkout_says_the_commit_is_unknown(no_gpu_env, tmp_path):
+    done = manager("version", env={**no_gpu_env, "AITK_ROOT": str(tmp_path)})
+    assert done.returncode == 0
+    assert "commit   unknown (not a git checkout" in done.stdout and "null" not in done.stdout
+    doc = json.loads(manager("version", "--json",
+                             env={**no_gpu_env, "AITK_ROOT": str(tmp_path)}).stdout)
+    assert doc["data"]["commit"] is None
