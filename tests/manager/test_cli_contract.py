@@ -203,3 +203,18 @@ def test_version_outside_a_checkout_says_the_commit_is_unknown(no_gpu_env, tmp_p
     doc = json.loads(manager("version", "--json",
                              env={**no_gpu_env, "AITK_ROOT": str(tmp_path)}).stdout)
     assert doc["data"]["commit"] is None
+
+
+def test_the_readme_command_table_lists_each_verbs_flags():
+    """The README's command table is what people read: every verb, with its real flags."""
+    import re
+
+    text = (ROOT / "README.md").read_text(encoding="utf-8")
+    table = text.split("| Command | What it does |", 1)[1].split("\n\n", 1)[0]
+    rows = dict(re.findall(r"^\| `([a-z]+)((?: [^`]*)?)` \|", table, re.M))
+    assert set(rows) == set(COMMANDS)
+    for name, command in COMMANDS.items():
+        documented = set(re.findall(r"--[\w-]+", rows[name]))
+        real = {o for p in command.params for o in getattr(p, "opts", ())
+                if o.startswith("--") and o != "--help"}
+        assert documented == real, name
