@@ -113,6 +113,17 @@ def test_disk_thresholds(free_gib, status):
         assert "/m" in check.fix
 
 
+def test_disk_fix_fits_the_place_that_is_low():
+    low_checkout = [checkout.Place("checkout", Path("/c"), 2 * GIB),
+                    checkout.Place("models (HF cache)", Path("/m"), 500 * GIB)]
+    check = checkout.judge_disk(low_checkout)
+    assert "/c" in check.fix and "HF_HOME" not in check.fix  # HF_HOME cannot move .venv
+    low_cache = [checkout.Place("checkout", Path("/c"), 500 * GIB),
+                 checkout.Place("models (HF cache)", Path("/m"), 2 * GIB)]
+    assert "HF_HOME" in checkout.judge_disk(low_cache).fix
+    assert checkout.judge_disk([]).fix  # not OK, so it carries a fix
+
+
 def test_checkout_behind_and_detached():
     behind = RepoStatus("main", "a" * 40, "origin/main", behind=3)
     check = checkout.judge_checkout(behind)
