@@ -147,6 +147,9 @@ def main() -> int:
             say(f"could not set up {VENV}: {exc}")
             say("fix the cause above, or delete .venv and run the command again")
             return 1
+        except KeyboardInterrupt:  # the marker is written last: the next run redoes it
+            say("interrupted; run the command again to finish setting up")
+            return 130
     python = str(venv_python())
     argv = [python, "-m", "manager", *sys.argv[1:]]
     env = clean_env()

@@ -107,3 +107,16 @@ def test_the_package_folder_runs_as_a_script_from_any_folder(python, tmp_path):
                           timeout=120)
     assert done.returncode == 0, done.stderr
     assert json.loads(done.stdout)["data"]["version"] == __version__
+
+
+def test_ctrl_c_while_setting_up_is_one_line_and_130(monkeypatch, capsys):
+    def interrupted() -> None:
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(bootstrap, "inside_venv", lambda: False)
+    monkeypatch.setattr(bootstrap, "bootstrapped", lambda: False)
+    monkeypatch.setattr(bootstrap, "create_venv", interrupted)
+    monkeypatch.delenv("AITK_NO_BOOTSTRAP", raising=False)
+    assert bootstrap.main() == 130
+    err = capsys.readouterr().err
+    assert err == "aitk: interrupted; run the command again to finish setting up\n"
