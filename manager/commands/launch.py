@@ -69,7 +69,14 @@ def check_installed(where: Paths) -> None:
 def warn_if_out_of_sync(where: Paths, report: Callable[[str], None] = say) -> bool:
     """Fast check (never imports torch); warns and returns False when out of sync."""
     from manager.envstatus import quick_status
+    from manager.state import load_state
 
+    try:
+        load_state(where)  # corrupt: the sync check below would only guess at the cause
+    except errors.StateError as exc:
+        report(f"warning: {exc.message}")
+        report(f"warning: {exc.hint or 'run `python3 -m manager sync`'}; starting anyway")
+        return False
     try:
         status = quick_status(where)
     except Exception as exc:  # noqa: BLE001 - a failed check must not block training

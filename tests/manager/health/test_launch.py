@@ -105,6 +105,17 @@ def test_out_of_sync_warns_and_starts(healthy, trainer, tmp_path, run_cli, monke
     assert "python3 -m manager sync" in err
 
 
+def test_corrupt_state_warns_with_its_own_fix_and_starts(healthy, trainer, tmp_path, run_cli):
+    (healthy.venv / "aitk_manager_state.json").write_text("{not json", encoding="utf-8")
+    code, _, err = run_cli("launch", str(config(tmp_path, "job.yaml", exit=3)))
+    assert code == 3  # still the trainer's code: a bad state file does not block training
+    lines = err.strip().splitlines()
+    assert "is corrupt" in lines[0]
+    assert "sync --verify" in lines[1] and lines[1].endswith("starting anyway")
+    assert "--cpu" not in err  # not a guess from the spec refusing a lost --cpu choice
+    assert (healthy.venv / "aitk_manager_state.json").read_text() == "{not json"
+
+
 def test_missing_venv_is_a_one_line_hint(healthy, trainer, tmp_path, run_cli):
     import shutil
 
