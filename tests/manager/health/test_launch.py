@@ -185,3 +185,29 @@ def test_second_ctrl_c_kills_a_stuck_trainer(healthy, trainer, tmp_path):
     _, err = launcher.communicate(timeout=60)
     assert launcher.returncode == 128 + signal.SIGKILL, err
     assert "press Ctrl+C again" in err
+
+
+def test_install_json_keeps_the_trainers_output_off_stdout(healthy, trainer, tmp_path,
+                                                           monkeypatch, capfd):
+    """`install --json` prints its envelope, then launches: the trainer's stdout goes to
+    stderr so stdout stays one JSON document."""
+    from manager.commands import launch, sync
+    from manager.output import Result
+
+    monkeypatch.setattr(sync, "run", lambda options: Result(data={"changes": []}))
+    real_run = launch.run
+    chatty = config(tmp_path, "job.yaml", exit=0)
+
+    def run_with_a_chatty_job(options):
+        (healthy.root / "run.py").write_text("print('step 1/1 loss 0.5')\n", encoding="utf-8")
+        return real_run(launch.Options(configs=(str(chatty),),
+                                       stdout_to_stderr=options.stdout_to_stderr))
+
+    monkeypatch.setattr(launch, "run", run_with_a_chatty_job)
+    from manager.cli import main
+
+    code = main(["install", "--json"])
+    out, err = capfd.readouterr()  # file-descriptor level: the trainer's output too
+    assert code == 0
+    assert json.loads(out)["command"] == "install"  # nothing but the envelope
+    assert "step 1/1 loss 0.5" in err
