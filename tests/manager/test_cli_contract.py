@@ -218,3 +218,13 @@ def test_the_readme_command_table_lists_each_verbs_flags():
         real = {o for p in command.params for o in getattr(p, "opts", ())
                 if o.startswith("--") and o != "--help"}
         assert documented == real, name
+
+
+@pytest.mark.parametrize("value, plain", [("1", True), ("", False), (None, False)])
+def test_no_color_follows_the_convention(value, plain, monkeypatch):
+    from manager.output import stderr_console, stdout_console
+
+    monkeypatch.delenv("NO_COLOR", raising=False)
+    if value is not None:
+        monkeypatch.setenv("NO_COLOR", value)
+    assert stdout_console().no_color is plain and stderr_console().no_color is plain
