@@ -32,12 +32,13 @@ def test_python_version_check(version, ok):
 def _old_pythons() -> list[str]:
     found = {shutil.which(f"python3.{minor}") for minor in range(6, 10)}
     found |= set(glob.glob(os.path.expanduser("~/.pyenv/versions/3.[6-9].*/bin/python3")))
+    found |= set(glob.glob(os.path.expanduser("~/.pyenv/versions/2.7.*/bin/python")))
     return sorted(p for p in found if p and "/shims/" not in p)  # pyenv shims may not run
 
 
 @pytest.mark.parametrize("python", _old_pythons() or [None])
 def test_old_python_gets_one_line_naming_the_version(python):
-    """A real Python 3.6-3.9 when the machine has one (pyenv, distro packages)."""
+    """A real Python 2.7 or 3.6-3.9 when the machine has one (pyenv, distro packages)."""
     if python is None:
         pytest.skip("no Python older than 3.10 on this machine; the unit test above covers it")
     done = subprocess.run([python, "-m", "manager", "version"], cwd=ROOT, capture_output=True,
