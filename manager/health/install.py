@@ -80,6 +80,8 @@ def _load(paths: Paths) -> tuple[Any | None, StateError | None]:
 def probe_sync(paths: Paths) -> list[Check]:
     from manager.envstatus import quick_status
 
+    if _load(paths)[1] is not None:  # without the recorded --cpu the answer is a guess
+        return [warn("requirements", "skipped: the state file is unreadable", FIX_REPAIR)]
     status = quick_status(paths)
     return [judge_sync(status.in_sync, status.reasons)]
 

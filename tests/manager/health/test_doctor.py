@@ -138,6 +138,7 @@ def test_corrupt_state_fails_with_its_hint(healthy, doctor_json):
     assert checks["state"]["status"] == "FAIL"
     assert "corrupt" in checks["state"]["detail"]
     assert checks["migrations"]["status"] == "WARN"
+    assert checks["requirements"]["detail"] == "skipped: the state file is unreadable"
     assert code == 1
 
 
