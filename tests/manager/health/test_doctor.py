@@ -247,5 +247,7 @@ def test_path_with_spaces_warns(tmp_path, venv_template, monkeypatch, space):
 
     made = make_checkout(tmp_path / f"my{space}aitk", venv_template)
     assert judge_path(made.root).status.value == "WARN"
+    # Moving the checkout alone leaves a venv whose scripts point at the old path.
+    assert "delete its .venv" in judge_path(made.root).fix
     assert judge_path(tmp_path / "caf\u00e9").status.value == "WARN"
     assert judge_path(tmp_path / "plain").status.value == "OK"
