@@ -228,3 +228,15 @@ def test_no_color_follows_the_convention(value, plain, monkeypatch):
     if value is not None:
         monkeypatch.setenv("NO_COLOR", value)
     assert stdout_console().no_color is plain and stderr_console().no_color is plain
+
+
+@pytest.mark.parametrize("argv", [["spec", "--json", "--from"],
+                                  ["shortcut", "--json", "--desktop-dir"]])
+def test_an_option_missing_its_value_is_a_usage_error_of_that_verb(argv, no_gpu_env):
+    done = manager(*argv, env=no_gpu_env)
+    assert done.returncode == 2
+    doc = json.loads(done.stdout)
+    assert doc["command"] == argv[0] and doc["error"]["type"] == "UsageError"
+    assert done.stderr.splitlines() == [
+        f"aitk: usage error: Option '{argv[-1]}' requires an argument. "
+        f"(see `python3 -m manager {argv[0]} --help`)"]
