@@ -110,8 +110,14 @@ def _gfx(device: Mapping[str, Any]) -> str | None:
     return arch.split(":")[0] if arch else None
 
 
-def judge_spec(expected: Expected | None, error: str | None, refused: bool) -> Check:
+def judge_spec(expected: Expected | None, error: str | None, refused: bool,
+               installed: bool = True) -> Check:
     if expected is None:
+        if refused and not installed:
+            # No install has recorded a --cpu choice yet, and doctor takes no --cpu.
+            return fail("spec", f"no supported environment for this machine: {error}",
+                        "without a supported GPU: ./install.sh --cpu; otherwise follow the "
+                        "message (`python3 -m manager spec` explains the choice)")
         if refused:
             return fail("spec", f"no supported environment for this machine: {error}",
                         "follow the message; `python3 -m manager spec` explains the choice")
@@ -298,7 +304,7 @@ def probe_all(paths: Paths) -> list[Check]:
     expected, error, refused = gather_expected(paths)
     report, venv_error = gather_report(paths)
     recorded = recorded_companions(paths)
-    return [judge_spec(expected, error, refused),
+    return [judge_spec(expected, error, refused, paths.state_file.exists()),
             *judge_stack(expected, report, venv_error, recorded)]
 
 

@@ -102,6 +102,15 @@ def test_refused_spec_fails():
     assert check.status is Status.FAIL and "driver 470" in check.detail
 
 
+def test_refused_spec_with_nothing_installed_names_install_cpu():
+    """No state, so no recorded --cpu: the refusal says "run again with --cpu", which
+    doctor does not take; the fix names the command that does."""
+    check = torchstack.judge_spec(None, "no supported GPU found; run again with --cpu",
+                                  refused=True, installed=False)
+    assert check.status is Status.FAIL and check.fix.startswith(
+        "without a supported GPU: ./install.sh --cpu")
+
+
 @pytest.mark.parametrize("free_gib, status", [(2, Status.FAIL), (10, Status.WARN),
                                               (200, Status.OK)])
 def test_disk_thresholds(free_gib, status):
