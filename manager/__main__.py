@@ -23,6 +23,14 @@ VENV = ROOT / ".venv"
 REQUIREMENTS = Path(__file__).resolve().parent / "requirements.txt"
 # Records the hash of REQUIREMENTS the venv was last bootstrapped with.
 MARKER = VENV / "aitk_bootstrap.txt"
+
+# Run as a script (`python3 path/to/checkout/manager ...`, from any folder): Python put
+# the package's own folder first on sys.path, where its modules would shadow others
+# (venv.py shadows the stdlib's venv); the checkout is what must be importable.
+if sys.path and sys.path[0] and Path(sys.path[0]).resolve() == Path(__file__).resolve().parent:
+    sys.path[0] = str(ROOT)
+
+
 def venv_python(venv: Path = VENV) -> Path:
     if os.name == "nt":
         return venv / "Scripts" / "python.exe"
@@ -139,6 +147,9 @@ def main() -> int:
             say(f"could not set up {VENV}: {exc}")
             say("fix the cause above, or delete .venv and run the command again")
             return 1
+        except KeyboardInterrupt:  # the marker is written last: the next run redoes it
+            say("interrupted; run the command again to finish setting up")
+            return 130
     python = str(venv_python())
     argv = [python, "-m", "manager", *sys.argv[1:]]
     env = clean_env()

@@ -32,7 +32,8 @@ Renderer = Callable[[Console, Mapping[str, Any]], None]
 
 
 def _no_color() -> bool:
-    return "NO_COLOR" in os.environ
+    # no-color.org: set to a non-empty value (an empty NO_COLOR= means "not set").
+    return os.environ.get("NO_COLOR", "") != ""
 
 
 def stdout_console() -> Console:

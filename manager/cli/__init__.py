@@ -77,9 +77,14 @@ def main(argv: list[str] | None = None) -> int:
         sys.stdout.write(exc.ctx.get_help() + "\n")
         return 0
     except click.exceptions.UsageError as exc:
-        where = exc.ctx.command_path if exc.ctx else "python3 -m manager"
-        hint = f" (see `{where} --help`)"
-        sys.stderr.write(f"aitk: usage error: {exc.format_message()}{hint}\n")
+        verb = _verb(command, exc.ctx, args)
+        hint = f"see `python3 -m manager{' ' + verb.name if verb else ''} --help`"
+        if verb is not None and "--json" in args and _takes_json(verb):
+            # Scripts parse stdout even when they get the call wrong.
+            error = {"type": "UsageError", "message": exc.format_message(), "hint": hint}
+            emit_json(envelope(verb.name or "", None, error=error,
+                               exit_code=errors.UsageError.exit_code))
+        sys.stderr.write(f"aitk: usage error: {exc.format_message()} ({hint})\n")
         return errors.UsageError.exit_code
     except errors.ManagerError as exc:  # raised outside _finish (e.g. `test`)
         _fail("", exc, as_json=False)
@@ -91,6 +96,20 @@ def main(argv: list[str] | None = None) -> int:
         sys.stderr.write("aitk: interrupted\n")
         return errors.EXIT_INTERRUPTED
     return 0
+
+
+def _verb(group: click.Command, ctx: click.Context | None,
+          args: list[str]) -> click.Command | None:
+    """The verb a usage error is about. click gives no context for some errors (an option
+    missing its value), so the verb is then the first argument, if it names one."""
+    if ctx is not None and ctx.parent is not None:
+        return ctx.command
+    verbs = getattr(group, "commands", {})
+    return verbs.get(args[0]) if args else None
+
+
+def _takes_json(verb: click.Command) -> bool:
+    return any("--json" in getattr(p, "opts", ()) for p in verb.params)
 
 
 # Register the verbs; the import order is the order `--help` lists them.

@@ -15,7 +15,7 @@ def version(as_json: JsonFlag = False) -> None:
     """Print the toolkit version and commit."""
     from manager.commands import version as cmd
 
-    _finish("version", cmd.run, as_json)
+    _finish("version", cmd.run, as_json, cmd.render)
 
 
 @app.command()

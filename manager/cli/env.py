@@ -54,7 +54,7 @@ def install(as_json: JsonFlag = False, cpu: CpuFlag = False, dry_run: DryRunFlag
             raise
     from manager.commands import launch
 
-    raise _Exit(launch.run(launch.Options()))
+    raise _Exit(launch.run(launch.Options(stdout_to_stderr=as_json)))
 
 
 @app.command()

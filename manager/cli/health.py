@@ -18,7 +18,8 @@ def doctor(as_json: JsonFlag = False) -> None:
     _finish("doctor", lambda: cmd.run(cmd.Options()), as_json, cmd.render)
 
 
-@app.command(context_settings={"allow_extra_args": True, "ignore_unknown_options": True})
+@app.command(context_settings={"allow_extra_args": True, "ignore_unknown_options": True},
+             options_metavar="[CONFIG ...] [RUN.PY OPTIONS]")
 def launch(ctx: typer.Context) -> None:
     """Run the trainer on CONFIG... (default: the bundled example job) in the managed
     environment, like `python run.py CONFIG...`; exits with the trainer's code."""

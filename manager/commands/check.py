@@ -113,6 +113,8 @@ def render(console: Console, data: Mapping[str, Any]) -> None:
         console.print(f"note: {note}", markup=False)
     if data["update_available"]:
         console.print("run `python3 -m manager update`", markup=False)
+    elif envstatus.NOT_INSTALLED in data["deps_reasons"]:
+        console.print("run ./install.sh (or `python3 -m manager install`)", markup=False)
     elif data["sync_due"]:
         console.print("run `python3 -m manager sync`", markup=False)
 

@@ -40,6 +40,8 @@ _FORWARDED = ("SIGINT", "SIGTERM", "SIGHUP")
 @dataclass(frozen=True)
 class Options:
     configs: tuple[str, ...] = ()  # run.py's arguments: configs (and its flags)
+    # `install --json` launches after printing its envelope: stdout must stay JSON only.
+    stdout_to_stderr: bool = False
 
 
 def say(message: str) -> None:
@@ -69,7 +71,14 @@ def check_installed(where: Paths) -> None:
 def warn_if_out_of_sync(where: Paths, report: Callable[[str], None] = say) -> bool:
     """Fast check (never imports torch); warns and returns False when out of sync."""
     from manager.envstatus import quick_status
+    from manager.state import load_state
 
+    try:
+        load_state(where)  # corrupt: the sync check below would only guess at the cause
+    except errors.StateError as exc:
+        report(f"warning: {exc.message}")
+        report(f"warning: {exc.hint or 'run `python3 -m manager sync`'}; starting anyway")
+        return False
     try:
         status = quick_status(where)
     except Exception as exc:  # noqa: BLE001 - a failed check must not block training
@@ -100,7 +109,8 @@ def run(options: Options) -> int:
     check_installed(where)
     argv = trainer_argv(where, options.configs, Path.cwd())
     warn_if_out_of_sync(where)
-    return supervise(argv, child_environment(where), where.root)
+    return supervise(argv, child_environment(where), where.root,
+                     stdout_to_stderr=options.stdout_to_stderr)
 
 
 def exit_code(returncode: int) -> int:
@@ -108,13 +118,16 @@ def exit_code(returncode: int) -> int:
     return 128 - returncode if returncode < 0 else returncode
 
 
-def supervise(argv: list[str], env: dict[str, str], cwd: Path) -> int:
+def supervise(argv: list[str], env: dict[str, str], cwd: Path,
+              stdout_to_stderr: bool = False) -> int:
     """Run argv in its own process group, forward stop signals to it, return its code."""
     windows = os.name == "nt"
     group = {"creationflags": subprocess.CREATE_NEW_PROCESS_GROUP} if windows else {
         "start_new_session": True}
+    stdout = sys.stderr.fileno() if stdout_to_stderr else None
     try:
-        child = subprocess.Popen(argv, env=env, cwd=cwd, stdin=subprocess.DEVNULL, **group)
+        child = subprocess.Popen(argv, env=env, cwd=cwd, stdin=subprocess.DEVNULL,
+                                 stdout=stdout, **group)
     except OSError as exc:
         raise errors.ManagerError(f"cannot start the trainer: {exc}",
                                   hint="python3 -m manager doctor") from exc

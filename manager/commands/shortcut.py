@@ -141,6 +141,8 @@ def run(options: Options) -> Result:
     platform = platform_name()
     if options.desktop_dir is not None:
         desktop = options.desktop_dir.expanduser().absolute()
+        if desktop.exists() and not desktop.is_dir():
+            raise errors.UsageError(f"--desktop-dir {desktop} is not a folder")
     else:
         desktop = default_desktop(platform)
         if not desktop.is_dir() and not options.remove:
@@ -149,11 +151,17 @@ def run(options: Options) -> Result:
     target = desktop / shortcut_name(root, platform)
     data: dict[str, Any] = {"platform": platform, "path": str(target),
                             "launcher": str(root / _launcher(platform))}
-    if options.remove:
-        existed = target.exists()
-        target.unlink(missing_ok=True)
-        return Result(data={**data, "action": "removed" if existed else "absent"})
-    return Result(data={**data, "action": _write(root, platform, target)})
+    try:
+        if options.remove:
+            existed = target.exists()
+            target.unlink(missing_ok=True)
+            return Result(data={**data, "action": "removed" if existed else "absent"})
+        return Result(data={**data, "action": _write(root, platform, target)})
+    except OSError as exc:  # a read-only or foreign folder
+        raise errors.ManagerError(f"cannot {'remove' if options.remove else 'write'} "
+                                  f"{target}: {exc.strerror or exc}",
+                                  hint="choose a folder you can write to with --desktop-dir DIR"
+                                  ) from exc
 
 
 def _launcher(platform: str) -> Path:

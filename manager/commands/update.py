@@ -181,7 +181,10 @@ def run(options: Options) -> Result:
 
 
 def _assess(p: Paths, options: Options) -> tuple[RepoStatus | None, Decision]:
-    local = repo.status(p.root)
+    try:
+        local = repo.status(p.root)
+    except errors.ManagerError as exc:  # not a git checkout (a zip download), no git
+        return None, decide(exc, None, options)  # --auto: warn, still sync
     refusal = local_refusal(local, options)
     if refusal is not None:
         return local, decide(refusal, local, options)

@@ -2,8 +2,13 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from typing import Any
+
+from rich.console import Console
+
 from manager import __version__, process
-from manager.output import Result
+from manager.output import Result, render_mapping
 from manager.paths import paths
 
 
@@ -14,3 +19,8 @@ def current_commit() -> str | None:
 
 def run() -> Result:
     return Result(data={"version": __version__, "commit": current_commit()})
+
+
+def render(console: Console, data: Mapping[str, Any]) -> None:
+    commit = data["commit"] or "unknown (not a git checkout, or git is missing)"
+    render_mapping(console, {**data, "commit": commit})

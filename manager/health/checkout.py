@@ -11,12 +11,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from manager.health.check import Check, Probe, fail, ok, warn
+from manager.health.check import FIX_REPORT, Check, Probe, fail, ok, warn
 from manager.paths import Paths
 
 GIB = 1024**3
 DISK_FAIL_GIB = 5  # below this a model download or a checkpoint save will fail
 DISK_WARN_GIB = 30  # one large base model plus its cache
+CHECKOUT = "checkout"
 
 
 def judge_checkout(repo: Any | None, error: str | None = None) -> Check:
@@ -53,10 +54,14 @@ class Place:
 
 def judge_disk(places: Sequence[Place]) -> Check:
     if not places:
-        return warn("disk", "no location could be measured", None)
+        return warn("disk", "no location could be measured", FIX_REPORT)
     low = min(places, key=lambda p: p.free_bytes)
     shown = "; ".join(f"{p.label} {p.free_bytes / GIB:.1f} GiB free ({p.path})" for p in places)
-    fix = f"free space on {low.path}, or point HF_HOME at a bigger disk"
+    # HF_HOME moves only the model cache; .venv and outputs stay in the checkout.
+    fix = (f"free space on {low.path}, or point HF_HOME at a bigger disk"
+           if low.label != CHECKOUT else
+           f"free space on {low.path} (.venv and outputs live in the checkout), or move the "
+           f"checkout to a bigger disk and reinstall")
     if low.free_bytes < DISK_FAIL_GIB * GIB:
         return fail("disk", shown, fix)
     if low.free_bytes < DISK_WARN_GIB * GIB:
@@ -89,7 +94,7 @@ def gather_places(paths: Paths, environ: dict[str, str]) -> list[Place]:
     """One Place per filesystem: outputs and venv live in the checkout, models in the HF
     cache."""
     places, seen = [], set()
-    for label, path in (("checkout", paths.root), ("models (HF cache)", hf_cache(environ))):
+    for label, path in ((CHECKOUT, paths.root), ("models (HF cache)", hf_cache(environ))):
         there = _existing(path)
         device = os.stat(there).st_dev
         if device in seen:

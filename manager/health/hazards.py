@@ -64,7 +64,8 @@ def judge_path(root: Path) -> Check:
     if problems:
         return warn("env.path", f"the checkout path has {' and '.join(problems)} ({text}): "
                     "some build tools and native libraries fail on such paths",
-                    "move the checkout to a plain path such as ~/aitk, then reinstall")
+                    "move the checkout to a plain path such as ~/aitk, delete its .venv "
+                    "(a venv records absolute paths), then run ./install.sh")
     return ok("env.path", f"checkout at {text}")
 
 

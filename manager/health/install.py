@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from manager.envstatus import NOT_INSTALLED
 from manager.errors import StateError
 from manager.health.check import FIX_INSTALL, FIX_REPAIR, FIX_SYNC, Check, Probe, fail, ok, warn
 from manager.paths import Paths
@@ -17,8 +18,10 @@ NEUTRAL_OUTCOMES = ("skipped", "unavailable")
 def judge_sync(in_sync: bool, reasons: Sequence[str]) -> Check:
     if in_sync:
         return ok("requirements", "the venv matches the spec and requirements")
+    # With nothing installed a sync may not even know the --cpu choice; install asks.
+    fix = FIX_INSTALL if NOT_INSTALLED in reasons else FIX_SYNC
     return warn("requirements", "out of sync: " + "; ".join(reasons or ["no reason given"]),
-                FIX_SYNC)
+                fix)
 
 
 def judge_state(exists: bool, venv_exists: bool, state: Any | None,
@@ -56,8 +59,12 @@ def judge_accelerators(optional: Mapping[str, Mapping[str, Any]] | None) -> Chec
         if status not in GOOD_OUTCOMES + NEUTRAL_OUTCOMES:
             failed.append(name)
     if failed:
+        # A plain sync keeps a recorded failure (it would fail the same way); --force
+        # is what tries again, once the cause (e.g. FFmpeg for torchcodec) is fixed.
         return warn("accelerators", "; ".join(parts),
-                    f"optional (the trainer falls back to PyTorch SDPA); retry: {FIX_SYNC}")
+                    f"optional: the trainer runs without {', '.join(failed)} (attention "
+                    f"falls back to PyTorch SDPA); to retry once the cause is fixed: "
+                    f"{FIX_SYNC} --force")
     return ok("accelerators", "; ".join(parts))
 
 
@@ -73,6 +80,8 @@ def _load(paths: Paths) -> tuple[Any | None, StateError | None]:
 def probe_sync(paths: Paths) -> list[Check]:
     from manager.envstatus import quick_status
 
+    if _load(paths)[1] is not None:  # without the recorded --cpu the answer is a guess
+        return [warn("requirements", "skipped: the state file is unreadable", FIX_REPAIR)]
     status = quick_status(paths)
     return [judge_sync(status.in_sync, status.reasons)]
 

@@ -4,6 +4,7 @@ PATH so doctor still says something useful."""
 
 from __future__ import annotations
 
+import os
 import re
 import shutil
 from collections.abc import Mapping
@@ -28,17 +29,33 @@ _MISSING_EFFECT = {
 }
 
 
-def judge_tool(name: str, info: Mapping[str, Any] | None) -> Check:
+def provision_fix(name: str, minimum: str | None, refused: bool,
+                  refusal_hint: str | None) -> str:
+    """The fix for a missing or too old tool. A sync provisions it, unless the manager
+    refuses to (no build pinned for this platform, or no checksum to verify the download):
+    then a sync skips it again, and the fix is the user's own copy or the opt-in."""
+    if name in _MISSING_FIX:
+        return _MISSING_FIX[name]
+    if not refused:
+        return FIX_SYNC
+    if refusal_hint:
+        return f"{refusal_hint}, then run python3 -m manager tools --provision"
+    need = f" {minimum} or newer" if minimum else ""
+    return f"install {name}{need} from your system's packages (none is pinned for this platform)"
+
+
+def judge_tool(name: str, info: Mapping[str, Any] | None, refused: bool = False,
+               refusal_hint: str | None = None) -> Check:
     cid = f"tool.{name}"
+    minimum = info.get("minimum") if info else None
+    fix = provision_fix(name, minimum, refused, refusal_hint)
     if not info or not info.get("used"):
-        return warn(cid, f"{name} not found: {_MISSING_EFFECT.get(name, 'unavailable')}",
-                    _MISSING_FIX.get(name, FIX_SYNC))
+        return warn(cid, f"{name} not found: {_MISSING_EFFECT.get(name, 'unavailable')}", fix)
     version = info.get("version") or "unknown version"
     where = f"{info['used']}: {info.get('path') or '?'}"
     if info.get("ok") is False:
-        minimum = info.get("minimum")
         need = f"; {minimum} or newer is needed" if minimum else ""
-        return warn(cid, f"{name} {version} ({where}){need}", _MISSING_FIX.get(name, FIX_SYNC))
+        return warn(cid, f"{name} {version} ({where}){need}", fix)
     return ok(cid, f"{name} {version} ({where})")
 
 
@@ -52,12 +69,26 @@ def on_path(name: str) -> dict[str, Any] | None:
     return {"tool": name, "used": "system", "path": found, "version": version}
 
 
+def refusals(environ: Mapping[str, str], plat: tuple[str, str] | None = None) -> dict[str, Any]:
+    """tool name -> why the manager would not provision it on `plat` (default: this
+    machine), as its ToolUnavailable."""
+    from manager.tools import default_tools
+    from manager.tools.lifecycle import Settings, current_platform
+    from manager.tools.pins import PINS
+
+    plat, settings = plat or current_platform(), Settings.from_env(environ, PINS)
+    found = {t.name: t.refusal(plat, settings) for t in default_tools()}
+    return {name: why for name, why in found.items() if why is not None}
+
+
 def probe(paths: Paths) -> list[Check]:
     from manager.tools import report_tools
 
     reported = {t.get("tool"): t for t in report_tools(paths)}
+    refused = refusals(os.environ)
     names = [*TOOLS, *sorted(n for n in reported if n and n not in TOOLS)]
-    return [judge_tool(n, reported[n] if n in reported else on_path(n)) for n in names]
+    return [judge_tool(n, reported[n] if n in reported else on_path(n), n in refused,
+                       refused[n].hint if n in refused else None) for n in names]
 
 
 def probes(paths: Paths) -> list[Probe]:

@@ -110,8 +110,14 @@ def _gfx(device: Mapping[str, Any]) -> str | None:
     return arch.split(":")[0] if arch else None
 
 
-def judge_spec(expected: Expected | None, error: str | None, refused: bool) -> Check:
+def judge_spec(expected: Expected | None, error: str | None, refused: bool,
+               installed: bool = True) -> Check:
     if expected is None:
+        if refused and not installed:
+            # No install has recorded a --cpu choice yet, and doctor takes no --cpu.
+            return fail("spec", f"no supported environment for this machine: {error}",
+                        "without a supported GPU: ./install.sh --cpu; otherwise follow the "
+                        "message (`python3 -m manager spec` explains the choice)")
         if refused:
             return fail("spec", f"no supported environment for this machine: {error}",
                         "follow the message; `python3 -m manager spec` explains the choice")
@@ -121,8 +127,10 @@ def judge_spec(expected: Expected | None, error: str | None, refused: bool) -> C
 
 
 def judge_stack(expected: Expected | None, report: Mapping[str, Any] | None,
-                venv_error: str | None) -> list[Check]:
-    """torch, torchvision, torchaudio and gpu from the venv's report."""
+                venv_error: str | None,
+                recorded: Mapping[str, Mapping[str, Any]] | None = None) -> list[Check]:
+    """torch, torchvision, torchaudio and gpu from the venv's report; `recorded` is the
+    state's companion outcomes (name -> {status, version, detail}) of the last sync."""
     ids = ("torch", "torchvision", "torchaudio", "gpu")
     if report is None:
         if venv_error is None:  # no venv: the venv check carries the fix
@@ -130,20 +138,40 @@ def judge_stack(expected: Expected | None, report: Mapping[str, Any] | None,
         return [fail(i, venv_error, FIX_REPAIR) for i in ids]
     packages = report.get("packages", {})
     pins = {p.name: p for p in expected.pins} if expected else {}
-    checks = [_judge_package(name, packages.get(name, {}), pins.get(name), report)
+    torch_ok = bool(packages.get("torch", {}).get("ok"))
+    checks = [_judge_package(name, packages.get(name, {}), pins.get(name), report,
+                             (recorded or {}).get(name), torch_ok)
               for name in ("torch", "torchvision", "torchaudio")]
-    checks.append(_judge_gpu(expected, packages.get("torch", {}), report.get("runtime") or {}))
+    gpu = _judge_gpu(expected, packages.get("torch", {}), report.get("runtime") or {})
+    if not torch_ok and not _importable_but_broken(packages.get("torch", {}), "torch"):
+        gpu = warn("gpu", gpu.detail, FIX_INSTALL)  # nothing to repair: install first
+    checks.append(gpu)
     return checks
 
 
+# What the last sync recorded for a companion it could not keep; sync skips it again.
+GIVEN_UP = ("install_failed", "removed")
+
+
+def _importable_but_broken(found: Mapping[str, Any], name: str) -> bool:
+    why = str(found.get("error", ""))
+    return bool(why) and not why.startswith(f"ModuleNotFoundError: No module named '{name}'")
+
+
 def _judge_package(name: str, found: Mapping[str, Any], pin: Pin | None,
-                   report: Mapping[str, Any]) -> Check:
+                   report: Mapping[str, Any], recorded: Mapping[str, Any] | None = None,
+                   torch_ok: bool = True) -> Check:
     required = pin.required if pin else name == "torch"
     bad = fail if required else warn
     if not found.get("ok"):
         why = found.get("error", "not reported")
+        if (pin is not None and recorded is not None and not required
+                and recorded.get("status") in GIVEN_UP
+                and recorded.get("version") == pin.version):
+            return _given_up(name, pin, recorded)
         if why.startswith(f"ModuleNotFoundError: No module named '{name}'"):
-            return bad(name, f"{name} is not installed", FIX_INSTALL if required else FIX_SYNC)
+            fix = FIX_INSTALL if required or not torch_ok else FIX_SYNC
+            return bad(name, f"{name} is not installed", fix)
         return bad(name, f"{name} does not import: {why}", FIX_REPAIR)
     version = found.get("version")
     runtime = report.get("runtime") or {}
@@ -153,6 +181,21 @@ def _judge_package(name: str, found: Mapping[str, Any], pin: Pin | None,
     if not version_matches(version, pin.version):
         return bad(name, f"{name} {version} installed; the spec pins {pin.version}", FIX_REPAIR)
     return ok(name, f"{name} {version}{build}, as pinned")
+
+
+def _given_up(name: str, pin: Pin, recorded: Mapping[str, Any]) -> Check:
+    """A companion the last sync could not install (or removed because it did not import).
+    A plain sync skips it again and a forced one fails the same way, so the fix is a
+    source that has the build."""
+    why = str(recorded.get("detail") or "no reason recorded")
+    if recorded.get("status") == "removed":
+        what = f"{name} {pin.version} was removed by the last sync: it does not import ({why})"
+    else:
+        what = f"{name} {pin.version} could not be installed by the last sync ({why})"
+    return warn(name, what,
+                f"optional: the trainer does not need it; to get it, point "
+                f"AITK_TORCH_INDEX_URL at an index that has {name}=={pin.version}, then run "
+                f"{FIX_SYNC}")
 
 
 def _judge_gpu(expected: Expected | None, torch_found: Mapping[str, Any],
@@ -246,10 +289,23 @@ def gather_report(paths: Paths) -> tuple[dict | None, str | None]:
     return None, f"the venv's Python crashed importing the torch stack: {tail}"
 
 
+def recorded_companions(paths: Paths) -> dict[str, dict[str, Any]]:
+    """The last sync's companion outcomes; empty when the state cannot be read (the state
+    check reports that)."""
+    from manager.state import load_state
+
+    try:
+        return dict(load_state(paths).companions)
+    except Exception:  # noqa: BLE001 - the state check explains a bad state file
+        return {}
+
+
 def probe_all(paths: Paths) -> list[Check]:
     expected, error, refused = gather_expected(paths)
     report, venv_error = gather_report(paths)
-    return [judge_spec(expected, error, refused), *judge_stack(expected, report, venv_error)]
+    recorded = recorded_companions(paths)
+    return [judge_spec(expected, error, refused, paths.state_file.exists()),
+            *judge_stack(expected, report, venv_error, recorded)]
 
 
 def probes(paths: Paths) -> list[Probe]:

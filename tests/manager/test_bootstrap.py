@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from manager import __main__ as bootstrap
+from manager import __version__
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -31,12 +32,13 @@ def test_python_version_check(version, ok):
 def _old_pythons() -> list[str]:
     found = {shutil.which(f"python3.{minor}") for minor in range(6, 10)}
     found |= set(glob.glob(os.path.expanduser("~/.pyenv/versions/3.[6-9].*/bin/python3")))
+    found |= set(glob.glob(os.path.expanduser("~/.pyenv/versions/2.7.*/bin/python")))
     return sorted(p for p in found if p and "/shims/" not in p)  # pyenv shims may not run
 
 
 @pytest.mark.parametrize("python", _old_pythons() or [None])
 def test_old_python_gets_one_line_naming_the_version(python):
-    """A real Python 3.6-3.9 when the machine has one (pyenv, distro packages)."""
+    """A real Python 2.7 or 3.6-3.9 when the machine has one (pyenv, distro packages)."""
     if python is None:
         pytest.skip("no Python older than 3.10 on this machine; the unit test above covers it")
     done = subprocess.run([python, "-m", "manager", "version"], cwd=ROOT, capture_output=True,
@@ -93,3 +95,29 @@ def test_bootstrap_from_bare_python(tmp_path):
     assert cpu.returncode == 0, cpu.stderr
     assert json.loads(cpu.stdout)["data"]["torch"]["local"] in ("cpu", "cu130", "cu126",
                                                                 "rocm7.1", None)
+
+
+@pytest.mark.parametrize("python", [sys.executable, sys._base_executable],
+                         ids=["venv", "bare-reexec"])
+def test_the_package_folder_runs_as_a_script_from_any_folder(python, tmp_path):
+    """`python3 /path/to/checkout/manager COMMAND` from elsewhere: the checkout, not the
+    package folder, goes on sys.path (manager/venv.py must not shadow the stdlib's)."""
+    env = {k: v for k, v in os.environ.items() if k not in ("VIRTUAL_ENV", "PYTHONPATH")}
+    done = subprocess.run([python, str(ROOT / "manager"), "version", "--json"], cwd=tmp_path,
+                          env={**env, "NO_COLOR": "1"}, capture_output=True, text=True,
+                          timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout)["data"]["version"] == __version__
+
+
+def test_ctrl_c_while_setting_up_is_one_line_and_130(monkeypatch, capsys):
+    def interrupted() -> None:
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(bootstrap, "inside_venv", lambda: False)
+    monkeypatch.setattr(bootstrap, "bootstrapped", lambda: False)
+    monkeypatch.setattr(bootstrap, "create_venv", interrupted)
+    monkeypatch.delenv("AITK_NO_BOOTSTRAP", raising=False)
+    assert bootstrap.main() == 130
+    err = capsys.readouterr().err
+    assert err == "aitk: interrupted; run the command again to finish setting up\n"

@@ -122,3 +122,121 @@ def test_spec_from_bad_file_is_one_line_exit_2(content, why, tmp_path, no_gpu_en
 def test_spec_from_a_directory_is_one_line_exit_2(tmp_path, no_gpu_env):
     done = manager("spec", "--from", str(tmp_path), env=no_gpu_env)
     assert done.returncode == 2 and len(done.stderr.splitlines()) == 1
+
+
+# ---- every verb ------------------------------------------------------------------------
+
+COMMANDS = typer.main.get_command(app).commands  # type: ignore[attr-defined]
+# These hand unknown arguments on (to run.py, to pytest): no usage error of their own.
+PASS_THROUGH = {"launch", "test"}
+
+
+def takes_json(name: str) -> bool:
+    return any("--json" in getattr(p, "opts", ()) for p in COMMANDS[name].params)
+
+
+def test_the_verb_list_is_known():
+    """A new verb must be added here, and so gets the contract tests below."""
+    assert set(COMMANDS) == {"version", "detect", "spec", "install", "sync", "test", "tools",
+                             "update", "check", "doctor", "launch", "shortcut"}
+
+
+@pytest.mark.parametrize("name", sorted(set(COMMANDS) - PASS_THROUGH))
+def test_every_verb_rejects_an_unknown_flag_in_one_line(name, no_gpu_env):
+    done = manager(name, "--no-such-flag", env=no_gpu_env)
+    assert done.returncode == 2, done.stderr
+    assert done.stdout == ""
+    assert done.stderr.splitlines() == [
+        f"aitk: usage error: No such option '--no-such-flag'. "
+        f"(see `python3 -m manager {name} --help`)"]
+
+
+@pytest.mark.parametrize("name", sorted(n for n in COMMANDS if takes_json(n)))
+def test_every_json_verb_answers_a_usage_error_with_an_envelope(name, no_gpu_env):
+    done = manager(name, "--json", "--no-such-flag", env=no_gpu_env)
+    assert done.returncode == 2
+    doc = json.loads(done.stdout)
+    assert set(doc) == ENVELOPE_KEYS
+    assert (doc["command"], doc["ok"], doc["exit_code"]) == (name, False, 2)
+    assert doc["error"]["type"] == "UsageError" and "--no-such-flag" in doc["error"]["message"]
+    assert len(done.stderr.splitlines()) == 1  # people still get the line on stderr
+
+
+def test_the_json_verbs_are_the_ones_scripts_call():
+    assert {n for n in COMMANDS if takes_json(n)} >= {
+        "version", "detect", "spec", "sync", "check", "doctor", "tools", "shortcut"}
+
+
+def test_no_color_on_a_terminal(no_gpu_env):
+    """On a tty rich colours doctor's statuses; NO_COLOR turns colour off (bold may stay)."""
+    import os
+    import pty
+
+    def on_tty(env: dict[str, str]) -> str:
+        leader, follower = pty.openpty()
+        child = subprocess.Popen([sys.executable, "-m", "manager", "doctor"], cwd=ROOT,
+                                 env=env, stdin=follower, stdout=follower, stderr=follower)
+        os.close(follower)
+        out = b""
+        while True:
+            try:
+                chunk = os.read(leader, 65536)
+            except OSError:  # the child closed the terminal
+                break
+            if not chunk:
+                break
+            out += chunk
+        os.close(leader)
+        assert child.wait(timeout=180) in (0, 1)
+        return out.decode()
+
+    env = {k: v for k, v in no_gpu_env.items() if k != "NO_COLOR"}
+    assert "\x1b[32mOK" in on_tty(env)  # coloured on a terminal...
+    plain = on_tty({**env, "NO_COLOR": "1"})
+    assert "OK" in plain and "\x1b[3" not in plain  # ...and not with NO_COLOR
+
+
+def test_version_outside_a_checkout_says_the_commit_is_unknown(no_gpu_env, tmp_path):
+    done = manager("version", env={**no_gpu_env, "AITK_ROOT": str(tmp_path)})
+    assert done.returncode == 0
+    assert "commit   unknown (not a git checkout" in done.stdout and "null" not in done.stdout
+    doc = json.loads(manager("version", "--json",
+                             env={**no_gpu_env, "AITK_ROOT": str(tmp_path)}).stdout)
+    assert doc["data"]["commit"] is None
+
+
+def test_the_readme_command_table_lists_each_verbs_flags():
+    """The README's command table is what people read: every verb, with its real flags."""
+    import re
+
+    text = (ROOT / "README.md").read_text(encoding="utf-8")
+    table = text.split("| Command | What it does |", 1)[1].split("\n\n", 1)[0]
+    rows = dict(re.findall(r"^\| `([a-z]+)((?: [^`]*)?)` \|", table, re.M))
+    assert set(rows) == set(COMMANDS)
+    for name, command in COMMANDS.items():
+        documented = set(re.findall(r"--[\w-]+", rows[name]))
+        real = {o for p in command.params for o in getattr(p, "opts", ())
+                if o.startswith("--") and o != "--help"}
+        assert documented == real, name
+
+
+@pytest.mark.parametrize("value, plain", [("1", True), ("", False), (None, False)])
+def test_no_color_follows_the_convention(value, plain, monkeypatch):
+    from manager.output import stderr_console, stdout_console
+
+    monkeypatch.delenv("NO_COLOR", raising=False)
+    if value is not None:
+        monkeypatch.setenv("NO_COLOR", value)
+    assert stdout_console().no_color is plain and stderr_console().no_color is plain
+
+
+@pytest.mark.parametrize("argv", [["spec", "--json", "--from"],
+                                  ["shortcut", "--json", "--desktop-dir"]])
+def test_an_option_missing_its_value_is_a_usage_error_of_that_verb(argv, no_gpu_env):
+    done = manager(*argv, env=no_gpu_env)
+    assert done.returncode == 2
+    doc = json.loads(done.stdout)
+    assert doc["command"] == argv[0] and doc["error"]["type"] == "UsageError"
+    assert done.stderr.splitlines() == [
+        f"aitk: usage error: Option '{argv[-1]}' requires an argument. "
+        f"(see `python3 -m manager {argv[0]} --help`)"]

@@ -96,6 +96,23 @@ def test_torch_not_installed_points_at_install(healthy, doctor_json):
     assert code == 1
 
 
+def test_companion_the_last_sync_could_not_install(healthy, doctor_json):
+    import shutil
+
+    from tests.manager.health.conftest import site_packages
+
+    shutil.rmtree(site_packages(healthy.venv) / "torchvision")
+    healthy.state(companions={"torchvision": {
+        "status": "install_failed", "version": "0.28.0+cpu",
+        "detail": "there is no version of torchvision==0.28.0+cpu"}})
+    code, checks = doctor_json()
+    check = checks["torchvision"]
+    assert check["status"] == "WARN"
+    assert "could not be installed by the last sync" in check["detail"]
+    assert "AITK_TORCH_INDEX_URL" in check["fix"] and check["fix"] != "python3 -m manager sync"
+    assert code == 0
+
+
 def test_torch_of_another_backend_fails(healthy, doctor_json):
     healthy.stack(torch="2.13.0+cu130")
     code, checks = doctor_json()
@@ -121,6 +138,7 @@ def test_corrupt_state_fails_with_its_hint(healthy, doctor_json):
     assert checks["state"]["status"] == "FAIL"
     assert "corrupt" in checks["state"]["detail"]
     assert checks["migrations"]["status"] == "WARN"
+    assert checks["requirements"]["detail"] == "skipped: the state file is unreadable"
     assert code == 1
 
 
@@ -229,5 +247,7 @@ def test_path_with_spaces_warns(tmp_path, venv_template, monkeypatch, space):
 
     made = make_checkout(tmp_path / f"my{space}aitk", venv_template)
     assert judge_path(made.root).status.value == "WARN"
+    # Moving the checkout alone leaves a venv whose scripts point at the old path.
+    assert "delete its .venv" in judge_path(made.root).fix
     assert judge_path(tmp_path / "caf\u00e9").status.value == "WARN"
     assert judge_path(tmp_path / "plain").status.value == "OK"

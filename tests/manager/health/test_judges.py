@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from manager.health import checkout, hazards, install, secrets, torchstack
-from manager.health.check import Probe, Status, ok, run_probes
+from manager.health import checkout, hazards, install, secrets, tooling, torchstack
+from manager.health.check import FIX_INSTALL, Probe, Status, ok, run_probes
 from manager.repo import RepoStatus
 
 GIB = 1024**3
@@ -102,6 +102,15 @@ def test_refused_spec_fails():
     assert check.status is Status.FAIL and "driver 470" in check.detail
 
 
+def test_refused_spec_with_nothing_installed_names_install_cpu():
+    """No state, so no recorded --cpu: the refusal says "run again with --cpu", which
+    doctor does not take; the fix names the command that does."""
+    check = torchstack.judge_spec(None, "no supported GPU found; run again with --cpu",
+                                  refused=True, installed=False)
+    assert check.status is Status.FAIL and check.fix.startswith(
+        "without a supported GPU: ./install.sh --cpu")
+
+
 @pytest.mark.parametrize("free_gib, status", [(2, Status.FAIL), (10, Status.WARN),
                                               (200, Status.OK)])
 def test_disk_thresholds(free_gib, status):
@@ -111,6 +120,17 @@ def test_disk_thresholds(free_gib, status):
     assert check.status is status
     if status is not Status.OK:
         assert "/m" in check.fix
+
+
+def test_disk_fix_fits_the_place_that_is_low():
+    low_checkout = [checkout.Place("checkout", Path("/c"), 2 * GIB),
+                    checkout.Place("models (HF cache)", Path("/m"), 500 * GIB)]
+    check = checkout.judge_disk(low_checkout)
+    assert "/c" in check.fix and "HF_HOME" not in check.fix  # HF_HOME cannot move .venv
+    low_cache = [checkout.Place("checkout", Path("/c"), 500 * GIB),
+                 checkout.Place("models (HF cache)", Path("/m"), 2 * GIB)]
+    assert "HF_HOME" in checkout.judge_disk(low_cache).fix
+    assert checkout.judge_disk([]).fix  # not OK, so it carries a fix
 
 
 def test_checkout_behind_and_detached():
@@ -214,3 +234,93 @@ def test_a_multi_line_reason_becomes_one_line_of_detail():
     assert "\n" not in check.detail
     assert "torchcodec rolled_back (RuntimeError: no lib)" in check.detail
     assert len(check.detail) <= 240
+
+
+# ---- fixes that can work: what a plain sync would do again is not a fix ---------------
+
+def companion_expected() -> torchstack.Expected:
+    return torchstack.Expected("cpu", (torchstack.Pin("torch", "2.13.0+cpu", True),
+                                       torchstack.Pin("torchvision", "0.28.0+cpu", False),
+                                       torchstack.Pin("torchaudio", "2.11.0+cpu", False)))
+
+
+def missing(*names: str) -> dict:
+    packages = {"torch": {"ok": True, "version": "2.13.0+cpu"},
+                "torchvision": {"ok": True, "version": "0.28.0+cpu"},
+                "torchaudio": {"ok": True, "version": "2.11.0+cpu"}}
+    for name in names:
+        packages[name] = {"ok": False, "error": f"ModuleNotFoundError: No module named '{name}'"}
+    return {"packages": packages, "runtime": {"cuda": None, "hip": None}}
+
+
+def stack_checks(report: dict, recorded: dict | None = None) -> dict:
+    return {c.id: c for c in torchstack.judge_stack(companion_expected(), report, None,
+                                                    recorded)}
+
+
+@pytest.mark.parametrize("status, said", [
+    ("install_failed", "could not be installed by the last sync (no torchvision==0.28.0+cpu)"),
+    ("removed", "was removed by the last sync: it does not import (no torchvision==0.28.0+cpu)"),
+])
+def test_companion_the_sync_gave_up_on_names_a_source_not_sync(status, said):
+    recorded = {"torchvision": {"status": status, "version": "0.28.0+cpu",
+                                "detail": "no torchvision==0.28.0+cpu"}}
+    check = stack_checks(missing("torchvision"), recorded)["torchvision"]
+    assert check.status is Status.WARN
+    assert said in check.detail
+    # A plain sync skips a recorded failure, so "sync" alone cannot be the fix.
+    assert "AITK_TORCH_INDEX_URL" in check.fix and "torchvision==0.28.0+cpu" in check.fix
+    assert "the trainer does not need it" in check.fix
+
+
+def test_companion_missing_without_a_recorded_failure_is_fixed_by_sync():
+    assert stack_checks(missing("torchaudio"))["torchaudio"].fix == "python3 -m manager sync"
+    # A failure recorded for another pin is retried by the next sync.
+    old = {"torchaudio": {"status": "install_failed", "version": "2.10.0+cpu", "detail": "x"}}
+    assert stack_checks(missing("torchaudio"), old)["torchaudio"].fix == (
+        "python3 -m manager sync")
+
+
+def test_nothing_installed_points_every_stack_check_at_install():
+    checks = stack_checks(missing("torch", "torchvision", "torchaudio"))
+    for name in ("torch", "torchvision", "torchaudio", "gpu"):
+        assert checks[name].fix == FIX_INSTALL, name
+
+
+def test_nothing_installed_requirements_fix_is_install():
+    from manager.envstatus import NOT_INSTALLED
+
+    assert install.judge_sync(False, [NOT_INSTALLED]).fix == FIX_INSTALL
+    assert install.judge_sync(False, ["requirements.txt changed"]).fix == (
+        "python3 -m manager sync")
+
+
+def test_failed_optional_retry_is_a_forced_sync():
+    check = install.judge_accelerators({"flash-attn": {"status": "install_failed",
+                                                       "detail": "no wheel"}})
+    # A plain sync does not try a recorded failure again (plan.py); --force does.
+    assert check.fix.endswith("python3 -m manager sync --force")
+    assert "flash-attn" in check.fix
+
+
+def test_a_tool_the_manager_refuses_to_provision_is_not_fixed_by_sync():
+    info = {"tool": "ffmpeg", "used": None, "minimum": "6.0"}
+    unverified = tooling.judge_tool("ffmpeg", info, True, "install a system ffmpeg, or "
+                                    "accept the risk with AITK_ALLOW_UNVERIFIED=ffmpeg")
+    assert "sync" not in unverified.fix
+    assert unverified.fix.endswith("AITK_ALLOW_UNVERIFIED=ffmpeg, then run "
+                                   "python3 -m manager tools --provision")
+    unsupported = tooling.judge_tool("ffmpeg", info, True, None)
+    assert unsupported.fix.startswith("install ffmpeg 6.0 or newer from your system")
+    assert tooling.judge_tool("ffmpeg", info).fix == "python3 -m manager sync"
+
+
+def test_refusals_follow_the_opt_in():
+    from manager.tools.pins import LINUX_X64, MACOS_ARM64, PINS
+
+    assert PINS["ffmpeg"].checksum_source == "none pinned"  # update this test when pinned
+    assert "ffmpeg" in tooling.refusals({}, LINUX_X64)
+    assert "ffmpeg" not in tooling.refusals({"AITK_ALLOW_UNVERIFIED": "ffmpeg"}, LINUX_X64)
+    assert tooling.refusals({}, LINUX_X64)["ffmpeg"].hint  # the opt-in is named
+    assert "uv" not in tooling.refusals({}, LINUX_X64)
+    assert tooling.refusals({"AITK_ALLOW_UNVERIFIED": "ffmpeg"}, MACOS_ARM64)["ffmpeg"]

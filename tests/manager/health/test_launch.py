@@ -105,6 +105,17 @@ def test_out_of_sync_warns_and_starts(healthy, trainer, tmp_path, run_cli, monke
     assert "python3 -m manager sync" in err
 
 
+def test_corrupt_state_warns_with_its_own_fix_and_starts(healthy, trainer, tmp_path, run_cli):
+    (healthy.venv / "aitk_manager_state.json").write_text("{not json", encoding="utf-8")
+    code, _, err = run_cli("launch", str(config(tmp_path, "job.yaml", exit=3)))
+    assert code == 3  # still the trainer's code: a bad state file does not block training
+    lines = err.strip().splitlines()
+    assert "is corrupt" in lines[0]
+    assert "sync --verify" in lines[1] and lines[1].endswith("starting anyway")
+    assert "--cpu" not in err  # not a guess from the spec refusing a lost --cpu choice
+    assert (healthy.venv / "aitk_manager_state.json").read_text() == "{not json"
+
+
 def test_missing_venv_is_a_one_line_hint(healthy, trainer, tmp_path, run_cli):
     import shutil
 
@@ -174,3 +185,29 @@ def test_second_ctrl_c_kills_a_stuck_trainer(healthy, trainer, tmp_path):
     _, err = launcher.communicate(timeout=60)
     assert launcher.returncode == 128 + signal.SIGKILL, err
     assert "press Ctrl+C again" in err
+
+
+def test_install_json_keeps_the_trainers_output_off_stdout(healthy, trainer, tmp_path,
+                                                           monkeypatch, capfd):
+    """`install --json` prints its envelope, then launches: the trainer's stdout goes to
+    stderr so stdout stays one JSON document."""
+    from manager.commands import launch, sync
+    from manager.output import Result
+
+    monkeypatch.setattr(sync, "run", lambda options: Result(data={"changes": []}))
+    real_run = launch.run
+    chatty = config(tmp_path, "job.yaml", exit=0)
+
+    def run_with_a_chatty_job(options):
+        (healthy.root / "run.py").write_text("print('step 1/1 loss 0.5')\n", encoding="utf-8")
+        return real_run(launch.Options(configs=(str(chatty),),
+                                       stdout_to_stderr=options.stdout_to_stderr))
+
+    monkeypatch.setattr(launch, "run", run_with_a_chatty_job)
+    from manager.cli import main
+
+    code = main(["install", "--json"])
+    out, err = capfd.readouterr()  # file-descriptor level: the trainer's output too
+    assert code == 0
+    assert json.loads(out)["command"] == "install"  # nothing but the envelope
+    assert "step 1/1 loss 0.5" in err

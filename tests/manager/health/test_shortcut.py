@@ -245,3 +245,21 @@ def test_missing_default_desktop_is_a_usage_error(spaced_checkout, tmp_path, run
     code, _, err = run_cli("shortcut")
     assert code == 2
     assert "--desktop-dir" in err
+
+
+def test_a_desktop_dir_that_is_a_file_is_one_line_exit_2(spaced_checkout, tmp_path, run_cli):
+    afile = tmp_path / "not-a-folder"
+    afile.write_text("x")
+    code, out, err = run_cli("shortcut", "--desktop-dir", str(afile), "--json")
+    assert code == 2
+    assert json.loads(out)["error"]["message"] == f"--desktop-dir {afile} is not a folder"
+    assert afile.read_text() == "x"
+
+
+def test_a_desktop_dir_that_cannot_be_made_is_an_error_not_a_traceback(spaced_checkout,
+                                                                      tmp_path, run_cli):
+    (tmp_path / "afile").write_text("x")
+    desk = tmp_path / "afile" / "desk"  # under a file: creating it fails (even as root)
+    code, _, err = run_cli("shortcut", "--desktop-dir", str(desk))
+    assert code == 1 and "Traceback" not in err
+    assert err.startswith(f"aitk: error: cannot write {desk}/")

@@ -161,6 +161,25 @@ def test_check_runs_as_a_command_without_a_gpu_or_flags(checkout: Checkout) -> N
     assert envelope["data"]["update_available"] is False
 
 
+def test_nothing_installed_says_to_install(in_checkout: Checkout, capsys, monkeypatch) -> None:
+    """A fresh clone on a machine without a GPU: no state, so no recorded --cpu choice
+    and the spec refuses; check must say to install, not ask for a sync."""
+    from manager import specsource
+
+    def refused(cpu):
+        raise errors.UnsupportedMachine("no supported GPU found", hint="--cpu")
+
+    monkeypatch.setattr(specsource, "current_spec", refused)
+    assert not (in_checkout.path / ".venv" / "aitk_manager_state.json").exists()
+    code, env = check_json(capsys)
+    assert code == errors.EXIT_SYNC_DUE
+    assert env["data"]["deps_reasons"] == [envstatus.NOT_INSTALLED]
+    assert main(["check"]) == errors.EXIT_SYNC_DUE
+    out = capsys.readouterr().out
+    assert "nothing is installed yet" in out
+    assert out.rstrip().splitlines()[-1] == "run ./install.sh (or `python3 -m manager install`)"
+
+
 def test_diverged_is_an_available_update_with_a_note(synced: Checkout, capsys) -> None:
     synced.push_upstream({"notes.txt": "upstream\n"}, "upstream")
     (synced.path / "README.md").write_text("local commit\n")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import socket
 import subprocess
 import sys
@@ -379,6 +380,16 @@ def test_not_a_git_checkout_is_one_clear_line(tmp_path, checkout: Checkout) -> N
     assert done.returncode == 1
     assert "is not a git checkout" in done.stderr
     assert "Traceback" not in done.stderr
+
+
+def test_auto_outside_a_git_checkout_warns_and_still_syncs(checkout: Checkout) -> None:
+    """A zip download started from the desktop launcher: nothing to pull, the sync runs."""
+    shutil.move(checkout.path / ".git", checkout.scratch / "moved.git")
+    done = checkout.manager("update", "--auto", "--cpu")
+    assert done.returncode == 0, done.stderr
+    assert "warning: update skipped:" in done.stderr and "not a git checkout" in done.stderr
+    assert "Traceback" not in done.stderr
+    assert [(c["mark"], c["args"]) for c in checkout.sync_calls()] == [("v1", ["--cpu"])]
 
 
 def test_sync_interpreter_bypasses_nothing_by_default() -> None:
