@@ -112,7 +112,7 @@ def test_corrupt_state_warns_with_its_own_fix_and_starts(healthy, trainer, tmp_p
     lines = err.strip().splitlines()
     assert "is corrupt" in lines[0]
     assert "sync --verify" in lines[1] and lines[1].endswith("starting anyway")
-    assert "--cpu" not in err  # not a guess from the spec refusing a lost --cpu choice
+    assert "GPU" not in err  # not a guess from the spec refusing a lost --cpu choice
     assert (healthy.venv / "aitk_manager_state.json").read_text() == "{not json"
 
 
