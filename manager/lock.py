@@ -17,6 +17,7 @@ from pathlib import Path
 
 from filelock import FileLock, Timeout
 
+from manager import envvars
 from manager.errors import LockTimeout
 from manager.files import atomic_write_json
 from manager.paths import Paths
@@ -46,11 +47,7 @@ def describe_holder(holder: dict[str, object] | None) -> str:
 
 
 def timeout_from_env(default: float = DEFAULT_TIMEOUT) -> float:
-    raw = os.environ.get(TIMEOUT_ENV)
-    try:
-        return float(raw) if raw else default
-    except ValueError:
-        return default
+    return envvars.seconds(TIMEOUT_ENV, default)
 
 
 def _stderr(message: str) -> None:

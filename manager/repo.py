@@ -18,7 +18,7 @@ from pathlib import Path
 
 import git
 
-from manager import process
+from manager import envvars, process
 from manager.errors import DirtyTree, ManagerError, UpdateRefused
 
 TIMEOUT_ENV = "AITK_GIT_TIMEOUT"  # seconds for network git operations
@@ -47,16 +47,7 @@ class RepoStatus:
 
 
 def timeout_from_env(environ: Mapping[str, str] | None = None) -> float:
-    raw = (os.environ if environ is None else environ).get(TIMEOUT_ENV, "").strip()
-    if not raw:
-        return DEFAULT_TIMEOUT
-    try:
-        value = float(raw)
-    except ValueError:
-        raise ManagerError(f"{TIMEOUT_ENV}={raw!r} is not a number of seconds") from None
-    if value <= 0:
-        raise ManagerError(f"{TIMEOUT_ENV}={raw!r} must be more than 0 seconds")
-    return value
+    return envvars.seconds(TIMEOUT_ENV, DEFAULT_TIMEOUT, environ)
 
 
 # --- pure helpers -------------------------------------------------------------------------

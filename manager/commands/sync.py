@@ -16,7 +16,7 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
-from manager import errors, tools
+from manager import envvars, errors, tools
 from manager.envstatus import gather
 from manager.indexes import read_config
 from manager.output import Result
@@ -53,7 +53,7 @@ def _say(message: str) -> None:
 
 def choose_uv(where: Paths, needed: bool) -> Path | None:
     """uv when available (system or .uv/, provisioned when needed), pip otherwise."""
-    forced = os.environ.get(INSTALLER_ENV, "").strip().lower()
+    forced = envvars.choice(INSTALLER_ENV, ("uv", "pip"))
     if forced == "pip":
         return None
     found = tools.find_uv(where)
@@ -153,7 +153,9 @@ def render(console: Console, data: Mapping[str, Any]) -> None:
         table.add_column("outcome")
         table.add_column("detail")
         for name, record in sorted(not_ok.items()):
-            table.add_row(name, str(record.get("status")), str(record.get("detail", "")))
+            # First line only: records written by older versions hold whole tracebacks.
+            detail = (str(record.get("detail") or "").strip().splitlines() or [""])[0]
+            table.add_row(name, str(record.get("status")), detail)
         console.print(table)
     for warning in data.get("warnings") or []:
         console.print(f"warning: {warning}", markup=False)
