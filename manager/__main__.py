@@ -94,10 +94,16 @@ def create_venv() -> None:
         else:
             cmd = [sys.executable, "-m", "venv", str(VENV)]
         subprocess.run(cmd, check=True, env=env)
-    say("installing the manager's dependencies (first run only)")
+    say("installing the manager's dependencies (manager/requirements.txt)")
     if uv:
-        cmd = [uv, "pip", "install", "--python", str(python), "-r", str(REQUIREMENTS)]
-        env.update(pip_config_for_uv(env))
+        # uv does not read pip's configuration: hand it on the way the sync engine does
+        # (indexes.py is stdlib-only, so the bootstrap can share it).
+        from manager.indexes import read_config, uv_args, uv_env
+
+        config = read_config(env)
+        cmd = [uv, "pip", "install", "--python", str(python), *uv_args(config, env),
+               "-r", str(REQUIREMENTS)]
+        env.update(uv_env(config, env))
     else:
         cmd = [str(python), "-m", "pip", "install", "--disable-pip-version-check", "-q",
                "-r", str(REQUIREMENTS)]
@@ -105,20 +111,6 @@ def create_venv() -> None:
     tmp = MARKER.with_suffix(".tmp")
     tmp.write_text(requirements_hash() + "\n")
     os.replace(tmp, MARKER)
-
-
-def pip_config_for_uv(env: "dict[str, str]") -> "dict[str, str]":
-    """uv does not read pip's configuration; hand the index settings on."""
-    out = {}  # type: dict[str, str]
-    pairs = {
-        "PIP_INDEX_URL": "UV_DEFAULT_INDEX",
-        "PIP_EXTRA_INDEX_URL": "UV_INDEX",
-        "PIP_FIND_LINKS": "UV_FIND_LINKS",
-    }
-    for pip_name, uv_name in pairs.items():
-        if env.get(pip_name) and not env.get(uv_name):
-            out[uv_name] = env[pip_name]
-    return out
 
 
 def python_too_old(version_info: tuple = ()) -> "str | None":
