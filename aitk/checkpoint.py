@@ -24,7 +24,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from aitk.files import fsync_dir
+from aitk.files import fsync_dir, publish_dir
 
 FORMAT = 1
 MANIFEST = "manifest.json"
@@ -76,14 +76,8 @@ def save_checkpoint(root: Path, step: int, files: Mapping[str, bytes]) -> Checkp
         manifest = {"format": FORMAT, "step": step, "files": digests}
         _write_synced(tmp / MANIFEST, json.dumps(manifest, indent=2).encode())
         fsync_dir(tmp)
-        if final.exists():  # re-saving a step: move the old one aside first
-            old = root / f"{OLD_PREFIX}{final.name}-{os.getpid()}"
-            os.replace(final, old)
-            os.replace(tmp, final)
-            shutil.rmtree(old, ignore_errors=True)
-        else:
-            os.replace(tmp, final)
-        fsync_dir(root)
+        # Re-saving a step moves the old one aside first (clean_stale finds OLD_PREFIX).
+        publish_dir(tmp, final, old=root / f"{OLD_PREFIX}{final.name}-{os.getpid()}")
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise

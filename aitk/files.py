@@ -9,7 +9,10 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -50,3 +53,31 @@ def fsync_dir(folder: Path) -> None:
         pass
     finally:
         os.close(fd)
+
+
+def publish_dir(staged: Path, target: Path, old: Path | None = None) -> None:
+    """Rename a finished folder into place. An existing target is moved aside first and
+    deleted only after the new one is in, so a crash leaves one complete folder."""
+    if target.exists():
+        old = old or target.with_name(f".{target.name}.old-{os.getpid()}")
+        os.replace(target, old)
+        os.replace(staged, target)
+        shutil.rmtree(old, ignore_errors=True)
+    else:
+        os.replace(staged, target)
+    fsync_dir(target.parent)
+
+
+@contextmanager
+def staged_dir(target: Path) -> Iterator[Path]:
+    """Build a folder beside `target`, then publish it with `publish_dir`; on an error
+    (or Ctrl+C) the half-built folder is removed and `target` is untouched."""
+    target = Path(target)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent))
+    try:
+        yield tmp
+        publish_dir(tmp, target)
+    finally:
+        if tmp.exists():
+            shutil.rmtree(tmp, ignore_errors=True)

@@ -8,13 +8,12 @@ in a temporary sibling and published by one rename: it is complete or absent.
 
 from __future__ import annotations
 
-import shutil
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
 import torch
 
+from aitk.files import staged_dir
 from aitk.models.example.model import MAX_TOKENS
 
 
@@ -42,9 +41,7 @@ def build_example_model(target: Path, seed: int = 0, sizes: ExampleSizes = Examp
     target = Path(target)
     if target.exists() and any(target.iterdir()) and not overwrite:
         raise FileExistsError(f"{target} exists and is not empty")
-    target.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.", dir=target.parent))
-    try:
+    with staged_dir(target) as tmp:
         torch.manual_seed(seed)
         te_config = T5Config(
             vocab_size=384, d_model=sizes.text_dim, d_kv=sizes.text_dim // 4,
@@ -72,10 +69,4 @@ def build_example_model(target: Path, seed: int = 0, sizes: ExampleSizes = Examp
 
         FlowMatchEulerDiscreteScheduler(num_train_timesteps=1000, shift=1.0
                                         ).save_pretrained(tmp / "scheduler")
-        if target.exists():
-            shutil.rmtree(target)
-        tmp.rename(target)
-    finally:
-        if tmp.exists():
-            shutil.rmtree(tmp, ignore_errors=True)
     return target

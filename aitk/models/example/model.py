@@ -15,7 +15,6 @@ with the same layout), each part saved with `save_pretrained`:
 from __future__ import annotations
 
 import shutil
-import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -24,6 +23,7 @@ import torch
 from PIL import Image
 
 from aitk.adapters.keys import from_public_keys, to_public_keys
+from aitk.files import staged_dir
 from aitk.models.base import BaseModel, GenerateImageConfig, ModelLoadError
 from aitk.prompt_embeds import AdvancedPromptEmbeds
 
@@ -171,9 +171,7 @@ class ExampleModel(BaseModel):
         from diffusers import FlowMatchEulerDiscreteScheduler
 
         out = Path(output_path)
-        out.parent.mkdir(parents=True, exist_ok=True)
-        tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
-        try:
+        with staged_dir(out) as tmp:
             self.model.to(dtype).save_pretrained(tmp / "transformer")
             self.model.to(self.dtype)
             src = Path(self.model_config.name_or_path)
@@ -183,12 +181,6 @@ class ExampleModel(BaseModel):
             if not (tmp / "scheduler").is_dir():
                 FlowMatchEulerDiscreteScheduler.from_config(
                     self.noise_scheduler.config).save_pretrained(tmp / "scheduler")
-            if out.exists():
-                shutil.rmtree(out)
-            tmp.rename(out)
-        finally:
-            if tmp.exists():
-                shutil.rmtree(tmp, ignore_errors=True)
 
     def convert_lora_weights_before_save(self, state_dict: dict[str, torch.Tensor]
                                          ) -> dict[str, torch.Tensor]:
