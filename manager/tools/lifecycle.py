@@ -214,8 +214,11 @@ class Tool:
             reasons.append(self.pin.unsupported.get(plat, f"no build pinned for "
                                                            f"{platform_label(plat)}"))
         elif art.sha256 is None and not self.pin.checksum_list:
-            reasons.append(f"the pinned build has no published checksum here; installing it "
-                           f"needs {ALLOW_UNVERIFIED_ENV}={self.name}")
+            # True whether or not the opt-in is set already: nothing installs it until
+            # a provision runs with the opt-in.
+            reasons.append(f"the pinned build has no published checksum here; to install it "
+                           f"unverified, run `python3 -m manager tools --provision` with "
+                           f"{ALLOW_UNVERIFIED_ENV}={self.name}")
         return Found(self.name, None, None, None, False, detail="; ".join(reasons))
 
     # -- the action -------------------------------------------------------------------
