@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from manager import migrations
+from manager.paths import Paths
 
 REPO = Path(__file__).resolve().parents[3]
 STACK = {"torch": "2.13.0+cpu", "torchvision": "0.28.0+cpu", "torchaudio": "2.11.0+cpu"}
@@ -54,11 +55,11 @@ class Checkout:
 
     @property
     def venv(self) -> Path:
-        return self.root / ".venv"
+        return Paths(self.root).venv
 
     @property
     def python(self) -> Path:
-        return self.venv / "bin" / "python"
+        return Paths(self.root).venv_python
 
     def package(self, name: str, body: str) -> None:
         write_package(self.venv, name, body)

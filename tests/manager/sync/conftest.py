@@ -25,6 +25,7 @@ from pathlib import Path
 
 import pytest
 
+from manager.paths import Paths
 from spec import Optional_, Spec, Wheel
 
 REPO = Path(__file__).resolve().parents[3]
@@ -303,11 +304,11 @@ class Checkout:
 
     @property
     def venv(self) -> Path:
-        return self.root / ".venv"
+        return Paths(self.root).venv
 
     @property
     def python(self) -> Path:
-        return self.venv / "bin" / "python"
+        return Paths(self.root).venv_python
 
     @property
     def state_file(self) -> Path:
