@@ -39,6 +39,8 @@ from typing import Annotated, Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
+from aitk.choices import QTYPES, TIMESTEP_TYPES
+
 REPO_ROOT = Path(__file__).resolve().parent.parent
 CONFIG_EXTENSIONS = ("", ".yml", ".yaml", ".json")
 
@@ -160,7 +162,12 @@ class TrainConfig(_Strict):
     max_grad_norm: Annotated[float, Field(ge=0.0)] = 1.0
     dtype: Literal["fp32", "float32", "bf16", "bfloat16"] = "fp32"
     noise_scheduler: Literal["flowmatch"] = "flowmatch"
-    timestep_type: Literal["sigmoid", "logit_normal", "linear", "uniform"] = "sigmoid"
+    timestep_type: Literal[TIMESTEP_TYPES] = "sigmoid"  # type: ignore[valid-type]
+    noise_offset: Annotated[float, Field(ge=0.0)] = 0.0
+    min_snr_gamma: Annotated[float, Field(gt=0.0)] | None = None  # DDPM archs (SDXL)
+    # Flux: the value fed to a guidance-distilled model's guidance embedding.
+    cfg_scale: float = 1.0
+    bypass_guidance_embedding: bool = False
     loss_type: Literal["mse"] = "mse"
     gradient_checkpointing: bool = True
     train_unet: Literal[True] = True
@@ -188,8 +195,10 @@ class ModelConfig(_Strict):
     arch: str
     quantize: bool = False
     quantize_te: bool | None = None
-    qtype: str = "qfloat8"
-    qtype_te: str = "qfloat8"
+    qtype: Literal[QTYPES] = "qfloat8"  # type: ignore[valid-type]
+    qtype_te: Literal[QTYPES] = "qfloat8"  # type: ignore[valid-type]
+    low_vram: bool = False  # keep idle parts (text encoders, VAE) on the CPU
+    assistant_lora_path: str | None = None  # Flux schnell: the de-distillation LoRA
     model_kwargs: dict[str, Any] = {}
     # aitk: build the tiny random example model at name_or_path when it is absent
     # (arch `example` only), so the example job runs on a fresh checkout.
@@ -267,8 +276,8 @@ UPSTREAM_ONLY_KEYS: dict[type[BaseModel], frozenset[str]] = {
         "content_or_style", "content_or_style_reg", "unet_lr", "text_encoder_lr",
         "refiner_lr", "embedding_lr", "adapter_lr", "min_denoising_steps",
         "max_denoising_steps", "xformers", "sdp", "train_refiner", "train_turbo",
-        "show_turbo_outputs", "min_snr_gamma", "snr_gamma", "learnable_snr_gos",
-        "noise_offset", "force_first_sample", "weight_jitter", "merge_network_on_save",
+        "show_turbo_outputs", "snr_gamma", "learnable_snr_gos",
+        "force_first_sample", "weight_jitter", "merge_network_on_save",
         "start_step", "free_u", "adapter_assist_name_or_path", "adapter_assist_type",
         "noise_multiplier", "target_noise_multiplier", "random_noise_multiplier",
         "random_noise_shift", "img_multiplier", "noisy_latent_multiplier",
@@ -280,13 +289,12 @@ UPSTREAM_ONLY_KEYS: dict[type[BaseModel], frozenset[str]] = {
         "inverted_mask_prior", "inverted_mask_prior_multiplier",
         "diff_output_preservation", "diff_output_preservation_multiplier",
         "diff_output_preservation_class", "standardize_images", "standardize_latents",
-        "dynamic_noise_offset", "do_cfg", "do_random_cfg", "cfg_scale", "max_cfg_scale",
+        "dynamic_noise_offset", "do_cfg", "do_random_cfg", "max_cfg_scale",
         "cfg_rescale", "correct_pred_norm", "correct_pred_norm_multiplier", "pred_scaler",
         "prompt_saturation_chance", "do_prior_divergence", "ema_config",
         "target_norm_std", "target_norm_std_value", "next_sample_timesteps",
         "linear_timesteps", "linear_timesteps2", "do_paramiter_swapping",
-        "paramiter_swapping_factor", "bypass_guidance_embedding",
-        "latent_feature_extractor_path", "latent_feature_loss_weight",
+        "paramiter_swapping_factor", "latent_feature_extractor_path", "latent_feature_loss_weight",
         "diffusion_feature_extractor_path", "diffusion_feature_extractor_weight",
         "optimal_noise_pairing_samples", "force_consistent_noise", "blended_blur_noise",
         "do_guidance_loss", "guidance_loss_target", "unconditional_prompt",
@@ -296,13 +304,13 @@ UPSTREAM_ONLY_KEYS: dict[type[BaseModel], frozenset[str]] = {
         "is_v2", "is_xl", "is_pixart", "is_pixart_sigma", "is_auraflow", "is_v3",
         "is_flux", "is_lumina2", "use_flux_cfg", "is_ssd", "is_vega", "is_v_pred",
         "dtype", "vae_path", "refiner_name_or_path", "refiner_start_at", "lora_path",
-        "assistant_lora_path", "inference_lora_path", "latent_space_version",
+        "inference_lora_path", "latent_space_version",
         "use_text_encoder_1", "use_text_encoder_2", "experimental_xl",
         "text_encoder_bits", "unet_path", "unet_sample_size", "vae_device", "vae_dtype",
         "te_device", "te_dtype", "attn_masking", "ignore_if_contains", "only_if_contains",
         "quantize_kwargs", "split_model_over_gpus",
         "split_model_other_module_param_count_scale", "te_name_or_path",
-        "extras_name_or_path", "accuracy_recovery_adapter", "compile", "low_vram",
+        "extras_name_or_path", "accuracy_recovery_adapter", "compile",
     }),
     DatasetConfig: frozenset({
         "type", "dataset_path", "random_triggers", "random_triggers_max", "random_scale",

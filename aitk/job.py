@@ -38,8 +38,8 @@ from aitk.data.batches import BatchSource
 from aitk.data.cache import LatentCache, TextEmbedCache, default_cache_dir
 from aitk.data.dataset import DatasetError, Item, scan_folder
 from aitk.files import atomic_write_json, atomic_write_text
-from aitk.flow_matching import NonFiniteLoss
 from aitk.metrics import Metrics
+from aitk.noise import NonFiniteLoss
 from aitk.optim import OptimizerUnavailable, Schedule, build_optimizer, lr_at
 from aitk.train import LoopSettings, Outcome, Run, train
 
@@ -331,6 +331,7 @@ def run_process(loaded: LoadedConfig, proc: ProcessConfig, stop: StopFlag,
     quiet_library_progress()
     ensure_example_model(proc)
     model = load_model(proc, device, report=say)
+    model.configure_training(proc.train)
     stop.check()
 
     items = scan_datasets(proc, model.get_bucket_divisibility(), say)
@@ -398,7 +399,9 @@ def run_process(loaded: LoadedConfig, proc: ProcessConfig, stop: StopFlag,
         total_steps=tr.steps, accumulation=tr.accumulation, max_grad_norm=tr.max_grad_norm,
         save_every=proc.save.save_every,
         sample_every=proc.sample.sample_every if samples else None,
-        sample_first=not tr.skip_first_sample, seed=tr.seed, timestep_type=tr.timestep_type)
+        sample_first=not tr.skip_first_sample, seed=tr.seed,
+        # Reading a loss syncs an accelerator; on a CPU it costs nothing.
+        log_every=1 if device.type == "cpu" else 10)
     try:
         if start >= tr.steps:
             metrics.message(f"{name} already finished at step {start}")
