@@ -200,8 +200,8 @@ class ModelConfig(_Strict):
     low_vram: bool = False  # keep idle parts (text encoders, VAE) on the CPU
     assistant_lora_path: str | None = None  # Flux schnell: the de-distillation LoRA
     model_kwargs: dict[str, Any] = {}
-    # aitk: build the tiny random example model at name_or_path when it is absent
-    # (arch `example` only), so the example job runs on a fresh checkout.
+    # aitk: build the arch's tiny random model (BaseModel.build_tiny) at name_or_path
+    # when it is absent, so the tiny example jobs run on a fresh checkout.
     create_if_missing: bool = False
 
     @model_validator(mode="after")

@@ -124,17 +124,21 @@ def pick_device(requested: str | None) -> torch.device:
 
 
 def ensure_example_model(proc: ProcessConfig) -> None:
-    """`model.create_if_missing`: build the tiny example model folder on first use."""
+    """`model.create_if_missing`: build the arch's tiny random model on first use."""
+    from aitk.models import registry
+
     path = Path(proc.model.name_or_path).expanduser()
     if not proc.model.create_if_missing or path.exists():
         return
-    if proc.model.arch != "example":
-        raise JobInputError("model.create_if_missing builds only the `example` arch; "
-                            f"point name_or_path at an existing {proc.model.arch} model")
-    from aitk.models.example.build import build_example_model
-
-    print(f"building the example model at {path} (create_if_missing)", file=sys.stderr)
-    build_example_model(path)
+    model_cls = registry.get_model_class(proc.model.arch)
+    print(f"building a tiny random {proc.model.arch} model at {path} (create_if_missing)",
+          file=sys.stderr)
+    try:
+        model_cls.build_tiny(path)
+    except NotImplementedError:
+        raise JobInputError(f"model.create_if_missing: the {proc.model.arch} arch has no "
+                            "tiny random model to build; point name_or_path at a model"
+                            ) from None
 
 
 def quiet_library_progress() -> None:

@@ -321,6 +321,14 @@ class BaseModel:
         """Public names -> the internal names `load` expects; inverse of the above."""
         return state_dict
 
+    @classmethod
+    def build_tiny(cls, target: Path, seed: int = 0) -> None:
+        """Write a tiny random-initialised model folder of this arch at `target` (no
+        download; each part through its own `save_pretrained`, the folder published by
+        one rename). `model.create_if_missing` calls it, so the tiny example configs run
+        on a fresh checkout. Archs without one refuse `create_if_missing`."""
+        raise NotImplementedError
+
     # ---- properties the trainer reads ----------------------------------------------
     def get_bucket_divisibility(self) -> int:
         """Image sides must be multiples of this (vae_scale_factor * patch_size)."""
