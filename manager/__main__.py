@@ -126,7 +126,7 @@ def _create_venv(log) -> None:
                "-r", str(REQUIREMENTS)]
         env.update(uv_env(config, env))
     else:
-        cmd = [str(python), "-m", "pip", "install", "--disable-pip-version-check", "-q",
+        cmd = [str(python), "-m", "pip", "install", "--disable-pip-version-check",
                "-r", str(REQUIREMENTS)]
     subprocess.run(cmd, check=True, env=env, **out)
     tmp = MARKER.with_suffix(".tmp")
