@@ -122,7 +122,11 @@ def main() -> int:
             print(f"ci: {label}: skipped, not found (pyenv install {version[0]}."
                   f"{version[1]}, or put python{version[0]}.{version[1]} on PATH)")
             continue
-        venv_python = make_venv(python, cache / f"py{version[0]}{version[1]}")
+        try:
+            venv_python = make_venv(python, cache / f"py{version[0]}{version[1]}")
+        except (OSError, subprocess.CalledProcessError) as exc:  # no index reachable
+            print(f"ci: {label}: skipped, could not make a venv with pytest ({exc})")
+            continue
         env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}
         done = subprocess.run([str(venv_python), "-m", "pytest", "-q", "-p",
                                "no:cacheprovider", "-k", DESELECT, *TESTS], cwd=ROOT, env=env,

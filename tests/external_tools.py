@@ -15,6 +15,7 @@ import pytest
 PROVIDERS = {
     "shellcheck": "shellcheck",
     "desktop-file-validate": "desktop-file-utils",
+    "chromium": "chromium",
 }
 
 
