@@ -23,6 +23,8 @@ VENV = ROOT / ".venv"
 REQUIREMENTS = Path(__file__).resolve().parent / "requirements.txt"
 # Records the hash of REQUIREMENTS the venv was last bootstrapped with.
 MARKER = VENV / "aitk_bootstrap.txt"
+# The installers' output goes here, so the terminal keeps one line per step.
+LOG = ROOT / "logs" / "bootstrap.log"
 
 # Run as a script (`python3 path/to/checkout/manager ...`, from any folder): Python put
 # the package's own folder first on sys.path, where its modules would shadow others
@@ -82,8 +84,26 @@ def say(message: str) -> None:
     print(f"aitk: {message}", file=sys.stderr, flush=True)
 
 
+def open_log():  # -> "TextIO | None"; a read-only checkout: output stays on the terminal
+    try:
+        LOG.parent.mkdir(exist_ok=True)
+        return open(LOG, "w", encoding="utf-8", errors="replace")
+    except OSError:
+        return None
+
+
 def create_venv() -> None:
     """Create .venv and install the manager's dependencies into it."""
+    log = open_log()
+    try:
+        _create_venv(log)
+    finally:
+        if log is not None:
+            log.close()
+
+
+def _create_venv(log) -> None:
+    out = {"stdout": log, "stderr": subprocess.STDOUT} if log is not None else {}
     env = clean_env()
     uv = find_uv()
     python = venv_python()
@@ -93,8 +113,9 @@ def create_venv() -> None:
             cmd = [uv, "venv", "--seed", "--python", sys.executable, str(VENV)]
         else:
             cmd = [sys.executable, "-m", "venv", str(VENV)]
-        subprocess.run(cmd, check=True, env=env)
-    say("installing the manager's dependencies (manager/requirements.txt)")
+        subprocess.run(cmd, check=True, env=env, **out)
+    say("installing the manager's dependencies (manager/requirements.txt)"
+        + (f"; output in {LOG.relative_to(ROOT)}" if log is not None else ""))
     if uv:
         # uv does not read pip's configuration: hand it on the way the sync engine does
         # (indexes.py is stdlib-only, so the bootstrap can share it).
@@ -105,9 +126,9 @@ def create_venv() -> None:
                "-r", str(REQUIREMENTS)]
         env.update(uv_env(config, env))
     else:
-        cmd = [str(python), "-m", "pip", "install", "--disable-pip-version-check", "-q",
+        cmd = [str(python), "-m", "pip", "install", "--disable-pip-version-check",
                "-r", str(REQUIREMENTS)]
-    subprocess.run(cmd, check=True, env=env)
+    subprocess.run(cmd, check=True, env=env, **out)
     tmp = MARKER.with_suffix(".tmp")
     tmp.write_text(requirements_hash() + "\n")
     os.replace(tmp, MARKER)
@@ -137,7 +158,9 @@ def main() -> int:
             create_venv()
         except (OSError, subprocess.CalledProcessError) as exc:
             say(f"could not set up {VENV}: {exc}")
-            say("fix the cause above, or delete .venv and run the command again")
+            where = f"in {LOG}" if LOG.exists() else "above"
+            say(f"fix the cause (the installer's output is {where}), or delete .venv and "
+                "run the command again")
             return 1
         except KeyboardInterrupt:  # the marker is written last: the next run redoes it
             say("interrupted; run the command again to finish setting up")

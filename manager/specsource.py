@@ -50,7 +50,8 @@ def spec_from_dict(data: dict[str, Any]) -> Spec:
     values["torch"] = Wheel(**values["torch"])
     values["companions"] = tuple(Wheel(**c) for c in values.get("companions", ()))
     for key in ("extras", "accelerators"):
-        values[key] = tuple(Optional_(**o) for o in values.get(key, ()))
+        values[key] = tuple(Optional_(**{**o, "needs": tuple(o.get("needs", ()))})
+                            for o in values.get(key, ()))
     for key in ("notes", "warnings"):
         values[key] = tuple(values.get(key, ()))
     return Spec(**values)

@@ -75,6 +75,10 @@ def test_bootstrap_from_bare_python(tmp_path):
     assert first.returncode == 0, first.stderr
     assert "0.1.0" in first.stdout
     assert "installing the manager's dependencies" in first.stderr
+    # The installer's own output is in the log, the terminal keeps one line per step.
+    assert "typer" in (checkout / "logs" / "bootstrap.log").read_text().lower()
+    assert "typer" not in first.stderr.lower()
+    assert len(first.stderr.splitlines()) <= 2, first.stderr
     marker = checkout / ".venv" / "aitk_bootstrap.txt"
     assert marker.exists()
     installed = _site_packages(checkout / ".venv")

@@ -233,7 +233,22 @@ def test_a_multi_line_reason_becomes_one_line_of_detail():
                                 "triton": {"status": "unavailable", "detail": "no GPU"}})
     assert "\n" not in check.detail
     assert "torchcodec rolled_back (RuntimeError: no lib)" in check.detail
-    assert len(check.detail) <= 240
+
+
+def test_torchcodec_fix_speaks_of_ffmpeg_not_attention():
+    check = install.judge_accelerators({"torchcodec": {"status": "rolled_back",
+                                                       "detail": "no libavutil"}})
+    assert "attention" not in check.fix.lower()
+    assert "FFmpeg" in check.fix
+    flash = install.judge_accelerators({"flash-attn": {"status": "install_failed",
+                                                       "detail": "no wheel"}})
+    assert "attention falls back to PyTorch SDPA" in flash.fix
+
+
+def test_missing_ffmpeg_says_what_it_is_for_today():
+    check = tooling.judge_tool("ffmpeg", None)
+    assert "video dataset" not in check.detail
+    assert "torchcodec" in check.detail and "trainer itself does not need" in check.detail
 
 
 # ---- fixes that can work: what a plain sync would do again is not a fix ---------------
