@@ -51,7 +51,7 @@ def read_record(record: Path) -> RunningJob | None:
         return None  # not a job record
     try:
         data = json.loads(record.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
+    except (OSError, ValueError, RecursionError):  # deep nesting too
         data = {}
     if not isinstance(data, dict):
         data = {}

@@ -116,6 +116,14 @@ def test_corrupt_state_warns_with_its_own_fix_and_starts(healthy, trainer, tmp_p
     assert (healthy.venv / "aitk_manager_state.json").read_text() == "{not json"
 
 
+def test_state_nested_2000_deep_warns_and_starts(healthy, trainer, tmp_path, run_cli):
+    """Issue 14: a RecursionError in the JSON parser is a corrupt state, not a crash."""
+    (healthy.venv / "aitk_manager_state.json").write_text("[" * 2000 + "]" * 2000)
+    code, _, err = run_cli("launch", str(config(tmp_path, "job.yaml", exit=3)))
+    assert code == 3, err
+    assert "Traceback" not in err and "is corrupt" in err.splitlines()[0]
+
+
 def test_missing_venv_is_a_one_line_hint(healthy, trainer, tmp_path, run_cli):
     import shutil
 

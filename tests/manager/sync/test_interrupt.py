@@ -124,3 +124,18 @@ def test_corrupt_state_is_kept_aside_and_reverified(uv_checkout: Checkout) -> No
     assert "verify" in kinds and "install-torch" not in kinds  # re-verified, not reinstalled
     assert checkout.state()["torch"]["status"] == "ok"
     assert json.loads(_sync(checkout).stdout)["data"]["plan"] == []
+
+
+def test_a_state_nested_2000_deep_is_kept_aside_and_reverified(uv_checkout: Checkout) -> None:
+    """Issue 14: json raises RecursionError on it; the sync must still set it aside."""
+    checkout = uv_checkout
+    _light(checkout)
+    assert _sync(checkout).returncode == 0
+    deep = "[" * 2000 + "]" * 2000
+    checkout.state_file.write_text(deep)
+    done = _sync(checkout)
+    assert done.returncode == 0, done.stderr
+    assert "Traceback" not in done.stderr and "RecursionError" not in done.stderr
+    backups = list(checkout.venv.glob("aitk_manager_state.json.corrupt-*"))
+    assert len(backups) == 1 and backups[0].read_text() == deep
+    assert json.loads(_sync(checkout).stdout)["data"]["plan"] == []
