@@ -139,3 +139,33 @@ def test_a_state_nested_2000_deep_is_kept_aside_and_reverified(uv_checkout: Chec
     backups = list(checkout.venv.glob("aitk_manager_state.json.corrupt-*"))
     assert len(backups) == 1 and backups[0].read_text() == deep
     assert json.loads(_sync(checkout).stdout)["data"]["plan"] == []
+
+
+# ---- issue 14: read-only checkout or .venv ------------------------------------------------
+
+
+def _one_line_json_failure(done: subprocess.CompletedProcess[str]) -> dict:
+    assert done.returncode == 1, done.stderr
+    assert "Traceback" not in done.stderr, done.stderr
+    envelope = json.loads(done.stdout)
+    assert envelope["exit_code"] == 1 and envelope["error"]["message"]
+    return envelope
+
+
+@pytest.mark.parametrize("read_only", ["checkout", "venv"])
+def test_a_read_only_checkout_or_venv_is_one_line_with_json(uv_checkout: Checkout,
+                                                            read_only: str) -> None:
+    from tests.manager.read_only import run_read_only
+
+    checkout = uv_checkout
+    _light(checkout)
+    assert _sync(checkout).returncode == 0
+    folder = checkout.root if read_only == "checkout" else checkout.venv
+    argv = [sys.executable, "-m", "manager", "sync", "--json"]
+    if read_only == "checkout":  # even a no-op sync (it takes the lock)
+        envelope = _one_line_json_failure(
+            run_read_only([folder], argv, cwd=checkout.root, env=checkout.env))
+        assert "Read-only file system" in envelope["error"]["message"]
+    done = run_read_only([folder], [*argv, "--force"], cwd=checkout.root, env=checkout.env)
+    envelope = _one_line_json_failure(done)
+    assert "Read-only file system" in done.stderr + envelope["error"]["message"]

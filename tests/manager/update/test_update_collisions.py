@@ -106,3 +106,26 @@ def test_auto_when_git_itself_refuses_warns_and_still_syncs(checkout: Checkout) 
     assert "warning" in done.stderr and "git refused" in done.stderr
     assert checkout.head() == head
     assert [(c["mark"], c["args"]) for c in checkout.sync_calls()] == [("v1", ["--cpu"])]
+
+
+def test_a_read_only_checkout_is_one_line_for_update_and_tools(checkout: Checkout) -> None:
+    """Issue 14: a read-only mount (not chmod: the tests run as root) of the checkout."""
+    import json
+    import sys
+
+    from tests.manager.read_only import run_read_only
+
+    checkout.push_new_code()
+    env = {**checkout.env, "AITK_ROOT": str(checkout.path), "AITK_SKIP_TOOLS": "1"}
+    head = checkout.head()
+    done = run_read_only([checkout.path], [sys.executable, "-m", "manager", "update"],
+                         cwd=checkout.path, env=env)
+    assert done.returncode == 1, done.stderr
+    assert "Traceback" not in done.stderr and "Read-only file system" in done.stderr
+    assert checkout.head() == head
+
+    done = run_read_only([checkout.path], [sys.executable, "-m", "manager", "tools", "--json",
+                                           "--provision"], cwd=checkout.path, env=env)
+    assert done.returncode == 1, done.stderr
+    assert "Traceback" not in done.stderr
+    assert json.loads(done.stdout)["exit_code"] == 1
