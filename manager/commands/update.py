@@ -25,6 +25,7 @@ from typing import Any
 from rich.console import Console
 
 from manager import errors, lock, migrations, process, repo
+from manager import running_jobs as running_jobs_mod
 from manager.output import Result
 from manager.paths import Paths, paths
 from manager.repo import RepoStatus
@@ -160,13 +161,7 @@ def decide(refusal: errors.ManagerError | None, st: RepoStatus | None,
 
 
 def job_refusal(jobs: list[RunningJob]) -> errors.UpdateRefused | None:
-    if not jobs:
-        return None
-    names = "; ".join(job.describe() for job in jobs)
-    records = ", ".join(str(job.record) for job in jobs)
-    return errors.UpdateRefused(
-        f"a training job is running: {names}; updating would swap code under it",
-        hint=f"wait for it to finish or stop it; if no job is running, delete {records}")
+    return running_jobs_mod.job_refusal(jobs, "updating would swap code under it")
 
 
 # --- the shell ----------------------------------------------------------------------------

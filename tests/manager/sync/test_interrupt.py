@@ -169,3 +169,37 @@ def test_a_read_only_checkout_or_venv_is_one_line_with_json(uv_checkout: Checkou
     done = run_read_only([folder], [*argv, "--force"], cwd=checkout.root, env=checkout.env)
     envelope = _one_line_json_failure(done)
     assert "Read-only file system" in done.stderr + envelope["error"]["message"]
+
+
+# ---- issue 14: a sync never swaps packages under a running training job ------------------
+
+
+def test_sync_refuses_while_a_training_job_runs_unless_forced(uv_checkout: Checkout) -> None:
+    checkout = uv_checkout
+    _light(checkout)
+    assert _sync(checkout).returncode == 0
+    job = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"])
+    try:
+        runs = checkout.root / ".aitk-run"
+        runs.mkdir()
+        (runs / f"{job.pid}.json").write_text(json.dumps({"pid": job.pid, "name": "my_lora"}))
+        noop = _sync(checkout)  # nothing to change: nothing to refuse
+        assert noop.returncode == 0, noop.stderr
+
+        checkout.requirements("demo-req==1.0", "demo-extra==1.0")
+        before = checkout.installed()
+        done = _sync(checkout)
+        assert done.returncode == 7, done.stderr
+        envelope = json.loads(done.stdout)
+        assert "my_lora" in envelope["error"]["message"]
+        assert str(job.pid) in envelope["error"]["message"]
+        assert "--force" in envelope["error"]["hint"]
+        assert checkout.installed() == before  # nothing was touched
+
+        forced = _sync(checkout, "--force")
+        assert forced.returncode == 0, forced.stderr
+        assert "warning" in forced.stderr and "my_lora" in forced.stderr
+        assert checkout.installed()["demo-extra"] == "1.0"
+    finally:
+        job.kill()
+        job.wait()
