@@ -203,3 +203,36 @@ def test_sync_refuses_while_a_training_job_runs_unless_forced(uv_checkout: Check
     finally:
         job.kill()
         job.wait()
+
+
+# ---- issue 14: --force reinstalls the torch stack, never the libraries it shares ----------
+
+
+def test_force_reinstalls_the_stack_but_not_its_dependencies(uv_checkout: Checkout) -> None:
+    """A companion depends on demo-dep, as torch depends on filelock, which the manager
+    itself imports: a concurrent manager run (check, doctor: they never wait for the lock)
+    crashed with ModuleNotFoundError while --force reinstalled it. --force now replaces
+    the stack's own files only; its dependencies stay as they are."""
+    from spec import Wheel
+    from tests.manager.sync.conftest import build_wheel
+
+    checkout = uv_checkout
+    world = checkout.world
+    comp = build_wheel(world.wheels / "issue14", "aitkcomp", "1.0.0+cpu",
+                       requires=("demo-dep==1.0",))
+    world.index.add("pytorch", comp)
+    world.index.add("pytorch", world.wheels / "demo_dep-1.0-py3-none-any.whl")
+    checkout.write_spec(make_spec(world, accelerators=(),
+                                  companions=(Wheel("aitkcomp", "1.0.0", "cpu", False,
+                                                    "aitkcomp"),)))
+    assert _sync(checkout).returncode == 0
+    site = next((checkout.venv / "lib").glob("python3*/site-packages"))
+    dep, companion = site / "demo_dep" / "__init__.py", site / "aitkcomp" / "__init__.py"
+    dep_before, companion_before = dep.stat().st_ino, companion.stat().st_ino
+
+    done = _sync(checkout, "--force")
+
+    assert done.returncode == 0, done.stderr
+    assert companion.stat().st_ino != companion_before  # really reinstalled
+    assert dep.stat().st_ino == dep_before  # the shared dependency was not touched
+    assert checkout.installed()["demo-dep"] == "1.0"
