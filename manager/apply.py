@@ -505,7 +505,11 @@ def _run_migrate(ctx: Context, state: State, step: Step) -> None:
         save_state(ctx.paths, state)
         ctx.changes.append(f"applied migration {migration_id}")
 
-    migrations.run_pending(ctx.paths.root, list(state.migrations), applied)
+    def note(text: str) -> None:
+        ctx.report(text)
+        ctx.warnings.append(text)
+
+    migrations.run_pending(ctx.paths.root, list(state.migrations), applied, report=note)
 
 
 def _run_tools(ctx: Context, state: State, step: Step) -> None:
