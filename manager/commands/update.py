@@ -193,7 +193,7 @@ def run(options: Options) -> Result:
                 warnings += (f"update skipped: {exc.message}",)
     completed = process.run(sync_command(options), cwd=p.root, capture=False)
     return _result(options, st, pulled=pulled, sync=completed, warnings=warnings,
-                   would_pull=decision.pull)
+                   would_pull=decision.pull and (pulled or options.dry_run))
 
 
 def _assess(p: Paths, options: Options) -> tuple[RepoStatus | None, Decision]:
