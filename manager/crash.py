@@ -39,16 +39,22 @@ def write_log(exc: BaseException, argv: list[str]) -> Path | None:
     text = (f"aitk manager, {time.strftime('%Y-%m-%d %H:%M:%S %z')}\n"
             f"argv: {argv}\n\n"
             + "".join(traceback.format_exception(type(exc), exc, exc.__traceback__)))
-    candidates = (paths().root / "logs" / f"manager-error-{stamp}.log",
-                  Path(tempfile.gettempdir()) / f"aitk-manager-error-{stamp}.log")
-    for path in candidates:
+    for folder, prefix in ((paths().root / "logs", "manager-error"),
+                           (Path(tempfile.gettempdir()), "aitk-manager-error")):
         try:
-            path.parent.mkdir(parents=True, exist_ok=True)
-            with open(path, "x", encoding="utf-8") as fh:
-                fh.write(text)
-            return path
+            folder.mkdir(parents=True, exist_ok=True)
         except OSError:
             continue
+        for n in range(100):  # two failures in one second in one process get two logs
+            path = folder / f"{prefix}-{stamp}{f'-{n}' if n else ''}.log"
+            try:
+                with open(path, "x", encoding="utf-8") as fh:
+                    fh.write(text)
+                return path
+            except FileExistsError:
+                continue
+            except OSError:
+                break
     return None
 
 

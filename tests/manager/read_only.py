@@ -5,6 +5,7 @@ root, whom permissions do not stop; a read-only mount stops everyone (EROFS)."""
 from __future__ import annotations
 
 import functools
+import re
 import shutil
 import subprocess
 import tempfile
@@ -47,5 +48,15 @@ def run_read_only(folders: Sequence[Path], argv: Sequence[str], *, cwd: Path,
     """argv with each of `folders` mounted read-only (everything else as it is)."""
     require_read_only_mounts()
     command = ["unshare", "-rm", "sh", "-c", _SCRIPT, "sh", *map(str, folders), "--", *argv]
-    return subprocess.run(command, cwd=cwd, env=dict(env), capture_output=True, text=True,
+    done = subprocess.run(command, cwd=cwd, env=dict(env), capture_output=True, text=True,
                           timeout=timeout)
+    _remove_named_logs(done.stderr)
+    return done
+
+
+def _remove_named_logs(stderr: str) -> None:
+    """A read-only checkout logs its error to the temp folder: don't leave it there."""
+    for found in re.finditer(r"details in (\S+?\.log)\)", stderr):
+        log = Path(found.group(1))
+        if log.name.startswith("aitk-manager-error-"):
+            log.unlink(missing_ok=True)
