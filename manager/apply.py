@@ -259,7 +259,15 @@ def index_problem(url: str, timeout: float = 15.0) -> str | None:
 
 def install_wheel(ctx: Context, wheel: Wheel, force: bool, deps: bool = True) -> Outcome:
     """Install one exact build from the spec's index, or only that build from the
-    configured sources when the index cannot be reached."""
+    configured sources when the index cannot be reached.
+
+    A forced install replaces this wheel's own files only (--no-deps), then a plain
+    install adds any dependency that is missing: forcing with dependencies would also
+    reinstall the libraries torch shares with the manager itself (filelock), and another
+    manager run importing them at that moment crashes (issue 14)."""
+    if force and deps:
+        outcome = install_wheel(ctx, wheel, force=True, deps=False)
+        return install_wheel(ctx, wheel, force=False, deps=True) if outcome.ok else outcome
     installer = ctx.installer()
     torchstack.write_constraints(ctx.spec, ctx.constraints)
     url = ctx.spec.torch_index_url
@@ -528,7 +536,11 @@ def _run_migrate(ctx: Context, state: State, step: Step) -> None:
         save_state(ctx.paths, state)
         ctx.changes.append(f"applied migration {migration_id}")
 
-    migrations.run_pending(ctx.paths.root, list(state.migrations), applied)
+    def note(text: str) -> None:
+        ctx.report(text)
+        ctx.warnings.append(text)
+
+    migrations.run_pending(ctx.paths.root, list(state.migrations), applied, report=note)
 
 
 def _run_tools(ctx: Context, state: State, step: Step) -> None:

@@ -60,6 +60,6 @@ def spec_from_dict(data: dict[str, Any]) -> Spec:
 def spec_from_file(path: Path) -> Spec:
     try:
         return spec_from_dict(json.loads(path.read_text(encoding="utf-8")))
-    except (OSError, ValueError, KeyError, TypeError) as exc:
+    except (OSError, ValueError, KeyError, TypeError, RecursionError) as exc:
         raise errors.UsageError(f"{SPEC_FILE_ENV}={path}: not a usable spec ({exc})",
                                 hint="use what `python3 -m manager spec --json` prints") from exc

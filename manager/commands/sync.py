@@ -22,6 +22,7 @@ from manager.indexes import read_config
 from manager.output import Result
 from manager.paths import Paths, paths
 from manager.plan import make_plan
+from manager.running_jobs import job_refusal, running_jobs
 from manager.specsource import current_spec
 from manager.state import read_state
 from manager.venv import recover_interrupted_swap
@@ -99,6 +100,7 @@ def run(options: Options) -> Result:
                     package_changes=[], warnings=list(spec.warnings))
         _outcomes(data, read.state)
         return Result(data=data, messages=tuple(messages))
+    messages += _job_check(where, options)
     from manager.apply import Context, apply  # only when there is work: keeps no-ops fast
 
     uv = choose_uv(where, needed=True)
@@ -134,6 +136,20 @@ def _log_summary(log: runlog.RunLog, moved: Sequence[Mapping[str, Any]],
         log.note(f"  {row['name']}: {row['before'] or '-'} -> {row['after'] or '-'}")
     for warning in warnings:
         log.note(f"warning: {warning}")
+
+
+def _job_check(where: Paths, options: Options) -> list[str]:
+    """Refuse (exit 7) to change packages under a running training job; with --force go
+    ahead with a warning. A sync with nothing to do never gets here."""
+    refusal = job_refusal(running_jobs(where.root), "a sync would change packages under it",
+                          override="`sync --force`")
+    if refusal is None:
+        return []
+    if not options.force:
+        raise refusal
+    text = f"warning: {refusal.message}; --force: syncing anyway"
+    _say(text)
+    return [f"aitk: {text}"]
 
 
 def _outcomes(data: dict[str, Any], state: Any) -> None:
