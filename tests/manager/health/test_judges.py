@@ -74,6 +74,17 @@ def test_gpu_covered_is_ok():
     assert gpu_check(expected("dgx"), report).detail == "torch sees GB10 (sm_121)"
 
 
+def test_several_gpus_say_whether_nccl_lets_them_train_together():
+    two = [{"name": "H200", "capability": [9, 0]}] * 2
+    report = stack_report(gpu_available=True, arch_list=["sm_90"], devices=two, nccl=True)
+    check = gpu_check(expected("cuda"), report)
+    assert check.status.value == "OK" and check.detail.endswith(
+        "NCCL available: train on all with --gpus 2")
+    report = stack_report(gpu_available=True, arch_list=["sm_90"], devices=two, nccl=False)
+    check = gpu_check(expected("cuda"), report)
+    assert check.status.value == "WARN" and "NCCL is missing" in check.detail
+
+
 def test_rocm_arch_by_gfx_name():
     report = stack_report(cuda=None, hip="7.1", gpu_available=True, arch_list=["gfx942"],
                           devices=[{"name": "MI300X", "capability": [9, 4],
