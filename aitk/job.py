@@ -116,6 +116,34 @@ class StopFlag:
                 signal.signal(s, handler)
 
 
+class LenientStream:
+    """The console for as long as there is one. After SIGHUP the terminal (or the pipe to
+    the launcher) may be gone and every write fails (EIO, EPIPE): the output is then
+    dropped, so a lost progress line never costs the save that the signal asked for."""
+
+    def __init__(self, stream: TextIO) -> None:
+        self._stream = stream
+        self.lost = False
+
+    def write(self, text: str) -> int:
+        if not self.lost:
+            try:
+                return self._stream.write(text)
+            except (OSError, ValueError):
+                self.lost = True
+        return len(text)
+
+    def flush(self) -> None:
+        if not self.lost:
+            try:
+                self._stream.flush()
+            except (OSError, ValueError):
+                self.lost = True
+
+    def __getattr__(self, name: str) -> Any:  # isatty, encoding, fileno: the real stream's
+        return getattr(self._stream, name)
+
+
 @contextmanager
 def registered(name: str, config: Path) -> Iterator[None]:
     """`.aitk-run/<pid>.json` while the job runs; the manager's `update` checks it."""
@@ -595,7 +623,8 @@ def _known_error_code(exc: BaseException) -> int | None:
 
 def run_job(loaded: LoadedConfig, stream: TextIO | None = None) -> int:
     """Run every process of one config; returns the exit code (never raises)."""
-    stream = stream or sys.stderr  # looked up now: --log swaps sys.stderr for a tee
+    # Looked up now: --log swaps sys.stderr for a tee.
+    stream = LenientStream(stream or sys.stderr)  # type: ignore[assignment]
     for warning in loaded.warnings:
         print(f"warning: {warning}", file=stream)
     stop = StopFlag(say=lambda m: print(m, file=stream, flush=True))

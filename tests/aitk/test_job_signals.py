@@ -167,6 +167,23 @@ def test_closing_the_terminal_sighup_saves_like_ctrl_c(tmp_path: Path,
     assert (out / "run_000000003.safetensors").exists()
 
 
+@pytest.mark.skipif(not hasattr(signal, "SIGHUP"), reason="no SIGHUP on this platform")
+def test_sighup_after_the_console_is_gone_still_saves(tmp_path: Path,
+                                                      example_model_dir: Path):
+    """The launcher's terminal closed: SIGHUP arrives and nothing reads the output any
+    more (writes fail with EPIPE/EIO). The save must not depend on being heard."""
+    path = config(tmp_path, example_model_dir, "run")
+    out = tmp_path / "out" / "run"
+    proc = start(path, tmp_path, call="5")
+    wait_for("step", tmp_path, proc)
+    proc.stdout.close()  # the reading end: every later write of the run fails
+    proc.send_signal(signal.SIGHUP)
+    assert proc.wait(timeout=600) == 130
+    saved = ckpt.find_resumable(out / "checkpoints", report=pytest.fail)
+    assert saved is not None and saved.step == 3
+    assert (out / "run_000000003.safetensors").exists()
+
+
 def test_a_second_trainer_on_the_same_output_folder_exits_2_naming_the_first(
         tmp_path: Path, example_model_dir: Path):
     path = config(tmp_path, example_model_dir, "run")
