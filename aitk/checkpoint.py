@@ -10,8 +10,15 @@
 The directory is assembled as `.tmp-step_...` beside its final name (every file
 fsync'd), then renamed into place, so a crash or a second Ctrl+C leaves either the old
 set of checkpoints or the new one, never a torn checkpoint. Resume takes the newest
-directory whose manifest validates and reports any it skips. Old checkpoints are pruned
-only after the new one is published.
+directory whose manifest validates; a `step_*` directory that does not validate is set
+aside (renamed `invalid-step_...`, reported), never deleted, so pruning can never remove
+a good checkpoint to keep a bad one. Old checkpoints are pruned only after the new one
+is published.
+
+Only what this module recognises as its own is ever removed: a directory named exactly
+like one of its checkpoints (or temp/old folders) whose files are all checkpoint files
+(and, for a published one, listed in its manifest). Anything else in `checkpoints/`
+(`step_1/`, `.tmp-notes/`, a user's folder) is left alone.
 """
 
 from __future__ import annotations
@@ -19,18 +26,25 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 import shutil
+import stat
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from aitk.files import fsync_dir, publish_dir
+from aitk.files import disk_full, fsync_dir, is_disk_full, publish_dir
 
 FORMAT = 1
 MANIFEST = "manifest.json"
 PREFIX = "step_"
 TMP_PREFIX = ".tmp-"
 OLD_PREFIX = ".old-"
+INVALID_PREFIX = "invalid-"
+# The files the trainer puts in a checkpoint (aitk.job.checkpoint_files) + the manifest.
+FILES = frozenset({"adapter.safetensors", "optimizer.pt", "rng.pt", "state.json", MANIFEST})
+_PUBLISHED = re.compile(r"step_(\d{9})")
+_STALE = re.compile(r"\.(tmp|old)-step_\d{9}-\d+")
 
 
 class CorruptCheckpoint(Exception):
@@ -66,7 +80,7 @@ def save_checkpoint(root: Path, step: int, files: Mapping[str, bytes]) -> Checkp
     final = root / dir_name(step)
     tmp = root / f"{TMP_PREFIX}{dir_name(step)}-{os.getpid()}"
     if tmp.exists():
-        shutil.rmtree(tmp)
+        _remove_if_ours(tmp)
     tmp.mkdir()
     try:
         digests = {}
@@ -78,8 +92,10 @@ def save_checkpoint(root: Path, step: int, files: Mapping[str, bytes]) -> Checkp
         fsync_dir(tmp)
         # Re-saving a step moves the old one aside first (clean_stale finds OLD_PREFIX).
         publish_dir(tmp, final, old=root / f"{OLD_PREFIX}{final.name}-{os.getpid()}")
-    except BaseException:
+    except BaseException as exc:
         shutil.rmtree(tmp, ignore_errors=True)
+        if is_disk_full(exc):
+            raise disk_full(root, sum(len(d) for d in files.values())) from None
         raise
     return Checkpoint(final, step)
 
@@ -105,35 +121,91 @@ def validate(path: Path) -> Checkpoint:
 
 
 def _published(root: Path) -> list[Path]:
+    """`step_#########` directories (exactly the names dir_name makes), newest first."""
     if not root.is_dir():
         return []
-    found = [p for p in root.iterdir() if p.is_dir() and p.name.startswith(PREFIX)
-             and p.name[len(PREFIX):].isdigit()]
+    found = [p for p in root.iterdir() if _PUBLISHED.fullmatch(p.name)
+             and p.is_dir() and not p.is_symlink()]
     return sorted(found, key=lambda p: int(p.name[len(PREFIX):]), reverse=True)
 
 
+def _only_checkpoint_files(path: Path, allowed: frozenset[str] = FILES) -> bool:
+    """A real directory holding nothing but regular files named in `allowed`."""
+    try:
+        if path.is_symlink() or not path.is_dir():
+            return False
+        return all(e.name in allowed and stat.S_ISREG(e.stat(follow_symlinks=False).st_mode)
+                   for e in os.scandir(path))
+    except OSError:
+        return False
+
+
+def is_ours(path: Path) -> bool:
+    """A published checkpoint this module wrote: its manifest lists every file in it."""
+    try:
+        manifest = json.loads((path / MANIFEST).read_bytes()[:1 << 20])
+        listed = frozenset(manifest["files"]) | {MANIFEST}
+    except (OSError, ValueError, KeyError, TypeError):
+        return False
+    return manifest.get("format") == FORMAT and _only_checkpoint_files(path, listed)
+
+
+def set_aside(path: Path) -> Path:
+    """Rename an invalid checkpoint out of the resume and prune set; returns the new path."""
+    n = 1
+    target = path.with_name(f"{INVALID_PREFIX}{path.name}")
+    while target.exists() or target.is_symlink():
+        n += 1
+        target = path.with_name(f"{INVALID_PREFIX}{path.name}-{n}")
+    os.replace(path, target)
+    return target
+
+
+def set_aside_earlier(root: Path) -> list[Path]:
+    """Checkpoints set aside by this or an earlier start (`invalid-step_*`)."""
+    if not root.is_dir():
+        return []
+    return sorted(p for p in root.iterdir() if p.name.startswith(INVALID_PREFIX + PREFIX))
+
+
 def find_resumable(root: Path, report: Callable[[str], None] = print) -> Checkpoint | None:
-    """The newest checkpoint that validates; corrupt ones are reported and skipped."""
+    """The newest checkpoint that validates. Each newer one that does not is reported and
+    set aside (renamed), so neither resume nor pruning counts it again."""
     for path in _published(root):
         try:
             return validate(path)
         except CorruptCheckpoint as exc:
-            report(f"skipping checkpoint {path.name}: {exc}")
+            try:
+                aside = set_aside(path)
+            except OSError as err:
+                raise CorruptCheckpoint(f"checkpoint {path} does not validate ({exc}) "
+                                        f"and cannot be set aside ({err})") from None
+            report(f"skipping checkpoint {path.name}: {exc}; set aside as {aside.name}")
     return None
 
 
+def _remove_if_ours(path: Path) -> bool:
+    if _only_checkpoint_files(path):
+        shutil.rmtree(path, ignore_errors=True)
+        return True
+    return False
+
+
 def clean_stale(root: Path) -> None:
-    """Remove leftovers of interrupted saves (never a published checkpoint)."""
+    """Remove leftovers of interrupted saves: only `.tmp-step_...-PID`/`.old-step_...-PID`
+    folders holding nothing but checkpoint files (never a published checkpoint, never
+    anything else)."""
     if root.is_dir():
         for p in root.iterdir():
-            if p.name.startswith((TMP_PREFIX, OLD_PREFIX)):
-                shutil.rmtree(p, ignore_errors=True)
+            if _STALE.fullmatch(p.name):
+                _remove_if_ours(p)
 
 
 def prune(root: Path, keep: int) -> list[int]:
-    """Delete all but the newest `keep` checkpoints; returns the deleted steps."""
+    """Delete all but the newest `keep` checkpoints; returns the deleted steps. Only
+    checkpoints that carry this module's manifest count and are deleted."""
     removed = []
-    for path in _published(root)[keep:]:
+    for path in [p for p in _published(root) if is_ours(p)][keep:]:
         shutil.rmtree(path, ignore_errors=True)
         removed.append(int(path.name[len(PREFIX):]))
     return removed

@@ -3,7 +3,9 @@
 
 Configs run in order; a failure stops the list unless --recover. Ctrl+C always stops
 the list. Exit code: 0 all finished; otherwise the first failure's code (1 training
-failed, 2 bad config or inputs, 130 stopped by Ctrl+C/SIGTERM).
+failed or the disk is full, 2 bad config or inputs or the output folder in use, 130
+stopped by Ctrl+C/SIGTERM/SIGHUP). `--name` names the run (output folder and files),
+replacing the config's own `name`.
 """
 
 from __future__ import annotations
@@ -59,7 +61,8 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
                         help="config file, or a name under config/ (extension optional)")
     parser.add_argument("-r", "--recover", action="store_true",
                         help="continue with the next config when one fails")
-    parser.add_argument("-n", "--name", help="value for [name] in the configs")
+    parser.add_argument("-n", "--name", help="name the run (its output folder and files, "
+                        "and [name] in the configs), replacing the config's own name")
     parser.add_argument("-l", "--log", type=Path, help="also write the output to FILE")
     ranks = parser.add_argument_group("several GPUs or machines (runs torchrun)")
     ranks.add_argument("--gpus", type=int, help="processes (GPUs) on this machine; "

@@ -37,7 +37,14 @@ from pathlib import Path
 from typing import Annotated, Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    model_validator,
+)
 
 from aitk.choices import QTYPES, TIMESTEP_TYPES
 
@@ -244,8 +251,16 @@ class ProcessConfig(_Strict):
     datasets: Annotated[list[DatasetConfig], Field(min_length=1)]
 
 
+def one_path_component(name: str) -> str:
+    """The job name becomes a folder and file names: one plain path component."""
+    if name in (".", "..") or any(c in name for c in "/\\\0") or Path(name).is_absolute():
+        raise ValueError(f"must be one folder name (no '/', '\\', '..' or absolute path; "
+                         f"got {name!r}): it names the output folder and its files")
+    return name
+
+
 class JobSection(_Strict):
-    name: Annotated[str, Field(min_length=1)]
+    name: Annotated[str, Field(min_length=1), AfterValidator(one_path_component)]
     process: Annotated[list[ProcessConfig], Field(min_length=1)]
 
 
@@ -363,9 +378,63 @@ def resolve_config_path(name: str, cwd: Path | None = None) -> Path:
                              "config/, with and without .yml/.yaml/.json)"])
 
 
+# Configs are a few KB; these limits only stop a hostile or broken file (a 1 KB YAML
+# "billion laughs" expands to 10**9 nodes) from eating memory and time.
+MAX_CONFIG_BYTES = 1 << 20
+MAX_CONFIG_NODES = 100_000
+MAX_CONFIG_DEPTH = 64
+
+
+def _check_shape(root: Any, children: Callable[[Any], list[Any]], source: str) -> None:
+    """ConfigError when the document, with every alias expanded, has too many values (a
+    self-referencing alias counts without end, so it stops here too) or nests too deep
+    for the recursive steps after it. Iterative: bounded time, no recursion."""
+    seen, stack = 0, [(root, 1)]
+    while stack:
+        node, depth = stack.pop()
+        seen += 1
+        if seen > MAX_CONFIG_NODES:
+            raise ConfigError(source, [f"too large once its aliases are expanded (more "
+                                       f"than {MAX_CONFIG_NODES} values); not a job config"])
+        if depth > MAX_CONFIG_DEPTH:
+            raise ConfigError(source, [f"nested more than {MAX_CONFIG_DEPTH} levels deep; "
+                                       "not a job config"])
+        stack += [(child, depth + 1) for child in children(node)]
+
+
+def _yaml_children(node: Any) -> list[Any]:
+    if isinstance(node, yaml.MappingNode):
+        return [n for pair in node.value for n in pair]
+    return list(node.value) if isinstance(node, yaml.SequenceNode) else []
+
+
+def _data_children(value: Any) -> list[Any]:
+    if isinstance(value, dict):
+        return [*value.keys(), *value.values()]
+    return list(value) if isinstance(value, list) else []
+
+
+def load_yaml(text: str, source: str) -> Any:
+    """yaml.safe_load in bounded time and memory (see _count_nodes)."""
+    loader = yaml.SafeLoader(text)
+    try:
+        node = loader.get_single_node()
+        if node is None:
+            return None
+        _check_shape(node, _yaml_children, source)
+        return loader.construct_document(node)
+    finally:
+        loader.dispose()
+
+
 def read_config_file(path: Path) -> Any:
     try:
-        text = path.read_text(encoding="utf-8")
+        with path.open("rb") as fh:
+            data = fh.read(MAX_CONFIG_BYTES + 1)
+        if len(data) > MAX_CONFIG_BYTES:
+            raise ConfigError(str(path), [f"larger than {MAX_CONFIG_BYTES // 1024} KiB; "
+                                          "not a job config"])
+        text = data.decode("utf-8")
     except UnicodeDecodeError as exc:
         raise ConfigError(str(path), [f"not a UTF-8 text file ({exc.reason} at byte "
                                       f"{exc.start})"]) from None
@@ -374,8 +443,12 @@ def read_config_file(path: Path) -> Any:
                           ) from None
     try:
         if path.suffix == ".json":
-            return json.loads(text)
-        return yaml.safe_load(text)
+            data = json.loads(text)
+            _check_shape(data, _data_children, str(path))
+            return data
+        return load_yaml(text, str(path))
+    except RecursionError:
+        raise ConfigError(str(path), ["nested too deeply to be a job config"]) from None
     except (yaml.YAMLError, json.JSONDecodeError) as exc:
         detail = " ".join(str(exc).split())  # yaml's caret diagram, on one line
         raise ConfigError(str(path), [f"not valid {path.suffix.lstrip('.') or 'YAML'}: "
@@ -502,6 +575,10 @@ def parse_job(raw: Any, source: str, *, name_override: str | None = None,
     problems: list[str] = []
     warnings: list[str] = []
     section = raw.get("config")
+    if name_override is not None and isinstance(section, dict):
+        # --name names the run (folder, files, [name]) even when the config has a name.
+        raw = {**raw, "config": {**section, "name": name_override}}
+        section = raw["config"]
     job_name = name_override or (section.get("name") if isinstance(section, dict) else None)
     data = substitute(raw, str(job_name or "[name]"), env, problems)
     data = screen_keys(data, JobConfig, "", problems, warnings)

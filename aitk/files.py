@@ -3,10 +3,14 @@
 Checkpoints, caches, LoRA files and configs all go through it, so Ctrl+C or a crash
 leaves the old file or the new one, never a torn one. (The manager keeps its own
 copy: the two programs never import each other.)
+
+Files and folders come out with the modes the umask gives (tempfile creates them
+0600/0700). A full disk is `DiskFull`, one message naming the folder and the sizes.
 """
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import shutil
@@ -17,18 +21,76 @@ from pathlib import Path
 from typing import Any
 
 
+class DiskFull(OSError):
+    """Not enough space to write; the message says where and how much is needed."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(errno.ENOSPC, message)
+
+    def __str__(self) -> str:
+        return str(self.strerror)
+
+
+def umask() -> int:
+    """The process umask (read by setting and restoring it: there is no getter)."""
+    current = os.umask(0o077)
+    os.umask(current)
+    return current
+
+
+def file_mode() -> int:
+    return 0o666 & ~umask()
+
+
+def dir_mode() -> int:
+    return 0o777 & ~umask()
+
+
+def _mib(n: int) -> str:
+    return f"{n / 2**20:.1f} MiB"
+
+
+def disk_full(folder: Path, needed: int | None = None) -> DiskFull:
+    try:
+        free = shutil.disk_usage(folder).free
+    except OSError:
+        free = None
+    sizes = (f"needs about {_mib(needed)}" if needed else "") + \
+        (f"{', ' if needed else ''}{_mib(free)} free" if free is not None else "")
+    return DiskFull(f"not enough disk space in {folder}" + (f" ({sizes})" if sizes else ""))
+
+
+def check_free_space(folder: Path, needed: int) -> None:
+    """DiskFull unless `folder`'s filesystem has room for `needed` bytes (a margin of
+    10% and 16 MiB covers metadata and the files written beside them)."""
+    try:
+        free = shutil.disk_usage(folder).free
+    except OSError:
+        return  # cannot tell: the write itself will say
+    if free < needed * 1.1 + 16 * 2**20:
+        raise disk_full(folder, needed)
+
+
+def is_disk_full(exc: BaseException) -> bool:
+    return isinstance(exc, OSError) and exc.errno in (errno.ENOSPC, errno.EDQUOT)
+
+
 def atomic_write_bytes(path: Path, data: bytes) -> None:
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
+        if hasattr(os, "fchmod"):  # mkstemp makes 0600; outputs follow the umask
+            os.fchmod(fd, file_mode())
         with os.fdopen(fd, "wb") as fh:
             fh.write(data)
             fh.flush()
             os.fsync(fh.fileno())
         os.replace(tmp, path)
-    except BaseException:
+    except BaseException as exc:
         Path(tmp).unlink(missing_ok=True)
+        if is_disk_full(exc):
+            raise disk_full(path.parent, len(data)) from None
         raise
     fsync_dir(path.parent)
 
@@ -75,6 +137,7 @@ def staged_dir(target: Path) -> Iterator[Path]:
     target = Path(target)
     target.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent))
+    tmp.chmod(dir_mode())  # mkdtemp makes 0700; outputs follow the umask
     try:
         yield tmp
         publish_dir(tmp, target)

@@ -1,8 +1,10 @@
 """run_job: build the pieces of a training run, handle Ctrl+C, return an exit code.
 
-Exit codes: 0 finished; 1 training failed (e.g. a non-finite loss); 2 the config or its
-inputs are unusable (bad key, missing dataset, unknown arch); 130 stopped by Ctrl+C or
-SIGTERM after saving a checkpoint at a step boundary.
+Exit codes: 0 finished; 1 training failed (e.g. a non-finite loss, a full disk); 2 the
+config or its inputs are unusable (bad key, missing dataset, unknown arch, the output
+folder in use by another trainer, checkpoints that exist but none validates); 130
+stopped by Ctrl+C, SIGTERM or SIGHUP (SIGBREAK on Windows) after saving a checkpoint at
+a step boundary.
 
 Outputs, in `training_folder/NAME/`:
     NAME.safetensors                 final LoRA (public `diffusion_model.` keys + metadata)
@@ -10,8 +12,13 @@ Outputs, in `training_folder/NAME/`:
                                      `max_step_saves_to_keep` are kept
     checkpoints/step_000000250/      full training state for resume (aitk.checkpoint)
     samples/000000250_0.jpg          previews
-    config.yaml                      the config as run ([name] and ${VAR} replaced)
+    config.yaml                      the config as run ([name] replaced, ${VAR} kept)
     loss_log.jsonl                   one JSON object per step: step, loss, lr, time
+    .aitk.lock, .aitk.lock.json      one trainer per output folder; who holds it
+
+The trainer only removes or overwrites files it recognises as its own: checkpoints by
+their manifest (aitk.checkpoint), LoRA files by their `software` metadata, config.yaml
+by its first line. Anything else in the output folder is left as it is.
 """
 
 from __future__ import annotations
@@ -21,9 +28,10 @@ import json
 import os
 import signal
 import sys
+import tempfile
 import time
 from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from dataclasses import asdict
 from pathlib import Path
 from types import SimpleNamespace
@@ -38,7 +46,13 @@ from aitk.config import REPO_ROOT, ConfigError, LoadedConfig, ProcessConfig, dum
 from aitk.data.batches import BatchSource
 from aitk.data.cache import LatentCache, TextEmbedCache, default_cache_dir
 from aitk.data.dataset import DatasetError, Item, scan_folder
-from aitk.files import atomic_write_json, atomic_write_text
+from aitk.files import (
+    DiskFull,
+    atomic_write_json,
+    atomic_write_text,
+    check_free_space,
+    is_disk_full,
+)
 from aitk.metrics import Metrics
 from aitk.noise import NonFiniteLoss
 from aitk.optim import OptimizerUnavailable, Schedule, build_optimizer, lr_at
@@ -60,7 +74,13 @@ class JobInputError(Exception):
     """Something the config points at is unusable (exit 2)."""
 
 
-# ---- Ctrl+C / SIGTERM ------------------------------------------------------------------
+# ---- Ctrl+C / SIGTERM / SIGHUP ----------------------------------------------------------
+# SIGHUP: the terminal was closed (or the launcher that started us was); SIGBREAK:
+# Ctrl+Break or the launcher's CTRL_BREAK_EVENT on Windows. All mean "stop, but save".
+STOP_SIGNALS = tuple(getattr(signal, n) for n in ("SIGINT", "SIGTERM", "SIGHUP", "SIGBREAK")
+                     if hasattr(signal, n))
+
+
 class StopFlag:
     """First signal: finish the step, save, exit 130. Second: stop at once.
 
@@ -77,8 +97,11 @@ class StopFlag:
         if self.requested:
             raise KeyboardInterrupt
         self.requested = True
-        self.say(f"\n{signal.Signals(signum).name}: stopping after this step and saving a "
-                 "checkpoint; press Ctrl+C again to stop at once")
+        try:  # after SIGHUP the terminal may be gone: saving matters more than saying so
+            self.say(f"\n{signal.Signals(signum).name}: stopping after this step and "
+                     "saving a checkpoint; press Ctrl+C again to stop at once")
+        except (OSError, ValueError):
+            pass
 
     def check(self) -> None:
         if self.requested:
@@ -86,12 +109,40 @@ class StopFlag:
 
     @contextmanager
     def installed(self) -> Iterator[StopFlag]:
-        old = {s: signal.signal(s, self.handle) for s in (signal.SIGINT, signal.SIGTERM)}
+        old = {s: signal.signal(s, self.handle) for s in STOP_SIGNALS}
         try:
             yield self
         finally:
             for s, handler in old.items():
                 signal.signal(s, handler)
+
+
+class LenientStream:
+    """The console for as long as there is one. After SIGHUP the terminal (or the pipe to
+    the launcher) may be gone and every write fails (EIO, EPIPE): the output is then
+    dropped, so a lost progress line never costs the save that the signal asked for."""
+
+    def __init__(self, stream: TextIO) -> None:
+        self._stream = stream
+        self.lost = False
+
+    def write(self, text: str) -> int:
+        if not self.lost:
+            try:
+                return self._stream.write(text)
+            except (OSError, ValueError):
+                self.lost = True
+        return len(text)
+
+    def flush(self) -> None:
+        if not self.lost:
+            try:
+                self._stream.flush()
+            except (OSError, ValueError):
+                self.lost = True
+
+    def __getattr__(self, name: str) -> Any:  # isatty, encoding, fileno: the real stream's
+        return getattr(self._stream, name)
 
 
 @contextmanager
@@ -103,12 +154,125 @@ def registered(name: str, config: Path) -> Iterator[None]:
                                   "started": time.strftime("%Y-%m-%dT%H:%M:%SZ",
                                                            time.gmtime())})
     except OSError as exc:  # a read-only checkout must not stop training
-        print(f"warning: cannot register the running job in {RUNNING_DIR}: {exc}",
-              file=sys.stderr)
+        print(f"warning: cannot register the running job in {RUNNING_DIR}: "
+              f"{exc.strerror or exc}", file=sys.stderr)
     try:
         yield
     finally:
-        entry.unlink(missing_ok=True)
+        with suppress(OSError):
+            entry.unlink(missing_ok=True)
+
+
+# ---- the output folder: one trainer at a time, only our own files touched ------------
+LOCK_NAME = ".aitk.lock"
+CONFIG_HEADER = "# the config as run, written by aitk at every start of this job\n"
+
+
+def _holder_text(out_dir: Path) -> str:
+    try:
+        holder = json.loads((out_dir / f"{LOCK_NAME}.json").read_text(encoding="utf-8"))
+        return (f"pid {holder['pid']}, started {holder['started']}, config "
+                f"{holder['config']}")
+    except (OSError, ValueError, KeyError, TypeError):
+        return "holder unknown"
+
+
+@contextmanager
+def output_lock(out_dir: Path, config: Path) -> Iterator[None]:
+    """Hold `out_dir/.aitk.lock` for the whole run: two trainers writing one folder would
+    mix their checkpoints into one LoRA. The OS drops the lock when its holder dies (even
+    by kill -9), so a stale lock never blocks a resume."""
+    from filelock import FileLock, Timeout
+
+    try:
+        out_dir.mkdir(parents=True, exist_ok=True)
+        lock = FileLock(str(out_dir / LOCK_NAME))
+        lock.acquire(timeout=0)
+    except Timeout:
+        raise JobInputError(
+            f"output folder {out_dir} is in use by another trainer ({_holder_text(out_dir)}); "
+            "wait for it to finish (or stop it), or give this run another name") from None
+    except OSError as exc:
+        raise JobInputError(f"cannot use the output folder {out_dir}: "
+                            f"{exc.strerror or exc}") from None
+    holder = out_dir / f"{LOCK_NAME}.json"
+    try:
+        atomic_write_json(holder, {"pid": os.getpid(), "config": str(config),
+                                   "started": time.strftime("%Y-%m-%dT%H:%M:%SZ",
+                                                            time.gmtime())})
+        yield
+    finally:
+        holder.unlink(missing_ok=True)
+        lock.release()
+
+
+def written_by_aitk(path: Path) -> bool:
+    """A safetensors file whose metadata names aitk as its software."""
+    from safetensors import safe_open
+
+    try:
+        with safe_open(str(path), "pt") as fh:
+            meta = fh.metadata() or {}
+        return json.loads(meta.get("software", "{}")).get("name") == aitk.SOFTWARE_NAME
+    except Exception:  # not safetensors, unreadable, a folder: not ours either way
+        return False
+
+
+def foreign_loras(out_dir: Path, name: str) -> list[Path]:
+    """LoRA-named files in `out_dir` that aitk did not write (it would overwrite them)."""
+    return [p for p in out_dir.iterdir() if (p.name == f"{name}.safetensors"
+                                             or _step_lora_step(p, name) is not None)
+            and not written_by_aitk(p)]
+
+
+def write_run_config(path: Path, loaded: LoadedConfig, say: Callable[[str], None]) -> None:
+    """config.yaml: ours (first line CONFIG_HEADER, or exactly this config as an earlier
+    aitk wrote it) is rewritten; anyone else's is left alone."""
+    if path.exists() or path.is_symlink():
+        try:
+            with open(path, "rb") as fh:
+                head = fh.read(1 << 20).decode("utf-8")
+            import yaml
+
+            ours = head.startswith(CONFIG_HEADER) or yaml.safe_load(head) == loaded.recorded
+        except (OSError, ValueError, yaml.YAMLError):
+            ours = False
+        if not ours or path.is_symlink():
+            say(f"{path} was not written by aitk; left as it is (the config as run is "
+                "in the LoRA file's metadata)")
+            return
+    atomic_write_text(path, CONFIG_HEADER + dump_yaml(loaded.recorded))
+
+
+def resume_point(ckpt_root: Path, say: Callable[[str], None]) -> ckpt.Checkpoint | None:
+    """The newest valid checkpoint; None for a fresh start. When checkpoints exist but
+    none validates, stop (exit 2) rather than start again from 0 and prune them all."""
+    try:
+        found = ckpt.find_resumable(ckpt_root, report=say)
+    except ckpt.CorruptCheckpoint as exc:
+        raise JobInputError(str(exc)) from None
+    aside = ckpt.set_aside_earlier(ckpt_root)
+    if found is None and aside:
+        raise JobInputError(
+            f"no checkpoint in {ckpt_root} validates; set aside (renamed, not deleted): "
+            f"{', '.join(p.name for p in aside)}. To start again from step 0, move or "
+            f"delete those folders; to keep training them, restore a good copy as step_...")
+    return found
+
+
+def usable_cache_dir(say: Callable[[str], None]) -> Path | None:
+    """The cache folder, or None when it cannot be written (a read-only checkout): the
+    caches then live in memory for this run. Never a reason to stop training."""
+    folder = default_cache_dir(REPO_ROOT)
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryFile(dir=folder):
+            pass
+    except OSError as exc:
+        say(f"cache folder {folder} is not writable ({exc.strerror or exc}); caches stay "
+            "in memory for this run (set AITK_CACHE_DIR to a writable folder)")
+        return None
+    return folder
 
 
 # ---- model, adapter, data ---------------------------------------------------------------
@@ -207,10 +371,11 @@ class Reporter:
 
 
 # ---- caches ---------------------------------------------------------------------------
-def model_identity(model: Any) -> str:
+def model_identity(model: Any, cache_dir: Path | None) -> str:
     """The model's cache-key fingerprint. File digests are remembered in the cache folder
     (by path, size and mtime), so a multi-GB model is hashed once, not at every start."""
-    return model.identity(digest_cache=default_cache_dir(REPO_ROOT) / "model_digests.json")
+    return model.identity(digest_cache=cache_dir / "model_digests.json" if cache_dir
+                          else None)
 
 
 def fill_shared(fill: Callable[..., Any], entries: Sequence[Any], world: distributed.World,
@@ -225,7 +390,7 @@ def fill_shared(fill: Callable[..., Any], entries: Sequence[Any], world: distrib
 
 
 def cached_latents(proc: ProcessConfig, model: Any, items: list[Item], stop: StopFlag,
-                   say: Callable[[str], None], stream: TextIO,
+                   say: Callable[[str], None], stream: TextIO, cache_dir: Path | None,
                    world: distributed.World = distributed.SINGLE
                    ) -> Callable[[Sequence[Item]], torch.Tensor] | None:
     """Encode every image once (memory, and disk with `cache_latents_to_disk`); None
@@ -233,17 +398,17 @@ def cached_latents(proc: ProcessConfig, model: Any, items: list[Item], stop: Sto
     if not any(ds.cache_latents or ds.cache_latents_to_disk for ds in proc.datasets):
         return None
     to_disk = any(ds.cache_latents_to_disk for ds in proc.datasets)
-    folder = default_cache_dir(REPO_ROOT) / "latents" if to_disk else None
-    cache = LatentCache(model.encode_images, model_identity(model), model.latent_space_version,
-                        folder, report=say)
+    folder = cache_dir / "latents" if to_disk and cache_dir else None
+    cache = LatentCache(model.encode_images, model_identity(model, cache_dir),
+                        model.latent_space_version, folder, report=say)
     print(f"caching latents for {len(set(items))} image sizes", file=stream, flush=True)
-    fill_shared(cache.fill, items, world, to_disk, stop)
+    fill_shared(cache.fill, items, world, folder is not None, stop)
     return cache.get
 
 
 def text_embeddings(proc: ProcessConfig, model: Any, items: list[Item],
                     samples: list[Any], stop: StopFlag, say: Callable[[str], None],
-                    world: distributed.World = distributed.SINGLE
+                    cache_dir: Path | None, world: distributed.World = distributed.SINGLE
                     ) -> tuple[Callable[[list[str]], Any], dict[str, Any] | None]:
     """(captions -> batch embeds, embeds for the preview prompts or None).
 
@@ -262,10 +427,11 @@ def text_embeddings(proc: ProcessConfig, model: Any, items: list[Item],
     if any(i.caption_dropout_rate > 0 for i in items):
         captions.append("")
     captions += [t for c in samples for t in (c.prompt, c.negative_prompt)]
-    cache = TextEmbedCache(model.encode_prompts, model_identity(model),
+    cache = TextEmbedCache(model.encode_prompts, model_identity(model, cache_dir),
                            model.text_embedding_space_version,
-                           default_cache_dir(REPO_ROOT) / "text_embeds", report=say)
-    fill_shared(cache.fill, list(dict.fromkeys(captions)), world, True, stop)
+                           cache_dir / "text_embeds" if cache_dir else None, report=say)
+    fill_shared(cache.fill, list(dict.fromkeys(captions)), world, cache_dir is not None,
+                stop)
     model.unload_text_encoder()  # every caption is cached: free its memory
     return cache.get, cache.mapping()
 
@@ -290,12 +456,20 @@ def step_lora_name(name: str, step: int) -> str:
     return f"{name}_{step:09d}.safetensors"
 
 
-def prune_step_loras(out_dir: Path, name: str, keep: int) -> None:
-    prefix = f"{name}_"
+def _step_lora_step(path: Path, name: str) -> int | None:
     # Not glob(): a name like "lora[v2]" would read as a pattern and match nothing.
-    found = sorted(p for p in out_dir.iterdir()
-                   if p.suffix == ".safetensors" and p.stem.startswith(prefix)
-                   and p.stem[len(prefix):].isdigit() and len(p.stem) == len(prefix) + 9)
+    prefix = f"{name}_"
+    digits = path.stem[len(prefix):]
+    if path.suffix == ".safetensors" and path.stem.startswith(prefix) and \
+            len(digits) == 9 and digits.isdigit():
+        return int(digits)
+    return None
+
+
+def prune_step_loras(out_dir: Path, name: str, keep: int) -> None:
+    """Keep the newest `keep` step LoRAs; only files aitk wrote count or are deleted."""
+    found = sorted(p for p in out_dir.iterdir() if _step_lora_step(p, name) is not None
+                   and not p.is_symlink() and written_by_aitk(p))
     for old in found[:-keep]:
         old.unlink(missing_ok=True)
 
@@ -341,7 +515,17 @@ def restore(found: ckpt.Checkpoint, network: Any, optimizer: torch.optim.Optimiz
 def run_process(loaded: LoadedConfig, proc: ProcessConfig, stop: StopFlag,
                 stream: TextIO, world: distributed.World = distributed.SINGLE) -> Outcome:
     """One process of a job. Under torchrun every rank runs this; rank 0 alone writes
-    (outputs, checkpoints, samples, logs) and the others train their shard."""
+    (outputs, checkpoints, samples, logs) and holds the output folder's lock, and the
+    others train their shard."""
+    out_dir = Path(proc.training_folder).expanduser() / loaded.name
+    if not world.is_main:
+        return train_process(loaded, proc, out_dir, stop, stream, world)
+    with output_lock(out_dir, loaded.source):
+        return train_process(loaded, proc, out_dir, stop, stream, world)
+
+
+def train_process(loaded: LoadedConfig, proc: ProcessConfig, out_dir: Path, stop: StopFlag,
+                  stream: TextIO, world: distributed.World) -> Outcome:
     from aitk.sampling import image_configs, write_samples
 
     main = world.is_main
@@ -349,7 +533,12 @@ def run_process(loaded: LoadedConfig, proc: ProcessConfig, stop: StopFlag,
         stream = io.StringIO()  # one console voice: rank 0's
     say = Reporter(stream)
     name = loaded.name
-    out_dir = Path(proc.training_folder).expanduser() / name
+    foreign = foreign_loras(out_dir, name)
+    if foreign:
+        raise JobInputError(f"{', '.join(str(p) for p in foreign)} "
+                            f"{'was' if len(foreign) == 1 else 'were'} not written by aitk "
+                            "and would be overwritten; move them away or give this run "
+                            "another name")
     device = distributed.device_for(world, pick_device(proc.device))
     distributed.init(world, device)
     quiet_library_progress()
@@ -363,8 +552,10 @@ def run_process(loaded: LoadedConfig, proc: ProcessConfig, stop: StopFlag,
     items = scan_datasets(proc, model.get_bucket_divisibility(), say)
     tr = proc.train
     samples = [] if tr.disable_sampling else image_configs(proc.sample, proc.trigger_word)
-    latents = cached_latents(proc, model, items, stop, say, stream, world)
-    embeds, sample_embeds = text_embeddings(proc, model, items, samples, stop, say, world)
+    cache_dir = usable_cache_dir(say)
+    latents = cached_latents(proc, model, items, stop, say, stream, cache_dir, world)
+    embeds, sample_embeds = text_embeddings(proc, model, items, samples, stop, say,
+                                            cache_dir, world)
 
     torch.manual_seed(tr.seed)  # adapter init; a resume overwrites both
     network = create_network(model, proc)
@@ -380,17 +571,19 @@ def run_process(loaded: LoadedConfig, proc: ProcessConfig, stop: StopFlag,
     data = BatchSource(items, tr.batch_size, tr.seed, latents, model.encode_images, embeds)
 
     ckpt_root = out_dir / "checkpoints"
-    if main:
+    if main:  # rank 0 cleans up and sets invalid checkpoints aside; then all read
         ckpt.clean_stale(ckpt_root)
+        found = resume_point(ckpt_root, say)
     distributed.barrier(world)
-    found = ckpt.find_resumable(ckpt_root, report=say)
+    if not main:
+        found = resume_point(ckpt_root, say)
     start = 0
     if found is not None:
         restore(found, network, optimizer, data)
         start = found.step
         print(f"resuming {name} from step {start} ({found.path})", file=stream, flush=True)
     if main:
-        atomic_write_text(out_dir / "config.yaml", dump_yaml(loaded.recorded))
+        write_run_config(out_dir / "config.yaml", loaded, say)
     ranks = f" x {world.size} processes" if world.distributed else ""
     print(f"training {name}: {len({i.path for i in items})} images ({len(items)} items with "
           f"resolutions and repeats), {tr.steps} steps on {device.type}{ranks}; outputs in "
@@ -408,8 +601,11 @@ def run_process(loaded: LoadedConfig, proc: ProcessConfig, stop: StopFlag,
         if not main:
             return
         meta = lora_metadata(loaded, proc, step, data.epoch)
-        ckpt.save_checkpoint(ckpt_root, step,
-                             checkpoint_files(network, optimizer, data, step, schedule, loaded))
+        files = checkpoint_files(network, optimizer, data, step, schedule, loaded)
+        # The checkpoint, then the LoRA (at most the adapter's full-precision size).
+        check_free_space(out_dir, sum(map(len, files.values()))
+                         + len(files["adapter.safetensors"]))
+        ckpt.save_checkpoint(ckpt_root, step, files)
         lora = lora_path(step)
         network.save_file(lora, meta, dtype=save_dtype)  # atomic, public keys
         ckpt.prune(ckpt_root, proc.save.max_step_saves_to_keep)
@@ -460,6 +656,8 @@ KNOWN_ERRORS: dict[type[BaseException], int] = {
 
 
 def _known_error_code(exc: BaseException) -> int | None:
+    if is_disk_full(exc):
+        return EXIT_FAILED
     for cls, code in KNOWN_ERRORS.items():
         if isinstance(exc, cls):
             return code
@@ -473,7 +671,8 @@ def _known_error_code(exc: BaseException) -> int | None:
 
 def run_job(loaded: LoadedConfig, stream: TextIO | None = None) -> int:
     """Run every process of one config; returns the exit code (never raises)."""
-    stream = stream or sys.stderr  # looked up now: --log swaps sys.stderr for a tee
+    # Looked up now: --log swaps sys.stderr for a tee.
+    stream = LenientStream(stream or sys.stderr)  # type: ignore[assignment]
     for warning in loaded.warnings:
         print(f"warning: {warning}", file=stream)
     stop = StopFlag(say=lambda m: print(m, file=stream, flush=True))
@@ -500,6 +699,12 @@ def run_job(loaded: LoadedConfig, stream: TextIO | None = None) -> int:
             print(f"error: {loaded.name} failed: {exc.__class__.__name__}: {exc}",
                   file=stream)
             return EXIT_FAILED
+        if is_disk_full(exc):  # one line: what is full, how much, what to do
+            where = exc if isinstance(exc, DiskFull) else \
+                f"not enough disk space ({exc.strerror}: {exc.filename})"
+            print(f"error: {where}; the last saved checkpoint is kept: free some space, "
+                  f"then run the same config again to resume {loaded.name}", file=stream)
+            return code
         print(f"error: {exc}", file=stream)
         return code
     finally:

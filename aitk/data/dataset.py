@@ -5,14 +5,25 @@ trigger word is prepended when the caption does not contain it; a missing captio
 uses `default_caption` (empty when unset). Unreadable images are skipped. Both are
 reported once each through `report`, and neither stops the job; a dataset with no
 usable image is an error.
+
+Every input file is read bounded and without blocking (`open_input`): only regular
+files are read (a FIFO, device or folder named `x.png` is refused, never waited on),
+captions up to MAX_CAPTION_BYTES, images up to MAX_IMAGE_BYTES on disk and
+MAX_IMAGE_PIXELS decoded. Symlinks are followed (datasets are often assembled from
+links), but only to a regular file: a link to /dev/zero is refused like the device.
 """
 
 from __future__ import annotations
 
+import os
 import re
-from collections.abc import Callable, Sequence
+import stat
+import warnings
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from typing import BinaryIO
 
 import numpy as np
 import torch
@@ -22,10 +33,34 @@ from aitk.data.buckets import Size, bucket_for, resize_crop
 
 IMAGE_EXTENSIONS = (".jpg", ".jpeg", ".png", ".webp")
 TRIGGER_TAG = "[trigger]"
+MAX_CAPTION_BYTES = 64 * 1024
+MAX_IMAGE_BYTES = 512 * 2**20
+MAX_IMAGE_PIXELS = 2**26  # 8192 x 8192; a bigger image would take GBs to decode
 
 
 class DatasetError(ValueError):
     exit_code = 2
+
+
+class BadInputFile(OSError):
+    """A dataset file that is not read: not a regular file, or too large."""
+
+
+def open_input(path: Path, limit: int) -> BinaryIO:
+    """`path` opened for reading when it is (or links to) a regular file of at most
+    `limit` bytes. O_NONBLOCK: opening a FIFO returns at once instead of waiting for a
+    writer (and it is then refused); it changes nothing for a regular file."""
+    fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_BINARY", 0))
+    try:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode):
+            raise BadInputFile(f"not a regular file: {path}")
+        if info.st_size > limit:
+            raise BadInputFile(f"{info.st_size} bytes, more than the {limit}-byte limit")
+        return os.fdopen(fd, "rb")
+    except BaseException:
+        os.close(fd)
+        raise
 
 
 @dataclass(frozen=True)
@@ -53,7 +88,8 @@ def read_caption(image: Path, caption_ext: str, default_caption: str | None,
     ext = caption_ext if caption_ext.startswith(".") else f".{caption_ext}"
     caption_file = image.with_suffix(ext)
     try:
-        return caption_file.read_text(encoding="utf-8").strip()
+        with open_input(caption_file, MAX_CAPTION_BYTES) as fh:
+            return fh.read(MAX_CAPTION_BYTES + 1).decode("utf-8").strip()
     except FileNotFoundError:
         report(f"{image}: no caption file {caption_file.name}; using "
                + (f"the default caption {default_caption!r}" if default_caption
@@ -63,15 +99,31 @@ def read_caption(image: Path, caption_ext: str, default_caption: str | None,
     return default_caption or ""
 
 
+@contextmanager
+def open_image(path: Path) -> Iterator[Image.Image]:
+    """PIL's image for a regular file within the byte and pixel limits (header read,
+    nothing decoded yet). Raises BadInputFile or PIL's errors."""
+    with open_input(path, MAX_IMAGE_BYTES) as fh:
+        with warnings.catch_warnings():  # our own pixel limit below, stricter than PIL's
+            warnings.simplefilter("ignore", Image.DecompressionBombWarning)
+            img = Image.open(fh)
+        with img:
+            w, h = img.size
+            if w * h > MAX_IMAGE_PIXELS:
+                raise BadInputFile(f"{w}x{h} pixels, more than the {MAX_IMAGE_PIXELS}-pixel "
+                                   "limit")
+            yield img
+
+
 def image_size(path: Path) -> Size:
     """(width, height) after EXIF rotation; raises on anything PIL cannot read.
 
     The pixels are decoded, not only the header: a truncated file has a valid header
     and would otherwise fail later, mid-run, when its latents are computed.
     """
-    with Image.open(path) as img:
+    with open_image(path) as img:
         img.verify()
-    with Image.open(path) as img:
+    with open_image(path) as img:
         img.load()
         w, h = img.size
         orientation = img.getexif().get(0x0112, 1)
@@ -89,7 +141,11 @@ def scan_folder(folder: Path, *, caption_ext: str = "txt", default_caption: str 
     for path in sorted(p for p in folder.iterdir() if p.suffix.lower() in IMAGE_EXTENSIONS):
         try:
             size = image_size(path)
-        except (OSError, UnidentifiedImageError, SyntaxError, ValueError) as exc:
+        except BadInputFile as exc:
+            report(f"{path}: skipped ({exc})")
+            continue
+        except (OSError, UnidentifiedImageError, SyntaxError, ValueError,
+                Image.DecompressionBombError) as exc:
             report(f"{path}: unreadable image, skipped ({exc.__class__.__name__})")
             continue
         caption = apply_trigger(read_caption(path, caption_ext, default_caption, report),
@@ -109,7 +165,7 @@ def scan_folder(folder: Path, *, caption_ext: str = "txt", default_caption: str 
 
 def load_pixels(item: Item) -> torch.Tensor:
     """(3, H, W) float32 in [-1, 1] at the item's bucket: resize down, centre crop."""
-    with Image.open(item.path) as img:
+    with open_image(item.path) as img:
         img = ImageOps.exif_transpose(img).convert("RGB")
         plan = resize_crop(img.width, img.height, item.bucket)
         if (plan.resize_w, plan.resize_h) != img.size:

@@ -109,3 +109,49 @@ def test_rng_state_round_trips_through_weights_only_load(tmp_path: Path):
     torch.manual_seed(9)
     ckpt.restore_rng(torch.load(io.BytesIO(buf.getvalue()), weights_only=True))
     assert (random.random(), np.random.rand(), torch.rand(1).item()) == expected
+
+
+# ---- only what the trainer wrote is removed; invalid checkpoints are set aside ---------
+def test_invalid_newest_checkpoints_are_set_aside_so_pruning_keeps_the_valid_ones(
+        tmp_path: Path):
+    for step in (10, 20, 30):
+        ckpt.save_checkpoint(tmp_path, step, files(step))
+    for step in (20, 30):  # the newest two are damaged
+        (tmp_path / ckpt.dir_name(step) / "optimizer.pt").write_bytes(b"torn")
+    reports: list[str] = []
+    found = ckpt.find_resumable(tmp_path, report=reports.append)
+    assert found is not None and found.step == 10
+    assert [r.split(";")[1] for r in reports] == [" set aside as invalid-step_000000030",
+                                                  " set aside as invalid-step_000000020"]
+    # The resumed run saves 11 and 12 with keep=2: the valid 10 is pruned only for them,
+    # and the set-aside ones are never counted nor deleted.
+    for step in (11, 12):
+        ckpt.save_checkpoint(tmp_path, step, files(step))
+        ckpt.prune(tmp_path, 2)
+    assert sorted(p.name for p in tmp_path.iterdir()) == [
+        "invalid-step_000000020", "invalid-step_000000030", "step_000000011",
+        "step_000000012"]
+    assert [p.name for p in ckpt.set_aside_earlier(tmp_path)] == [
+        "invalid-step_000000020", "invalid-step_000000030"]
+
+
+def test_setting_aside_twice_keeps_both(tmp_path: Path):
+    for _ in range(2):
+        (tmp_path / "step_000000020").mkdir()
+        assert ckpt.find_resumable(tmp_path, report=lambda m: None) is None
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["invalid-step_000000020",
+                                                          "invalid-step_000000020-2"]
+
+
+def test_cleanup_and_pruning_leave_folders_the_trainer_did_not_write(tmp_path: Path):
+    user = {".old-photos": "a.jpg", ".tmp-x": "notes.txt", "step_1": "mine.txt",
+            ".tmp-step_000000020-999": "photo.jpg", "step_000000002": "mine.txt"}
+    for folder, name in user.items():
+        (tmp_path / folder).mkdir()
+        (tmp_path / folder / name).write_text("the user's")
+    for step in (5, 10):
+        ckpt.save_checkpoint(tmp_path, step, files(step))
+    ckpt.clean_stale(tmp_path)
+    assert ckpt.prune(tmp_path, 1) == [5]
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted([*user, "step_000000010"])
+    assert all((tmp_path / f / n).read_text() == "the user's" for f, n in user.items())

@@ -184,7 +184,7 @@ def test_unreadable_config_file_is_one_error_not_a_traceback(tmp_path: Path, mon
     def denied(self, *args, **kwargs):
         raise PermissionError(13, "Permission denied", str(self))
 
-    monkeypatch.setattr(Path, "read_text", denied)
+    monkeypatch.setattr(Path, "open", denied)
     with pytest.raises(ConfigError, match=r"cannot read the file \(Permission denied\)"):
         read_config_file(tmp_path / "latin1.yml")
 
@@ -296,3 +296,69 @@ def test_an_upstream_style_config_loads_with_warnings_only_where_it_matters(tmp_
     # push_to_hub: false / shuffle_tokens: false change nothing and stay quiet.
     assert loaded.warnings == ["config.process[0].train.ema_config: valid upstream but not "
                                "supported by aitk; ignored"]
+
+
+# ---- bounded loading: hostile or broken files are one error, in bounded time/memory ---
+def billion_laughs(levels: int = 9) -> str:
+    lines = ['a0: &a0 ["lol"]']
+    lines += [f"a{i}: &a{i} [{', '.join([f'*a{i - 1}'] * 10)}]" for i in range(1, levels + 1)]
+    return "\n".join(lines) + f"\nconfig: {{name: x, process: *a{levels}}}\n"
+
+
+@pytest.mark.parametrize("text", [
+    billion_laughs(),  # 10**9 values from about 1 KB
+    "a: &a [*a]\n",  # a list that holds itself
+    "b0: &b0 {k0: 1}\n" + "".join(f"b{i}: &b{i} {{<<: [*b{i - 1}, *b{i - 1}], k{i}: 1}}\n"
+                                  for i in range(1, 40)),  # merge keys doubling per level
+], ids=["billion-laughs", "self-reference", "merge-keys"])
+def test_yaml_alias_bombs_are_refused_in_bounded_time(tmp_path: Path, text: str):
+    path = tmp_path / "bomb.yml"
+    path.write_text(text)
+    assert len(text) < 2500
+    # Depth-first: a self-reference or deep merge chain may hit the depth limit first.
+    with pytest.raises(ConfigError, match="too large once its aliases are expanded|"
+                                          "nested more than 64 levels"):
+        read_config_file(path)
+
+
+def test_an_alias_bomb_through_the_cli_exits_2_with_one_line(tmp_path: Path, capsys):
+    from aitk.cli_run import main
+
+    path = tmp_path / "bomb.yml"
+    path.write_text(billion_laughs())
+    assert main([str(path)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith(f"config error in {path}: too large") and "\n" not in err
+
+
+@pytest.mark.parametrize("text,message", [
+    ("a: " + "[" * 3000 + "]" * 3000 + "\n", "nested"),
+    ("a: " + "[" * 100 + "]" * 100 + "\n", "nested more than 64 levels"),
+    ("k: " + "x" * (1 << 20) + "\n", "larger than 1024 KiB"),
+])
+def test_deep_or_huge_config_files_are_one_error(tmp_path: Path, text: str, message: str):
+    for suffix in (".yml", ".json"):
+        path = tmp_path / f"c{suffix}"
+        path.write_text(text if suffix == ".yml" or "k:" in text else
+                        '{"a": ' + text[3:-1] + "}")
+        with pytest.raises(ConfigError, match=message):
+            read_config_file(path)
+
+
+@pytest.mark.parametrize("name", ["../escape", "a/b", "/abs/path", "..", ".", "a\\b", ""])
+def test_the_job_name_is_one_path_component(name: str):
+    raw = example_raw()
+    raw["config"]["name"] = name
+    found = problems(raw)
+    assert len(found) == 1 and found[0].startswith("config.name: ")
+    raw["config"]["name"] = "fine"
+    with pytest.raises(ConfigError, match="config.name: must be one folder name"):
+        parse(raw, name_override=name or "..")
+
+
+def test_name_option_names_the_run_even_when_the_config_has_a_name():
+    raw = example_raw()
+    assert raw["config"]["name"] == "example_lora"
+    loaded = parse(raw, name_override="run1")
+    assert loaded.name == "run1" and loaded.recorded["config"]["name"] == "run1"
+    assert loaded.raw["meta"]["name"] == "run1"

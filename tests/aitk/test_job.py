@@ -68,8 +68,9 @@ def fresh(loaded):
 def test_outputs_have_the_upstream_names(trained):
     _, out = trained
     assert sorted(p.name for p in out.iterdir()) == [
-        "checkpoints", "config.yaml", "demo.safetensors", "demo_000000010.safetensors",
-        "demo_000000020.safetensors", "loss_log.jsonl", "samples"]
+        ".aitk.lock", "checkpoints", "config.yaml", "demo.safetensors",
+        "demo_000000010.safetensors", "demo_000000020.safetensors", "loss_log.jsonl",
+        "samples"]  # the lock's holder file (.aitk.lock.json) goes when the run ends
     # max_step_saves_to_keep: 2 -> the newest two of each kind
     assert sorted(p.name for p in (out / "checkpoints").iterdir()) == ["step_000000020",
                                                                        "step_000000024"]
@@ -173,16 +174,33 @@ def test_a_lora_file_lost_after_its_checkpoint_is_written_on_resume(tmp_path: Pa
     assert all(torch.equal(tensors[k], tensors_again[k]) for k in tensors)
 
 
+def aitk_lora(path: Path) -> None:
+    from safetensors.torch import save_file
+
+    save_file({"w": torch.zeros(1)}, str(path),
+              metadata={"software": json.dumps({"name": "aitk", "version": "0"})})
+
+
 @pytest.mark.parametrize("name", ["plain", "lora[v2]", "a*b?"])
 def test_step_loras_are_pruned_to_the_newest_whatever_the_name(tmp_path: Path, name: str):
     for step in (10, 20, 30):
-        (tmp_path / step_lora_name(name, step)).write_bytes(b"x")
-    (tmp_path / f"{name}.safetensors").write_bytes(b"final")
+        aitk_lora(tmp_path / step_lora_name(name, step))
+    aitk_lora(tmp_path / f"{name}.safetensors")
     (tmp_path / f"{name}_notes.safetensors").write_bytes(b"other")
     prune_step_loras(tmp_path, name, keep=2)
     assert sorted(p.name for p in tmp_path.iterdir()) == sorted([
         step_lora_name(name, 20), step_lora_name(name, 30), f"{name}.safetensors",
         f"{name}_notes.safetensors"])
+
+
+def test_pruning_never_deletes_a_step_lora_aitk_did_not_write(tmp_path: Path):
+    # A user's file with a step-LoRA name (no aitk metadata) is neither counted nor removed.
+    (tmp_path / step_lora_name("n", 5)).write_bytes(b"the user's own file")
+    for step in (10, 20):
+        aitk_lora(tmp_path / step_lora_name("n", step))
+    prune_step_loras(tmp_path, "n", keep=1)
+    assert sorted(p.name for p in tmp_path.iterdir()) == [step_lora_name("n", 5),
+                                                          step_lora_name("n", 20)]
 
 
 def test_missing_dataset_folder_exits_2(tmp_path: Path, example_model_dir: Path, capsys):

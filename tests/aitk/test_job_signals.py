@@ -21,7 +21,7 @@ from safetensors.torch import load_file
 
 from aitk import checkpoint as ckpt
 from aitk.cli_run import main as cli_main
-from tests.aitk.aitk_testing import REPO, job_config, write_config
+from tests.aitk.aitk_testing import REPO, job_config, run_py, write_config
 
 STEPS = 12
 # Everything random in a step: caption dropout, LoRA dropout (global RNG), noise and
@@ -151,7 +151,67 @@ def test_second_ctrl_c_stops_at_once_without_corrupting(tmp_path: Path,
     assert max_diff(weights(out / "run.safetensors"), straight) <= 1e-6
 
 
-@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM])
+@pytest.mark.skipif(not hasattr(signal, "SIGHUP"), reason="no SIGHUP on this platform")
+def test_closing_the_terminal_sighup_saves_like_ctrl_c(tmp_path: Path,
+                                                       example_model_dir: Path):
+    path = config(tmp_path, example_model_dir, "run")
+    out = tmp_path / "out" / "run"
+    proc = start(path, tmp_path, call="5")  # mid-step 3, as in the Ctrl+C test
+    wait_for("step", tmp_path, proc)
+    proc.send_signal(signal.SIGHUP)
+    output, _ = proc.communicate(timeout=600)
+    assert proc.returncode == 130, output
+    assert "SIGHUP: stopping after this step" in output and "Traceback" not in output
+    saved = ckpt.find_resumable(out / "checkpoints", report=pytest.fail)
+    assert saved is not None and saved.step == 3
+    assert (out / "run_000000003.safetensors").exists()
+
+
+@pytest.mark.skipif(not hasattr(signal, "SIGHUP"), reason="no SIGHUP on this platform")
+def test_sighup_after_the_console_is_gone_still_saves(tmp_path: Path,
+                                                      example_model_dir: Path):
+    """The launcher's terminal closed: SIGHUP arrives and nothing reads the output any
+    more (writes fail with EPIPE/EIO). The save must not depend on being heard."""
+    path = config(tmp_path, example_model_dir, "run")
+    out = tmp_path / "out" / "run"
+    proc = start(path, tmp_path, call="5")
+    wait_for("step", tmp_path, proc)
+    proc.stdout.close()  # the reading end: every later write of the run fails
+    proc.send_signal(signal.SIGHUP)
+    assert proc.wait(timeout=600) == 130
+    saved = ckpt.find_resumable(out / "checkpoints", report=pytest.fail)
+    assert saved is not None and saved.step == 3
+    assert (out / "run_000000003.safetensors").exists()
+
+
+def test_a_second_trainer_on_the_same_output_folder_exits_2_naming_the_first(
+        tmp_path: Path, example_model_dir: Path):
+    path = config(tmp_path, example_model_dir, "run")
+    out = tmp_path / "out" / "run"
+    first = start(path, tmp_path, call="1")  # holds the folder, paused in step 1
+    wait_for("step", tmp_path, first)
+    try:
+        second = run_py(str(path), cwd=tmp_path)
+        assert second.returncode == 2, second.stderr
+        assert f"error: output folder {out} is in use by another trainer (pid {first.pid}, " \
+               "started 20" in second.stderr
+        assert "Traceback" not in second.stderr
+        assert not (out / "loss_log.jsonl").exists() or \
+            (out / "loss_log.jsonl").read_text() == ""  # the second trained nothing
+    finally:
+        first.send_signal(signal.SIGINT)
+        output, _ = first.communicate(timeout=600)
+    assert first.returncode == 130, output
+    saved = ckpt.find_resumable(out / "checkpoints", report=pytest.fail)
+    assert saved is not None and saved.step == 1
+    assert not (out / ".aitk.lock.json").exists()  # the holder note goes with the holder
+
+
+STOP_SIGNALS = [s for s in (signal.SIGINT, signal.SIGTERM, getattr(signal, "SIGHUP", None),
+                            getattr(signal, "SIGBREAK", None)) if s is not None]
+
+
+@pytest.mark.parametrize("signum", STOP_SIGNALS)
 def test_sigint_and_sigterm_request_a_stop_then_stop_at_once(signum: int):
     from aitk.job import StopFlag
 

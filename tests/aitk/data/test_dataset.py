@@ -3,19 +3,24 @@
 from __future__ import annotations
 
 import io
+import json
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 from PIL import Image
 
 from aitk.data.dataset import (
+    MAX_CAPTION_BYTES,
     DatasetError,
     apply_trigger,
     dropped_captions,
     load_pixels,
     scan_folder,
 )
-from tests.aitk.aitk_testing import write_image
+from tests.aitk.aitk_testing import REPO, write_image
 
 
 def test_trigger_tag_is_replaced():
@@ -112,3 +117,67 @@ def test_caption_dropout_is_seeded_and_follows_the_rate():
     assert dropped_captions(1, 0, 5, [1.0] * 8) == [True] * 8
     draws = [d for b in range(200) for d in dropped_captions(1, 0, b, [0.25] * 4)]
     assert 0.18 < sum(draws) / len(draws) < 0.32
+
+
+# ---- hostile inputs: read bounded and without blocking, reported once, skipped --------
+def png_declaring(path: Path, width: int, height: int) -> None:
+    """A small valid PNG whose header claims width x height (CRC fixed up)."""
+    import struct
+    import zlib
+
+    buf = io.BytesIO()
+    Image.new("RGB", (8, 8)).save(buf, format="PNG")
+    data = bytearray(buf.getvalue())
+    ihdr = 8 + 8  # signature, then length + "IHDR"
+    data[ihdr:ihdr + 8] = struct.pack(">II", width, height)
+    data[ihdr + 13:ihdr + 17] = struct.pack(">I", zlib.crc32(bytes(data[ihdr - 4:ihdr + 13])))
+    path.write_bytes(bytes(data))
+
+
+SCAN_IN_A_CHILD = """
+import json, resource, sys
+from pathlib import Path
+# Bounded memory: an endless caption read ends in MemoryError instead of eating the box.
+resource.setrlimit(resource.RLIMIT_AS, (12 << 30, 12 << 30))
+from aitk.data.dataset import scan_folder
+reports = []
+items = scan_folder(Path(sys.argv[1]), resolutions=[32], divisibility=8,
+                    report=reports.append)
+print(json.dumps({"items": sorted({i.path.name: i.caption for i in items}.items()),
+                  "reports": reports}))
+"""
+
+
+@pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="needs FIFOs (POSIX)")
+def test_bombs_fifos_and_endless_captions_are_reported_once_and_skipped(tmp_path: Path):
+    folder = tmp_path / "ds"
+    write_image(folder / "good.png", caption="fine")
+    png_declaring(folder / "bomb.png", 100_000, 100_000)  # PIL's DecompressionBombError
+    png_declaring(folder / "huge.png", 10_000, 10_000)  # under PIL's limit, over ours
+    os.mkfifo(folder / "fifo.png")  # opening it for reading would wait for a writer
+    (folder / "folder.png").mkdir()
+    write_image(folder / "zero.png")
+    (folder / "zero.txt").symlink_to("/dev/zero")  # an endless caption
+    write_image(folder / "link.png")
+    (folder / "link.txt").symlink_to(tmp_path / "outside.txt")
+    (tmp_path / "outside.txt").write_text("a linked caption")
+    write_image(folder / "long.png")
+    (folder / "long.txt").write_bytes(b"x" * (MAX_CAPTION_BYTES + 1))
+    # A child process: before the fix, the FIFO blocked the scan forever (the limit here
+    # only turns such a hang into a failure; a working scan takes seconds).
+    done = subprocess.run([sys.executable, "-c", SCAN_IN_A_CHILD, str(folder)], cwd=REPO,
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    found = json.loads(done.stdout)
+    assert found["items"] == [["good.png", "fine"], ["link.png", "a linked caption"],
+                              ["long.png", ""], ["zero.png", ""]]
+    reports = "\n".join(found["reports"])
+    assert f"{folder / 'bomb.png'}: unreadable image, skipped (DecompressionBombError)" \
+        in reports
+    assert f"{folder / 'huge.png'}: skipped (10000x10000 pixels, more than the " in reports
+    assert f"{folder / 'fifo.png'}: skipped (not a regular file" in reports
+    assert f"{folder / 'folder.png'}: skipped (not a regular file" in reports
+    assert f"{folder / 'zero.txt'}: unreadable caption (not a regular file" in reports
+    assert f"{folder / 'long.txt'}: unreadable caption ({MAX_CAPTION_BYTES + 1} bytes" \
+        in reports
+    assert len(found["reports"]) == 6 and "Traceback" not in done.stderr
