@@ -92,13 +92,20 @@ def under_torchrun() -> bool:
     return "WORLD_SIZE" in os.environ
 
 
+# After the first rank exits, torchrun's agent ends the others with SIGTERM (143), then
+# SIGKILL (137): codes that follow a failure rather than cause one.
+AGENT_KILLS = (143, 137)
+
+
 def failure_code(exitcodes: Sequence[int]) -> int:
-    """One exit code for the failed ranks: 130 when all stopped on a signal after saving,
-    else the first other failure (a rank killed by signal N counts as 128 + N)."""
+    """One exit code for the failed ranks (a rank killed by signal N counts 128 + N): a
+    real failure's code when there is one; else 130 when a rank stopped after saving
+    (the agent then ended the others); else the signal that ended them."""
     codes = [128 - c if c < 0 else c for c in exitcodes] or [1]
-    if all(c == 130 for c in codes):
-        return 130
-    return next(c for c in codes if c != 130)
+    real = [c for c in codes if c not in (130, *AGENT_KILLS)]
+    if real:
+        return real[0]
+    return 130 if 130 in codes else codes[0]
 
 
 def launch(args: list[str], gpus: int, cuda_gpus: int) -> int:

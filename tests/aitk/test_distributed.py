@@ -139,8 +139,9 @@ def test_torchrun_command_line_decisions():
     with pytest.raises(torchrun.LaunchError, match="needs --master-addr"):
         torchrun.torchrun_args(torchrun.RankRequest(nnodes=2), script, [], 0)
     assert torchrun.failure_code([130, 130]) == 130
-    assert torchrun.failure_code([130, -9]) == 137
+    assert torchrun.failure_code([130, -15]) == 130  # the agent ended the late rank
     assert torchrun.failure_code([2, 130]) == 2
+    assert torchrun.failure_code([-9, -9]) == 137
     assert strip_rank_flags(["a.yml", "--gpus", "2", "--nnodes=2", "--recover"]) == \
         ["a.yml", "--recover"]
 
