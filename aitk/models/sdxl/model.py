@@ -93,8 +93,9 @@ class SDXLModel(BaseModel):
         if path.is_dir():
             missing = [p for p in PARTS if not (path / p).is_dir()]
             if missing:
-                raise ModelLoadError(f"SDXL model folder {path} lacks {', '.join(missing)}/ "
-                                     f"(expected {', '.join(PARTS)}/)")
+                raise ModelLoadError(f"SDXL model folder {path} lacks "
+                                     f"{', '.join(p + '/' for p in missing)} (a diffusers "
+                                     "SDXL folder has each part in its own subfolder)")
             return str(path), True
         if path.exists() or name.startswith((".", "/", "~")) or name.count("/") != 1:
             raise ModelLoadError(f"SDXL model {name!r} is neither a diffusers model folder "
@@ -307,8 +308,7 @@ class SDXLModel(BaseModel):
                                          ) -> dict[str, torch.Tensor]:
         from aitk.models.sdxl.lora_keys import from_files
 
-        names = [n for n, m in self.get_model_to_train().named_modules()
-                 if isinstance(m, nn.Linear)]
+        names = [n for n, _ in self.get_model_to_train().named_modules()]
         return from_files(state_dict, names)
 
     # ---- properties the trainer reads ----------------------------------------------
