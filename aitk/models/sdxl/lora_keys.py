@@ -7,10 +7,11 @@ Written: kohya's layout, the one every SDXL tool reads, alpha included, in one f
     lora_unet_down_blocks_1_attentions_0_transformer_blocks_0_attn1_to_q.alpha
 
 diffusers' `StableDiffusionXLPipeline.load_lora_weights` converts it and applies each
-`.alpha` (as network alphas); ComfyUI and A1111/Forge load it natively. The other
-candidate, `unet.` + diffusers names (peft's own layout), carries no per-module alpha
-keys that diffusers accepts (it reads alpha from safetensors metadata only), while
-ComfyUI reads alpha only from keys: no single `unet.` file serves both.
+`.alpha` (as network alphas; tests/aitk/models/test_sdxl.py proves the image); ComfyUI
+maps `lora_unet_` + diffusers module names onto its UNet (comfy `unet_to_diffusers`)
+and reads `.alpha` keys. The other candidate, `unet.` + diffusers names (peft's
+layout), gets its alpha in diffusers only from safetensors metadata, and ComfyUI
+expects those names with a `.processor.` infix: no single `unet.` file serves both.
 
 Read: that layout, `unet.` + diffusers names (`lora_A`/`lora_B` or
 `lora_down`/`lora_up`; a module without `.alpha` has alpha = rank, diffusers' reading),

@@ -12,6 +12,9 @@
                      SDXL was trained on the padded sequence, so its pad tokens count)
     scheduler/       the sampler's config; training reads its betas and prediction type
 
+`model_kwargs: {variant: fp16}` loads the `*.fp16.safetensors` weight files (half the
+download of the hub's full-precision files).
+
 Prompt embeds per item: `text_embeds` (77, 768 + 1280) and `pooled_embeds` (1, 1280).
 Training: DDPM noise (aitk.ddpm) with the scheduler config's prediction type
 (`model.is_v_pred` overrides it), integer steps 0..999 passed to the UNet as they are,
@@ -108,19 +111,22 @@ class SDXLModel(BaseModel):
         from transformers import CLIPTextModel, CLIPTextModelWithProjection, CLIPTokenizer
 
         name, local = self._source()
+        # `model_kwargs: {variant: fp16}` reads the hub's half-size weight files.
+        variant = (getattr(self.model_config, "model_kwargs", None) or {}).get("variant")
+        weights = {"variant": variant} if variant else {}
 
         def part(cls: Any, sub: str, **kw: Any) -> Any:
             return cls.from_pretrained(name, subfolder=sub, **kw)
 
         try:
-            unet = part(UNet2DConditionModel, "unet", torch_dtype=self.dtype)
-            text_encoder = part(CLIPTextModel, "text_encoder", dtype=self.dtype)
+            unet = part(UNet2DConditionModel, "unet", torch_dtype=self.dtype, **weights)
+            text_encoder = part(CLIPTextModel, "text_encoder", dtype=self.dtype, **weights)
             text_encoder_2 = part(CLIPTextModelWithProjection, "text_encoder_2",
-                                  dtype=self.dtype)
+                                  dtype=self.dtype, **weights)
             tokenizer = part(CLIPTokenizer, "tokenizer")
             tokenizer_2 = part(CLIPTokenizer, "tokenizer_2")
             # The VAE stays float32: SDXL's VAE overflows in float16.
-            vae = part(AutoencoderKL, "vae", torch_dtype=torch.float32)
+            vae = part(AutoencoderKL, "vae", torch_dtype=torch.float32, **weights)
             config = part(diffusers.EulerDiscreteScheduler, "scheduler").config
             cls = getattr(diffusers, str(config.get("_class_name", "")), None)
             if not (isinstance(cls, type) and issubclass(cls, diffusers.SchedulerMixin)):

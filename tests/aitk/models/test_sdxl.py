@@ -131,6 +131,10 @@ def test_missing_part_is_one_line_load_error(sdxl_dir: Path, tmp_path: Path) -> 
     (tmp_path / "partial" / "unet").mkdir(parents=True)
     with pytest.raises(ModelLoadError, match="lacks vae/"):
         load_model(Cfg(name_or_path=str(tmp_path / "partial")))
+    # A weight variant the folder does not have: one line naming the folder.
+    with pytest.raises(ModelLoadError, match="cannot load the SDXL model folder") as info:
+        load_model(Cfg(name_or_path=str(sdxl_dir), model_kwargs={"variant": "fp16"}))
+    assert "\n" not in str(info.value) and "fp16" in str(info.value)
 
 
 def test_time_ids_follow_sdxl_order() -> None:
