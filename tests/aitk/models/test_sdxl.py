@@ -378,9 +378,10 @@ def test_gradient_checkpointing_gives_the_same_gradients(sdxl_dir: Path) -> None
 def test_quantized_step_trains_only_lora(sdxl_dir: Path) -> None:
     from aitk.quantize import is_quantized
 
-    model = make(sdxl_dir, quantize=True, qtype="qint8")
-    assert is_quantized(model.model)
+    model = make(sdxl_dir, quantize=True, qtype="qint8", quantize_te=True, qtype_te="qint8")
+    assert is_quantized(model.model) and is_quantized(model.text_encoder_2)
     assert not is_quantized(model.model.time_embedding)
+    assert not is_quantized(model.text_encoder_2.text_projection)  # the pooled output
     net = AdapterNetwork.attach(model, Net())
     perturb(net)
     batch = batch_of(model)
