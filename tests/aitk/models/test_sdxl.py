@@ -261,6 +261,24 @@ def test_lora_file_is_kohya_with_alpha_and_every_layout_reads_back(sdxl_dir: Pat
     assert torch.equal(reloaded(tmp_path / "old.safetensors"), trained)
 
 
+def test_foreign_lora_keys_are_clear_errors() -> None:
+    from aitk.adapters.keys import AdapterKeyError
+    from aitk.models.sdxl.lora_keys import from_files
+
+    t = torch.zeros(4, 8)
+    names = ["down_blocks.1.attentions.0.proj_in"]
+    read = from_files({"lora_unet_down_blocks_1_attentions_0_proj_in.lora_down.weight": t},
+                      names)
+    assert set(read) == {"down_blocks.1.attentions.0.proj_in.lora_A.weight",
+                         "down_blocks.1.attentions.0.proj_in.alpha"}
+    assert float(read["down_blocks.1.attentions.0.proj_in.alpha"]) == 4.0  # = rank
+    with pytest.raises(AdapterKeyError, match="text-encoder LoRA"):
+        from_files({"lora_te1_text_model_encoder_layers_0_mlp_fc1.lora_down.weight": t},
+                   names)
+    with pytest.raises(AdapterKeyError, match="names no layer of this UNet"):
+        from_files({"lora_unet_input_blocks_4_1_proj_in.lora_down.weight": t}, names)
+
+
 # ---- end to end: a real job, SIGINT, resume, interop ----------------------------------
 STEPS = 4
 
