@@ -466,10 +466,15 @@ def test_tiny_example_config_trains_end_to_end(tmp_path: Path, sdxl_dir: Path,
     assert (tmp_path / "model" / "model_index.json").is_file()
 
 
-def test_24gb_example_config_is_valid() -> None:
-    loaded = load_config(str(REPO / "config/examples/train_lora_sdxl_24gb.yaml"))
+def test_24gb_example_config_is_valid_and_is_v_pred_is_read(tmp_path: Path) -> None:
+    raw = yaml.safe_load((REPO / "config/examples/train_lora_sdxl_24gb.yaml").read_text())
+    loaded = load_config(str(write_config(tmp_path / "a.yml", raw)))
     model = loaded.job.config.process[0].model
-    assert model.arch == "sdxl" and "/" in model.name_or_path
+    assert model.arch == "sdxl" and "/" in model.name_or_path and not loaded.warnings
+    assert model.is_v_pred is None  # the scheduler config decides
+    raw["config"]["process"][0]["model"]["is_v_pred"] = True  # upstream's key, now read
+    loaded = load_config(str(write_config(tmp_path / "b.yml", raw)))
+    assert loaded.job.config.process[0].model.is_v_pred is True and not loaded.warnings
 
 
 def test_hub_id_offline_is_one_line_exit_2(tmp_path: Path, sdxl_dir: Path) -> None:
