@@ -24,7 +24,7 @@ Min-SNR weighting from `train.min_snr_gamma`. The UNet's added conditioning `tim
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -349,5 +349,3 @@ def tensor_to_pil(pixels: torch.Tensor) -> Image.Image:
     arr = ((pixels.float().clamp(-1, 1) + 1.0) * 127.5).round().to(torch.uint8)
     return Image.fromarray(np.ascontiguousarray(arr.permute(1, 2, 0).cpu().numpy()), "RGB")
 
-
-__all__: Sequence[str] = ("SDXLModel", "time_ids", "batch_time_ids")
