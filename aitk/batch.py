@@ -19,6 +19,9 @@ class DataBatch:
     prompt_embeds: filled from the text-embed cache or `get_prompt_embeds`.
     control_tensor: (B, 3, H, W) in [0, 1] for edit models; control_tensor_list for
     models with `has_multiple_control_images`.
+    original_sizes: per item, the source image's (height, width) before the bucket resize;
+    crop_coords_top_left: per item, the bucket crop's (top, left) in the resized image.
+    SDXL conditions on both (its `time_ids`); None when unknown (no resize, no crop).
     """
 
     captions: list[str]
@@ -28,6 +31,8 @@ class DataBatch:
     control_tensor: torch.Tensor | None = None
     control_tensor_list: list[torch.Tensor] | None = None
     file_paths: list[str] = field(default_factory=list)
+    original_sizes: list[tuple[int, int]] | None = None
+    crop_coords_top_left: list[tuple[int, int]] | None = None
 
     def __len__(self) -> int:
         return len(self.captions)

@@ -206,6 +206,9 @@ class ModelConfig(_Strict):
     qtype_te: Literal[QTYPES] = "qfloat8"  # type: ignore[valid-type]
     low_vram: bool = False  # keep idle parts (text encoders, VAE) on the CPU
     assistant_lora_path: str | None = None  # Flux schnell: the de-distillation LoRA
+    # DDPM archs (sdxl): true = v-prediction, false = epsilon; unset = the model's
+    # scheduler config says.
+    is_v_pred: bool | None = None
     model_kwargs: dict[str, Any] = {}
     # aitk: build the arch's tiny random model (BaseModel.build_tiny) at name_or_path
     # when it is absent, so the tiny example jobs run on a fresh checkout.
@@ -318,7 +321,7 @@ UPSTREAM_ONLY_KEYS: dict[type[BaseModel], frozenset[str]] = {
     }),
     ModelConfig: frozenset({
         "is_v2", "is_xl", "is_pixart", "is_pixart_sigma", "is_auraflow", "is_v3",
-        "is_flux", "is_lumina2", "use_flux_cfg", "is_ssd", "is_vega", "is_v_pred",
+        "is_flux", "is_lumina2", "use_flux_cfg", "is_ssd", "is_vega",
         "dtype", "vae_path", "refiner_name_or_path", "refiner_start_at", "lora_path",
         "inference_lora_path", "latent_space_version",
         "use_text_encoder_1", "use_text_encoder_2", "experimental_xl",

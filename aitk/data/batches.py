@@ -7,7 +7,7 @@ from collections.abc import Callable, Sequence
 import torch
 
 from aitk.batch import DataBatch
-from aitk.data.buckets import BatchSampler
+from aitk.data.buckets import BatchSampler, resize_crop
 from aitk.data.dataset import Item, dropped_captions, load_pixels
 from aitk.prompt_embeds import AdvancedPromptEmbeds
 
@@ -39,8 +39,11 @@ class BatchSource:
         else:
             with torch.no_grad():
                 latents = self._encode(torch.stack([load_pixels(i) for i in items]))
+        plans = [resize_crop(*i.size, i.bucket) for i in items]
         return DataBatch(captions=captions, latents=latents, prompt_embeds=self._embeds(captions),
-                         file_paths=[str(i.path) for i in items])
+                         file_paths=[str(i.path) for i in items],
+                         original_sizes=[(i.size[1], i.size[0]) for i in items],
+                         crop_coords_top_left=[(p.top, p.left) for p in plans])
 
     def skip(self) -> None:
         """Pass over one batch without loading it (another rank trains on it)."""

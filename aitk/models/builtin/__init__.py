@@ -2,5 +2,6 @@
 
 from aitk.models.example import ExampleModel
 from aitk.models.qwen_image import QwenImageModel
+from aitk.models.sdxl import SDXLModel
 
-AI_TOOLKIT_MODELS = [ExampleModel, QwenImageModel]
+AI_TOOLKIT_MODELS = [ExampleModel, QwenImageModel, SDXLModel]

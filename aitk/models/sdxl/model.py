@@ -1,0 +1,351 @@
+"""SDXLModel: the `sdxl` arch (upstream `is_xl: true`), on diffusers' SDXL classes.
+
+`name_or_path` is a diffusers SDXL folder or hub id (e.g.
+`stabilityai/stable-diffusion-xl-base-1.0`), loaded part by part with `from_pretrained`:
+
+    unet/            UNet2DConditionModel (epsilon or v-prediction)
+    vae/             AutoencoderKL; latents = mean * scaling_factor (SDXL: 0.13025)
+    text_encoder/    CLIPTextModel       -> penultimate hidden states (L, 768)
+    text_encoder_2/  CLIPTextModelWithProjection -> penultimate states (L, 1280) and
+                     the projected pooled embedding (1280)
+    tokenizer/, tokenizer_2/  CLIPTokenizer (77 tokens, padded to the full context:
+                     SDXL was trained on the padded sequence, so its pad tokens count)
+    scheduler/       the sampler's config; training reads its betas and prediction type
+
+`model_kwargs: {variant: fp16}` loads the `*.fp16.safetensors` weight files (half the
+download of the hub's full-precision files).
+
+Prompt embeds per item: `text_embeds` (77, 768 + 1280) and `pooled_embeds` (1, 1280).
+Training: DDPM noise (aitk.ddpm) with the scheduler config's prediction type
+(`model.is_v_pred` overrides it), integer steps 0..999 passed to the UNet as they are,
+Min-SNR weighting from `train.min_snr_gamma`. The UNet's added conditioning `time_ids`
+= original size, crop top-left, target size, all (height, width), from the batch.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from PIL import Image
+from torch import nn
+
+from aitk.models.base import BaseModel, GenerateImageConfig, ModelLoadError
+from aitk.noise import NoiseSchedule, NoiseSettings
+from aitk.prompt_embeds import AdvancedPromptEmbeds
+
+PARTS = ("unet", "vae", "text_encoder", "text_encoder_2", "tokenizer", "tokenizer_2",
+         "scheduler")
+# Kept in float by quantization: the input/time/added-condition embedders and the output.
+UNET_QUANT_EXCLUDE = ("conv_in", "time_embedding*", "add_embedding*", "conv_norm_out",
+                      "conv_out")
+TE_QUANT_EXCLUDE = ("*embeddings*", "text_projection")
+HF_HINT = ("check the name, run `huggingface-cli login` (or set HF_TOKEN) for a gated "
+           "model, or download it while online (HF_HUB_OFFLINE unset); HF_HOME is where "
+           "downloads are kept")
+
+Size = tuple[int, int]  # (height, width), the order SDXL's time ids use
+
+
+def time_ids(original_size: Size, crop_top_left: Size, target_size: Size) -> list[float]:
+    """SDXL's micro-conditioning for one image: (orig h, orig w, crop top, crop left,
+    target h, target w), in pixels."""
+    return [float(v) for v in (*original_size, *crop_top_left, *target_size)]
+
+
+def batch_time_ids(batch: Any, target_size: Size, count: int) -> torch.Tensor:
+    """(count, 6) time ids; items without a recorded source size or crop were not
+    resized or cropped (original = target, crop (0, 0)), as SDXL's sampler assumes."""
+    originals = getattr(batch, "original_sizes", None) or [target_size] * count
+    crops = getattr(batch, "crop_coords_top_left", None) or [(0, 0)] * count
+    if len(originals) != count or len(crops) != count:
+        raise ValueError(f"the batch carries {len(originals)} sizes and {len(crops)} crops "
+                         f"for {count} latents")
+    return torch.tensor([time_ids(tuple(o), tuple(c), target_size)
+                         for o, c in zip(originals, crops, strict=True)])
+
+
+class SDXLModel(BaseModel):
+    arch = "sdxl"
+    use_old_lokr_format = False
+    # The UNet's transformer blocks; load_model narrows these to the attention
+    # (Transformer2DModel) modules inside them, as kohya and upstream train.
+    lora_block_prefixes = ("down_blocks.", "mid_block.", "up_blocks.")
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.text_encoder_2: nn.Module | None = None
+        self.tokenizer_2: Any = None
+        self.force_zeros_for_empty_prompt = True
+
+    @classmethod
+    def build_tiny(cls, target: Path, seed: int = 0) -> None:
+        from aitk.models.sdxl.tiny import build_tiny_sdxl
+
+        build_tiny_sdxl(target, seed=seed)
+
+    # ---- 1. load -------------------------------------------------------------------
+    def _source(self) -> tuple[str, bool]:
+        """(name, is a local folder); a missing path that looks local is an error."""
+        name = str(self.model_config.name_or_path)
+        path = Path(name).expanduser()
+        if path.is_dir():
+            missing = [p for p in PARTS if not (path / p).is_dir()]
+            if missing:
+                raise ModelLoadError(f"SDXL model folder {path} lacks "
+                                     f"{', '.join(p + '/' for p in missing)} (a diffusers "
+                                     "SDXL folder has each part in its own subfolder)")
+            return str(path), True
+        if path.exists() or name.startswith((".", "/", "~")) or name.count("/") != 1:
+            raise ModelLoadError(f"SDXL model {name!r} is neither a diffusers model folder "
+                                 "nor a hub id (owner/name)")
+        return name, False
+
+    def load_model(self) -> None:
+        import diffusers
+        from diffusers import AutoencoderKL, UNet2DConditionModel
+        from transformers import CLIPTextModel, CLIPTextModelWithProjection, CLIPTokenizer
+
+        name, local = self._source()
+        # `model_kwargs: {variant: fp16}` reads the hub's half-size weight files.
+        variant = (getattr(self.model_config, "model_kwargs", None) or {}).get("variant")
+        weights = {"variant": variant} if variant else {}
+
+        def part(cls: Any, sub: str, **kw: Any) -> Any:
+            return cls.from_pretrained(name, subfolder=sub, **kw)
+
+        try:
+            unet = part(UNet2DConditionModel, "unet", torch_dtype=self.dtype, **weights)
+            text_encoder = part(CLIPTextModel, "text_encoder", dtype=self.dtype, **weights)
+            text_encoder_2 = part(CLIPTextModelWithProjection, "text_encoder_2",
+                                  dtype=self.dtype, **weights)
+            tokenizer = part(CLIPTokenizer, "tokenizer")
+            tokenizer_2 = part(CLIPTokenizer, "tokenizer_2")
+            # The VAE stays float32: SDXL's VAE overflows in float16.
+            vae = part(AutoencoderKL, "vae", torch_dtype=torch.float32, **weights)
+            config = part(diffusers.EulerDiscreteScheduler, "scheduler").config
+            cls = getattr(diffusers, str(config.get("_class_name", "")), None)
+            if not (isinstance(cls, type) and issubclass(cls, diffusers.SchedulerMixin)):
+                cls = diffusers.EulerDiscreteScheduler
+            v_pred = getattr(self.model_config, "is_v_pred", None)
+            overrides = {} if v_pred is None else {
+                "prediction_type": "v_prediction" if v_pred else "epsilon"}
+            scheduler = cls.from_config(config, **overrides)
+        except Exception as exc:  # OSError, hub HTTP errors, bad configs: one line
+            first = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+            detail = f"{exc.__class__.__name__}: {first}"[:300]
+            where = f"folder {name}" if local else f"{name!r} from the Hugging Face hub"
+            raise ModelLoadError(f"cannot load the SDXL model {where} ({detail}); "
+                                 + ("check the folder" if local else HF_HINT)) from None
+
+        for module in (unet, text_encoder, text_encoder_2, vae):
+            module.requires_grad_(False)
+            module.eval()
+        unet.to(self.device)
+        self.model, self.vae, self.noise_scheduler = unet, vae, scheduler
+        self.text_encoder, self.text_encoder_2 = text_encoder, text_encoder_2
+        self.tokenizer, self.tokenizer_2 = tokenizer, tokenizer_2
+        self.lora_block_prefixes = attention_prefixes(unet)
+        if local:
+            index = Path(name) / "model_index.json"
+            if index.is_file():
+                import json
+
+                self.force_zeros_for_empty_prompt = bool(json.loads(index.read_text()).get(
+                    "force_zeros_for_empty_prompt", True))
+        idle = torch.device("cpu") if self.low_vram else self.device
+        for module in (vae, text_encoder, text_encoder_2):
+            module.to(idle)
+
+        cfg = self.model_config
+        if getattr(cfg, "quantize", False):
+            from aitk.quantize import quantize_linear_layers
+
+            quantize_linear_layers(unet, getattr(cfg, "qtype", "qfloat8"),
+                                   exclude=UNET_QUANT_EXCLUDE)
+        if getattr(cfg, "quantize_te", False):
+            from aitk.quantize import quantize_linear_layers
+
+            for te in (text_encoder, text_encoder_2):
+                quantize_linear_layers(te, getattr(cfg, "qtype_te", "qfloat8"),
+                                       exclude=TE_QUANT_EXCLUDE)
+
+    @property
+    def low_vram(self) -> bool:
+        return bool(getattr(self.model_config, "low_vram", False))
+
+    @contextmanager
+    def resident(self, *modules: nn.Module | None) -> Iterator[None]:
+        """With `low_vram`, idle parts live on the CPU and visit the device only here."""
+        present = [m for m in modules if m is not None]
+        if self.low_vram:
+            for m in present:
+                m.to(self.device)
+        try:
+            yield
+        finally:
+            if self.low_vram:
+                for m in present:
+                    m.to("cpu")
+
+    # ---- 2. encoders ---------------------------------------------------------------
+    @property
+    def vae_scale_factor(self) -> int:
+        return 2 ** (len(self.vae.config.block_out_channels) - 1)
+
+    def encode_images(self, images: torch.Tensor) -> torch.Tensor:
+        """(B, 3, H, W) in [-1, 1] -> latents (B, 4, H/8, W/8) * scaling_factor.
+
+        The distribution's mean, not a sample: cached latents are then deterministic.
+        """
+        cfg = self.vae.config
+        with torch.no_grad(), self.resident(self.vae):
+            dist = self.vae.encode(images.to(self.device, torch.float32)).latent_dist
+            latents = (dist.mean - (cfg.shift_factor or 0.0)) * cfg.scaling_factor
+        return latents.to(self.device, self.dtype)
+
+    def decode_latents(self, latents: torch.Tensor) -> torch.Tensor:
+        cfg = self.vae.config
+        z = latents.to(self.device, torch.float32) / cfg.scaling_factor + (cfg.shift_factor
+                                                                           or 0.0)
+        with torch.no_grad(), self.resident(self.vae):
+            return self.vae.decode(z).sample
+
+    def get_prompt_embeds(self, prompts: list[str],
+                          control_images: list[torch.Tensor] | None = None
+                          ) -> AdvancedPromptEmbeds:
+        """Per prompt: both encoders' penultimate states over the padded 77 tokens,
+        concatenated (77, D1 + D2), and encoder 2's projected pooled embedding (1, P)."""
+        if self.text_encoder is None or self.text_encoder_2 is None:
+            raise ModelLoadError("the text encoders are unloaded (text embeddings cached)")
+        states = []
+        pooled = None
+        with torch.no_grad(), self.resident(self.text_encoder, self.text_encoder_2):
+            for tokenizer, encoder in ((self.tokenizer, self.text_encoder),
+                                       (self.tokenizer_2, self.text_encoder_2)):
+                ids = tokenizer(list(prompts), padding="max_length", truncation=True,
+                                max_length=tokenizer.model_max_length,
+                                return_tensors="pt").input_ids
+                out = encoder(ids.to(self.device), output_hidden_states=True)
+                states.append(out.hidden_states[-2])
+                pooled = out.text_embeds if encoder is self.text_encoder_2 else pooled
+        text = torch.cat(states, dim=-1).to(self.dtype)
+        return AdvancedPromptEmbeds(
+            text_embeds=[text[i].clone() for i in range(len(prompts))],
+            pooled_embeds=[pooled[i:i + 1].to(self.dtype).clone()
+                           for i in range(len(prompts))])
+
+    def unload_text_encoder(self) -> None:
+        self.text_encoder = self.text_encoder_2 = None
+
+    # ---- 3. train step -------------------------------------------------------------
+    def make_training_schedule(self, settings: NoiseSettings) -> NoiseSchedule:
+        from aitk.ddpm import DDPMSchedule
+
+        # The loaded scheduler already carries `is_v_pred`'s override.
+        return DDPMSchedule.from_config(self.noise_scheduler.config, settings)
+
+    def get_noise_prediction(self, latent_model_input: torch.Tensor, timestep: torch.Tensor,
+                             text_embeddings: AdvancedPromptEmbeds, batch: Any = None,
+                             **kwargs: Any) -> torch.Tensor:
+        b, _, h, w = latent_model_input.shape
+        embeds = text_embeddings.expand_to_batch(b).to(self.device, self.dtype)
+        context, _ = embeds.pad("text_embeds")  # all 77 long: no padding happens
+        pooled = torch.cat(embeds["pooled_embeds"])
+        f = self.vae_scale_factor
+        ids = batch_time_ids(batch, (h * f, w * f), b).to(self.device, self.dtype)
+        t = torch.as_tensor(timestep, device=self.device).reshape(-1)
+        if t.numel() == 1:
+            t = t.expand(b)
+        # DDPM steps 0..999 (999 = noise) are already the UNet's own timesteps.
+        return self.model(latent_model_input.to(self.device, self.dtype), t,
+                          encoder_hidden_states=context,
+                          added_cond_kwargs={"text_embeds": pooled, "time_ids": ids},
+                          return_dict=False)[0]
+
+    # ---- 4. previews ---------------------------------------------------------------
+    def get_generation_pipeline(self) -> Any:
+        from diffusers import StableDiffusionXLPipeline
+
+        pipeline = StableDiffusionXLPipeline(
+            vae=self.vae, text_encoder=None, text_encoder_2=None, tokenizer=self.tokenizer,
+            tokenizer_2=self.tokenizer_2, unet=self.model,
+            scheduler=self.noise_scheduler.__class__.from_config(self.noise_scheduler.config),
+            force_zeros_for_empty_prompt=self.force_zeros_for_empty_prompt,
+            add_watermarker=False)
+        pipeline.set_progress_bar_config(disable=True)
+        return pipeline
+
+    def generate_single_image(self, pipeline: Any, gen_config: GenerateImageConfig,
+                              conditional_embeds: AdvancedPromptEmbeds,
+                              unconditional_embeds: AdvancedPromptEmbeds,
+                              generator: torch.Generator) -> Image.Image:
+        cond = pipeline_embeds(conditional_embeds, self.device, self.dtype)
+        uncond = pipeline_embeds(unconditional_embeds, self.device, self.dtype)
+        if self.force_zeros_for_empty_prompt and not gen_config.negative_prompt:
+            # What diffusers' SDXL pipeline does for an empty negative prompt.
+            uncond = tuple(torch.zeros_like(t) for t in uncond)
+        f = self.get_bucket_divisibility()
+        if gen_config.width % f or gen_config.height % f:
+            raise ValueError(f"sample size {gen_config.width}x{gen_config.height} must be "
+                             f"a multiple of {f}")
+        latents = pipeline(
+            prompt_embeds=cond[0], pooled_prompt_embeds=cond[1],
+            negative_prompt_embeds=uncond[0], negative_pooled_prompt_embeds=uncond[1],
+            width=gen_config.width, height=gen_config.height,
+            num_inference_steps=gen_config.sample_steps,
+            guidance_scale=gen_config.guidance_scale, generator=generator,
+            output_type="latent").images
+        # Decoded here in float32: the pipeline would hand bf16 latents to the fp32 VAE.
+        return tensor_to_pil(self.decode_latents(latents)[0])
+
+    # ---- 5. saving -----------------------------------------------------------------
+    def convert_lora_weights_before_save(self, state_dict: dict[str, torch.Tensor]
+                                         ) -> dict[str, torch.Tensor]:
+        from aitk.models.sdxl.lora_keys import to_kohya
+
+        return to_kohya(state_dict)
+
+    def convert_lora_weights_before_load(self, state_dict: dict[str, torch.Tensor]
+                                         ) -> dict[str, torch.Tensor]:
+        from aitk.models.sdxl.lora_keys import from_files
+
+        names = [n for n, _ in self.get_model_to_train().named_modules()]
+        return from_files(state_dict, names)
+
+    # ---- properties the trainer reads ----------------------------------------------
+    def get_bucket_divisibility(self) -> int:
+        """VAE factor x the UNet's downsampling (each down block but the last halves
+        the latent): SDXL 8 x 4 = 32 px."""
+        return self.vae_scale_factor * 2 ** (len(self.model.config.down_block_types) - 1)
+
+
+def attention_prefixes(unet: nn.Module) -> tuple[str, ...]:
+    """`down_blocks.1.attentions.`, `mid_block.attentions.`, ...: the transformer
+    modules of the UNet's blocks, whose Linear layers (attention, feed-forward, the
+    linear in/out projections) LoRA trains."""
+    prefixes = []
+    for name, _ in unet.named_modules():
+        parts = name.split(".")
+        if parts[-1] == "attentions" and parts[0] in ("down_blocks", "mid_block",
+                                                      "up_blocks"):
+            prefixes.append(name + ".")
+    return tuple(prefixes)
+
+
+def pipeline_embeds(embeds: AdvancedPromptEmbeds, device: torch.device, dtype: torch.dtype
+                    ) -> tuple[torch.Tensor, torch.Tensor]:
+    """One item's embeds as the pipeline takes them: (1, 77, D) and (1, P)."""
+    one = embeds.select([0]).to(device, dtype)
+    return one["text_embeds"][0][None], one["pooled_embeds"][0]
+
+
+def tensor_to_pil(pixels: torch.Tensor) -> Image.Image:
+    """(3, H, W) in [-1, 1] -> RGB PIL image."""
+    arr = ((pixels.float().clamp(-1, 1) + 1.0) * 127.5).round().to(torch.uint8)
+    return Image.fromarray(np.ascontiguousarray(arr.permute(1, 2, 0).cpu().numpy()), "RGB")
+

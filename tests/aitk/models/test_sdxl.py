@@ -1,0 +1,491 @@
+"""The `sdxl` arch on a tiny random SDXL built locally (same structure as the real one):
+load, DDPM training (epsilon and v), Min-SNR, time ids from the batch, LoRA files that
+diffusers loads to the same image, exact resume after a real SIGINT, gradient
+checkpointing, quantization, and the offline hub error."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+import torch
+import yaml
+from PIL import Image
+from safetensors import safe_open
+from safetensors.torch import load_file, save_file
+
+from aitk import train as train_module
+from aitk.adapters import AdapterNetwork
+from aitk.batch import DataBatch
+from aitk.cli_run import main as cli_main
+from aitk.config import load_config
+from aitk.data.batches import BatchSource
+from aitk.data.dataset import scan_folder
+from aitk.job import EXIT_CONFIG, EXIT_INTERRUPTED, EXIT_OK, run_job
+from aitk.models.base import GenerateImageConfig, ModelLoadError
+from aitk.models.registry import load_model
+from aitk.models.sdxl import SDXLModel
+from aitk.models.sdxl.model import batch_time_ids, time_ids
+from aitk.train import compute_loss, step_generator
+from tests.aitk.aitk_testing import REPO, write_config, write_image
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _one_thread() -> Iterator[None]:
+    """Tiny layers: on a shared 2-core box, OpenMP threads waiting on each other cost
+    10-40x the work itself (measured: 2 s vs 0.05 s of CPU per step)."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
+@dataclass
+class Cfg:
+    name_or_path: str
+    arch: str = "sdxl"
+    quantize: bool = False
+    quantize_te: bool = False
+    qtype: str = "qfloat8"
+    qtype_te: str = "qfloat8"
+    low_vram: bool = False
+    is_v_pred: bool | None = None
+    model_kwargs: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class Net:
+    type: str = "lora"
+    linear: int = 4
+    linear_alpha: float = 2.0  # != rank: files must carry it
+    dropout: float = 0.0
+    network_kwargs: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class Train:
+    min_snr_gamma: float | None = None
+    noise_offset: float = 0.0
+    timestep_type: str = "sigmoid"
+
+
+@pytest.fixture(scope="session")
+def sdxl_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    target = tmp_path_factory.mktemp("sdxl") / "model"
+    SDXLModel.build_tiny(target, seed=0)
+    return target
+
+
+def make(sdxl_dir: Path, **kw: Any) -> SDXLModel:
+    model = load_model(Cfg(name_or_path=str(sdxl_dir), **kw))
+    model.configure_training(Train())
+    return model
+
+
+def perturb(net: AdapterNetwork, seed: int = 0) -> None:
+    """Non-zero LoRA up weights, as training would leave them."""
+    gen = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for p in net.trainable_parameters():
+            p.copy_(torch.randn(p.shape, generator=gen) * 0.2)
+
+
+def batch_of(model: SDXLModel, size: int = 2) -> DataBatch:
+    gen = torch.Generator().manual_seed(1)
+    captions = ["a red circle", "a green square"][:size]
+    return DataBatch(captions=captions, latents=torch.randn(size, 4, 8, 12, generator=gen),
+                     prompt_embeds=model.get_prompt_embeds(captions))
+
+
+# ---- load, encoders, conventions ----------------------------------------------------
+def test_builds_and_loads_through_the_registry(sdxl_dir: Path) -> None:
+    model = make(sdxl_dir)
+    assert isinstance(model, SDXLModel) and model.unet is model.model
+    assert (sdxl_dir / "tokenizer" / "tokenizer.json").is_file()
+    assert not any(p.requires_grad for p in model.model.parameters())
+    # VAE factor 2 (tiny) x two UNet down blocks; real SDXL: 8 x 4 = 32.
+    assert model.get_bucket_divisibility() == 4
+    assert model.vae.config.scaling_factor == 0.13025
+    assert set(model.lora_block_prefixes) == {"down_blocks.1.attentions.",
+                                              "mid_block.attentions.",
+                                              "up_blocks.0.attentions."}
+    embeds = model.get_prompt_embeds(["a cat", ""])
+    assert [tuple(t.shape) for t in embeds.text_embeds] == [(77, 64)] * 2  # 32 + 32
+    assert [tuple(t.shape) for t in embeds.pooled_embeds] == [(1, 32)] * 2
+    pixels = torch.rand(1, 3, 16, 24) * 2 - 1
+    assert model.encode_images(pixels).shape == (1, 4, 8, 12)
+    assert torch.equal(model.encode_images(pixels), model.encode_images(pixels))
+
+
+def test_missing_part_is_one_line_load_error(sdxl_dir: Path, tmp_path: Path) -> None:
+    with pytest.raises(ModelLoadError, match="neither a diffusers model folder"):
+        load_model(Cfg(name_or_path=str(tmp_path / "nowhere")))
+    (tmp_path / "partial" / "unet").mkdir(parents=True)
+    with pytest.raises(ModelLoadError, match="lacks vae/"):
+        load_model(Cfg(name_or_path=str(tmp_path / "partial")))
+    # A weight variant the folder does not have: one line naming the folder.
+    with pytest.raises(ModelLoadError, match="cannot load the SDXL model folder") as info:
+        load_model(Cfg(name_or_path=str(sdxl_dir), model_kwargs={"variant": "fp16"}))
+    assert "\n" not in str(info.value) and "fp16" in str(info.value)
+
+
+def test_time_ids_follow_sdxl_order() -> None:
+    assert time_ids((768, 1024), (12, 40), (512, 640)) == [768, 1024, 12, 40, 512, 640]
+    plain = batch_time_ids(None, (64, 96), 2)
+    assert plain.tolist() == [[64, 96, 0, 0, 64, 96]] * 2
+
+
+def test_time_ids_from_a_non_square_image_carry_its_original_size(sdxl_dir: Path,
+                                                                   tmp_path: Path) -> None:
+    model = make(sdxl_dir)
+    write_image(tmp_path / "wide.png", (90, 60), (200, 30, 30), "a wide red thing")
+    items = scan_folder(tmp_path, resolutions=[24], divisibility=4, report=lambda m: None)
+    source = BatchSource(items, 1, 0, None, model.encode_images, model.get_prompt_embeds)
+    batch = source.next()
+    # 90x60 scaled to fit 24^2 (29x19) -> bucket 28x16 (w x h); resize keeps the aspect
+    # (28x19), centre crop from the top: (19 - 16) // 2 = 1.
+    assert items[0].bucket == (28, 16)
+    assert batch.original_sizes == [(60, 90)] and batch.crop_coords_top_left == [(1, 0)]
+    seen = []
+    hook = model.model.register_forward_pre_hook(
+        lambda mod, args, kwargs: seen.append(kwargs["added_cond_kwargs"]["time_ids"]),
+        with_kwargs=True)
+    compute_loss(model, batch, step_generator(0, 0, 0))
+    hook.remove()
+    assert seen[0].tolist() == [[60, 90, 1, 0, 16, 28]]
+
+
+# ---- DDPM training ------------------------------------------------------------------
+@pytest.mark.parametrize("v_pred", [False, True])
+def test_ddpm_targets_in_a_real_training_step_and_lora_trains(sdxl_dir: Path, v_pred: bool,
+                                                              monkeypatch) -> None:
+    model = make(sdxl_dir, is_v_pred=v_pred)
+    kind = "v_prediction" if v_pred else "epsilon"
+    assert model.training_schedule.prediction_type == kind
+    assert model.noise_scheduler.config.prediction_type == kind  # previews agree
+    net = AdapterNetwork.attach(model, Net())
+    batch = batch_of(model)
+    seen: dict[str, torch.Tensor] = {}
+    real_loss = train_module.diffusion_loss
+
+    def spy(pred, target, weights=None):
+        seen["target"] = target
+        return real_loss(pred, target, weights)
+
+    monkeypatch.setattr(train_module, "diffusion_loss", spy)
+    compute_loss(model, batch, step_generator(3, 0, 0))
+    gen = step_generator(3, 0, 0)  # the same draws, by hand
+    clean = batch.latents
+    noise = torch.randn(clean.shape, generator=gen)
+    t = torch.randint(0, 1000, (2,), generator=gen)
+    betas = torch.linspace(0.00085 ** 0.5, 0.012 ** 0.5, 1000, dtype=torch.float64) ** 2
+    abar = torch.cumprod(1 - betas, 0)[t].float().view(-1, 1, 1, 1)
+    expected = noise if not v_pred else abar.sqrt() * noise - (1 - abar).sqrt() * clean
+    assert torch.allclose(seen["target"], expected, atol=1e-5)
+
+    params = net.trainable_parameters()
+    before = [p.detach().clone() for p in params]
+    optimizer = torch.optim.AdamW(params, lr=1e-2)
+    for step in range(2):
+        optimizer.zero_grad()
+        loss = compute_loss(model, batch, step_generator(0, step, 0))
+        assert torch.isfinite(loss)
+        loss.backward()
+        optimizer.step()
+    moved = [not torch.equal(a, p) for a, p in zip(before, params, strict=True)]
+    assert all(moved)  # LoRA A and B, every module
+
+
+def test_min_snr_gamma_changes_the_loss(sdxl_dir: Path) -> None:
+    model = make(sdxl_dir)
+    batch = batch_of(model)
+    with torch.no_grad():
+        plain = compute_loss(model, batch, step_generator(5, 0, 0))
+        model.configure_training(Train(min_snr_gamma=1.0))
+        weighted = compute_loss(model, batch, step_generator(5, 0, 0))
+    t = torch.tensor([10.0, 500.0])
+    snr = model.training_schedule.snr(t)
+    assert torch.allclose(model.training_schedule.loss_weights(t),
+                          torch.clamp(snr, max=1.0) / snr)
+    assert not torch.isclose(plain, weighted)
+
+
+# ---- LoRA files ---------------------------------------------------------------------
+def predict(model: SDXLModel, batch: DataBatch) -> torch.Tensor:
+    with torch.no_grad():
+        return model.get_noise_prediction(batch.latents, torch.tensor([100.0, 700.0]),
+                                          batch.prompt_embeds)
+
+
+def test_lora_file_is_kohya_with_alpha_and_every_layout_reads_back(sdxl_dir: Path,
+                                                                   tmp_path: Path) -> None:
+    model = make(sdxl_dir)
+    net = AdapterNetwork.attach(model, Net())
+    perturb(net)
+    batch = batch_of(model)
+    trained = predict(model, batch)
+    path = tmp_path / "lora.safetensors"
+    net.save_file(path)
+    sd = load_file(path)
+    module = "lora_unet_down_blocks_1_attentions_0_transformer_blocks_0_attn1_to_q"
+    assert {f"{module}.lora_down.weight", f"{module}.lora_up.weight", f"{module}.alpha"} \
+        <= set(sd)
+    assert all(k.startswith("lora_unet_") for k in sd) and float(sd[f"{module}.alpha"]) == 2
+
+    def reloaded(file: Path) -> torch.Tensor:
+        fresh = make(sdxl_dir)
+        AdapterNetwork.attach(fresh, Net()).load_file(file)
+        return predict(fresh, batch)
+
+    assert torch.equal(reloaded(path), trained)
+    # diffusers' `unet.` layout without alpha keys: alpha = rank (scale 1).
+    internal = net.state_dict()
+    scale = 2.0 / 4.0
+    unet_layout = {"unet." + k: (v * scale if ".lora_B." in k else v)
+                   for k, v in internal.items()}
+    save_file(unet_layout, tmp_path / "unet.safetensors")
+    assert torch.allclose(reloaded(tmp_path / "unet.safetensors"), trained, atol=1e-5)
+    # aitk's older `diffusion_model.` layout with alpha keys.
+    old = {"diffusion_model." + k: v for k, v in internal.items()}
+    old.update({"diffusion_model." + m + ".alpha": torch.tensor(2.0)
+                for m in {k.rsplit(".lora_", 1)[0] for k in internal}})
+    save_file(old, tmp_path / "old.safetensors")
+    assert torch.equal(reloaded(tmp_path / "old.safetensors"), trained)
+
+
+def test_foreign_lora_keys_are_clear_errors() -> None:
+    from aitk.adapters.keys import AdapterKeyError
+    from aitk.models.sdxl.lora_keys import from_files
+
+    t = torch.zeros(4, 8)
+    names = ["down_blocks.1.attentions.0.proj_in"]
+    read = from_files({"lora_unet_down_blocks_1_attentions_0_proj_in.lora_down.weight": t},
+                      names)
+    assert set(read) == {"down_blocks.1.attentions.0.proj_in.lora_A.weight",
+                         "down_blocks.1.attentions.0.proj_in.alpha"}
+    assert float(read["down_blocks.1.attentions.0.proj_in.alpha"]) == 4.0  # = rank
+    with pytest.raises(AdapterKeyError, match="text-encoder LoRA"):
+        from_files({"lora_te1_text_model_encoder_layers_0_mlp_fc1.lora_down.weight": t},
+                   names)
+    with pytest.raises(AdapterKeyError, match="names no layer of this UNet"):
+        from_files({"lora_unet_input_blocks_4_1_proj_in.lora_down.weight": t}, names)
+
+
+# ---- end to end: a real job, SIGINT, resume, interop ----------------------------------
+STEPS = 4
+
+
+def job(tmp: Path, sdxl_dir: Path, name: str, **train: Any) -> Path:
+    cfg = {"job": "extension", "meta": {"name": "[name]"}, "config": {"name": name, "process": [{
+        "type": "sd_trainer", "training_folder": str(tmp / "out"), "device": "cpu",
+        "trigger_word": "p1xel",
+        "network": {"type": "lora", "linear": 4, "linear_alpha": 2},
+        "save": {"dtype": "float32", "save_every": 2, "max_step_saves_to_keep": 2},
+        "datasets": [{"folder_path": str(REPO / "datasets" / "example"), "resolution": [16],
+                      "caption_dropout_rate": 0.3}],
+        "train": {"batch_size": 2, "steps": STEPS, "lr": 5e-2, "seed": 3,
+                  "min_snr_gamma": 5.0, "noise_offset": 0.05,
+                  "cache_text_embeddings": True, "skip_first_sample": True, **train},
+        "model": {"arch": "sdxl", "name_or_path": str(sdxl_dir)},
+        "sample": {"sample_every": STEPS, "width": 16, "height": 16, "sample_steps": 2,
+                   "prompts": ["[trigger] a red circle"], "seed": 11,
+                   "guidance_scale": 3.0, "format": "png"}}]}}
+    return write_config(tmp / f"{name}.yml", cfg)
+
+
+@pytest.fixture(scope="module")
+def uninterrupted(tmp_path_factory: pytest.TempPathFactory, sdxl_dir: Path) -> Path:
+    tmp = tmp_path_factory.mktemp("sdxl-job")
+    assert run_job(load_config(str(job(tmp, sdxl_dir, "full")))) == EXIT_OK
+    return tmp / "out" / "full"
+
+
+def test_sigint_mid_step_then_resume_gives_the_uninterrupted_lora(
+        uninterrupted: Path, sdxl_dir: Path, tmp_path: Path, monkeypatch) -> None:
+    real = train_module.compute_loss
+    calls = []
+
+    def interrupting(*args: Any, **kwargs: Any) -> torch.Tensor:
+        calls.append(1)
+        if len(calls) == 3:  # mid step 3: the real handler sets the stop flag
+            os.kill(os.getpid(), signal.SIGINT)
+        return real(*args, **kwargs)
+
+    path = job(tmp_path, sdxl_dir, "full")
+    monkeypatch.setattr(train_module, "compute_loss", interrupting)
+    assert run_job(load_config(str(path))) == EXIT_INTERRUPTED
+    out = tmp_path / "out" / "full"
+    assert (out / "checkpoints" / "step_000000003").is_dir()
+    monkeypatch.setattr(train_module, "compute_loss", real)
+    assert run_job(load_config(str(path))) == EXIT_OK
+    resumed = load_file(out / "full.safetensors")
+    full = load_file(uninterrupted / "full.safetensors")
+    assert resumed.keys() == full.keys()
+    assert all(torch.equal(resumed[k], full[k]) for k in full)
+
+
+def test_saved_lora_in_diffusers_gives_the_trainers_preview(uninterrupted: Path,
+                                                            sdxl_dir: Path) -> None:
+    """The job's own preview at the last step vs diffusers' StableDiffusionXLPipeline
+    with load_lora_weights(file), same embeds and seed: equal to 1/255; without the
+    LoRA the image differs."""
+    from diffusers import StableDiffusionXLPipeline
+
+    preview = np.asarray(Image.open(uninterrupted / "samples" / f"{STEPS:09d}_0.png"),
+                         dtype=np.int16)
+    embeds = make(sdxl_dir).get_prompt_embeds(["p1xel a red circle"])
+    pipe = StableDiffusionXLPipeline.from_pretrained(sdxl_dir, add_watermarker=False)
+    pipe.set_progress_bar_config(disable=True)
+
+    def image() -> np.ndarray:
+        out = pipe(prompt_embeds=embeds.text_embeds[0][None],
+                   pooled_prompt_embeds=embeds.pooled_embeds[0],
+                   negative_prompt_embeds=torch.zeros(1, 77, 64),
+                   negative_pooled_prompt_embeds=torch.zeros(1, 32), width=16, height=16,
+                   num_inference_steps=2, guidance_scale=3.0,
+                   generator=torch.Generator().manual_seed(11), output_type="np").images[0]
+        return np.round(out * 255).astype(np.int16)
+
+    plain = image()
+    pipe.load_lora_weights(str(uninterrupted / "full.safetensors"))
+    with_lora = image()
+    assert np.abs(with_lora - preview).max() <= 1
+    assert np.abs(plain - preview).max() > 2
+
+
+def test_file_metadata_names_the_arch(uninterrupted: Path) -> None:
+    with safe_open(str(uninterrupted / "full.safetensors"), "pt") as fh:
+        meta = fh.metadata()
+    assert meta["base_model_arch"] == "sdxl" and meta["network_alpha"] == "2.0"
+
+
+# ---- memory features ----------------------------------------------------------------
+def test_gradient_checkpointing_gives_the_same_gradients(sdxl_dir: Path) -> None:
+    model = make(sdxl_dir)
+    net = AdapterNetwork.attach(model, Net())
+    perturb(net)
+    batch = batch_of(model)
+    # diffusers checkpoints each transformer block (and each resnet) of the UNet.
+    block = model.model.down_blocks[1].attentions[0].transformer_blocks[0]
+
+    def grads(checkpointing: bool) -> tuple[list[torch.Tensor], int]:
+        (model.model.enable_gradient_checkpointing if checkpointing
+         else model.model.disable_gradient_checkpointing)()
+        calls = []
+        hook = block.register_forward_pre_hook(lambda *a: calls.append(1))
+        for p in net.trainable_parameters():
+            p.grad = None
+        compute_loss(model, batch, step_generator(1, 0, 0)).backward()
+        hook.remove()
+        return [p.grad.clone() for p in net.trainable_parameters()], len(calls)
+
+    off, calls_off = grads(False)
+    on, calls_on = grads(True)
+    assert (calls_off, calls_on) == (1, 2)  # the block re-ran in backward
+    assert all(torch.allclose(a, b, atol=1e-6) for a, b in zip(off, on, strict=True))
+
+
+def test_quantized_step_trains_only_lora(sdxl_dir: Path) -> None:
+    from aitk.quantize import is_quantized
+
+    model = make(sdxl_dir, quantize=True, qtype="qint8", quantize_te=True, qtype_te="qint8")
+    assert is_quantized(model.model) and is_quantized(model.text_encoder_2)
+    assert not is_quantized(model.model.time_embedding)
+    assert not is_quantized(model.text_encoder_2.text_projection)  # the pooled output
+    net = AdapterNetwork.attach(model, Net())
+    perturb(net)
+    batch = batch_of(model)
+
+    def base_and_adapted() -> tuple[torch.Tensor, torch.Tensor]:
+        net.disable()
+        base = predict(model, batch)
+        net.enable()
+        return base, predict(model, batch)
+
+    base, adapted = base_and_adapted()
+    lora = net.trainable_parameters()
+    optimizer = torch.optim.AdamW(lora, lr=1e-2)
+    compute_loss(model, batch, step_generator(0, 0, 0)).backward()
+    optimizer.step()
+    assert all(p.grad is not None for p in lora)
+    trainable = {n for n, p in model.model.named_parameters() if p.requires_grad}
+    assert trainable and all("lora_" in n for n in trainable)
+    base_after, adapted_after = base_and_adapted()
+    assert torch.equal(base_after, base)  # the quantized base did not move
+    assert not torch.equal(adapted_after, adapted)
+
+
+@pytest.mark.parametrize("low_vram", [False, True])
+def test_low_vram_moves_idle_parts_only_for_their_use(sdxl_dir: Path, low_vram: bool,
+                                                      monkeypatch) -> None:
+    model = make(sdxl_dir, low_vram=low_vram)
+    moves: list[str] = []
+    real_to = torch.nn.Module.to
+
+    def record(module: torch.nn.Module, *args: Any, **kwargs: Any) -> Any:
+        if module is model.vae or module is model.text_encoder_2:
+            moves.append(f"{type(module).__name__}->{torch.device(args[0]).type}")
+        return real_to(module, *args, **kwargs)
+
+    monkeypatch.setattr(torch.nn.Module, "to", record)
+    model.encode_images(torch.zeros(1, 3, 8, 8))
+    model.get_prompt_embeds(["a"])
+    # On this CPU the device is the CPU too: the order of the moves is what shows.
+    expected = ["AutoencoderKL->cpu", "AutoencoderKL->cpu",
+                "CLIPTextModelWithProjection->cpu", "CLIPTextModelWithProjection->cpu"]
+    assert moves == (expected if low_vram else [])
+
+
+def test_preview_samples_through_the_sdxl_pipeline(sdxl_dir: Path) -> None:
+    model = make(sdxl_dir)
+    [img] = model.generate_images([GenerateImageConfig(prompt="a cat", width=16, height=24,
+                                                       sample_steps=2, seed=1)])
+    assert img.size == (16, 24)
+
+
+# ---- configs and the real entry point -------------------------------------------------
+def test_tiny_example_config_trains_end_to_end(tmp_path: Path, sdxl_dir: Path,
+                                               capsys) -> None:
+    raw = yaml.safe_load((REPO / "config/examples/train_lora_sdxl_tiny_cpu.yaml").read_text())
+    proc = raw["config"]["process"][0]
+    assert proc["model"]["create_if_missing"] and proc["model"]["arch"] == "sdxl"
+    proc["training_folder"] = str(tmp_path / "out")
+    proc["model"]["name_or_path"] = str(tmp_path / "model")  # built by create_if_missing
+    proc["datasets"][0]["folder_path"] = str(REPO / proc["datasets"][0]["folder_path"])
+    assert cli_main([str(write_config(tmp_path / "tiny.yml", raw))]) == 0
+    out = tmp_path / "out" / raw["config"]["name"]
+    assert (out / f"{raw['config']['name']}.safetensors").is_file()
+    assert (tmp_path / "model" / "model_index.json").is_file()
+
+
+def test_24gb_example_config_is_valid_and_is_v_pred_is_read(tmp_path: Path) -> None:
+    raw = yaml.safe_load((REPO / "config/examples/train_lora_sdxl_24gb.yaml").read_text())
+    loaded = load_config(str(write_config(tmp_path / "a.yml", raw)))
+    model = loaded.job.config.process[0].model
+    assert model.arch == "sdxl" and "/" in model.name_or_path and not loaded.warnings
+    assert model.is_v_pred is None  # the scheduler config decides
+    raw["config"]["process"][0]["model"]["is_v_pred"] = True  # upstream's key, now read
+    loaded = load_config(str(write_config(tmp_path / "b.yml", raw)))
+    assert loaded.job.config.process[0].model.is_v_pred is True and not loaded.warnings
+
+
+def test_hub_id_offline_is_one_line_exit_2(tmp_path: Path, sdxl_dir: Path) -> None:
+    cfg = yaml.safe_load(job(tmp_path, sdxl_dir, "hub").read_text())
+    cfg["config"]["process"][0]["model"]["name_or_path"] = "someone/sdxl-not-cached"
+    path = write_config(tmp_path / "hub.yml", cfg)
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_HOME": str(tmp_path / "hf"),
+           "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1"}
+    proc = subprocess.run([sys.executable, str(REPO / "run.py"), str(path)], env=env,
+                          capture_output=True, text=True, timeout=600)
+    assert proc.returncode == EXIT_CONFIG, proc.stderr
+    errors = [line for line in proc.stderr.splitlines() if line.startswith("error:")]
+    assert len(errors) == 1 and "Traceback" not in proc.stderr
+    assert "someone/sdxl-not-cached" in errors[0] and "HF_HUB_OFFLINE" in errors[0]
