@@ -50,7 +50,8 @@ FFMPEG_LIB_ENV = "AITK_FFMPEG_LIB_DIR"
 
 
 def default_tools() -> tuple[Tool, ...]:
-    return (Uv(), Node(), Ffmpeg(), MinGit())
+    # FFmpeg's pin depends on the user's opt-in to the unverified shared build.
+    return (Uv(), Node(), Ffmpeg.from_env(os.environ, current_platform()), MinGit())
 
 
 def _context(env: Mapping[str, str] | None = None) -> Context:
@@ -129,8 +130,10 @@ def report_tools(paths: Paths) -> list[dict[str, Any]]:
     plat = current_platform()
     rows = []
     for tool in default_tools():
-        row = asdict(tool.resolve(paths, plat))
-        row.update(minimum=tool.pin.minimum, pinned=tool.pin.version,
+        found = tool.resolve(paths, plat)
+        row = asdict(found)
+        row.update(**tool.report_extra(found, paths, plat),
+                   minimum=tool.pin.minimum, pinned=tool.pin.version,
                    local_dir=str(tool.target(paths)),
                    provisionable=tool.pin.artefact(plat) is not None,
                    checksum=tool.pin.checksum_source)
@@ -143,10 +146,13 @@ def _tool(name: str) -> Tool | None:
 
 
 def available(paths: Paths, name: str, probe: bool = True) -> bool:
-    """Is a good enough copy of the tool here (local or system)? For optional packages
-    that need one (torchcodec loads FFmpeg's libraries)."""
+    """Is a copy of the tool here that the optional packages needing it can use (local or
+    system)? torchcodec loads FFmpeg's shared libraries: the static program is not enough."""
     tool = _tool(name)
-    return tool is not None and tool.resolve(paths, current_platform(), probe=probe).ok
+    if tool is None:
+        return False
+    plat = current_platform()
+    return tool.serves_packages(tool.resolve(paths, plat, probe=probe), paths, plat)
 
 
 def refusal_hint(name: str, env: Mapping[str, str] | None = None) -> str | None:
