@@ -85,7 +85,7 @@ def refusals(environ: Mapping[str, str], plat: tuple[str, str] | None = None) ->
     from manager.tools.pins import PINS
 
     plat, settings = plat or current_platform(), Settings.from_env(environ, PINS)
-    found = {t.name: t.refusal(plat, settings) for t in default_tools()}
+    found = {t.name: t.refusal(plat, settings) for t in default_tools(environ, plat)}
     return {name: why for name, why in found.items() if why is not None}
 
 

@@ -41,7 +41,8 @@ from manager.tools.uv import Uv, python_dir
 
 __all__ = [
     "ToolUnavailable", "available", "child_env", "compose_env", "default_tools", "ensure_uv",
-    "find_uv", "provision", "provision_all", "refusal_hint", "report_tools", "require",
+    "find_uv", "package_need", "provision", "provision_all", "refusal_hint", "report_tools",
+    "require",
 ]
 
 LIBRARY_PATH_VAR = {"linux": "LD_LIBRARY_PATH", "macos": "DYLD_LIBRARY_PATH",
@@ -49,9 +50,12 @@ LIBRARY_PATH_VAR = {"linux": "LD_LIBRARY_PATH", "macos": "DYLD_LIBRARY_PATH",
 FFMPEG_LIB_ENV = "AITK_FFMPEG_LIB_DIR"
 
 
-def default_tools() -> tuple[Tool, ...]:
-    # FFmpeg's pin depends on the user's opt-in to the unverified shared build.
-    return (Uv(), Node(), Ffmpeg.from_env(os.environ, current_platform()), MinGit())
+def default_tools(env: Mapping[str, str] | None = None,
+                  plat: Platform | None = None) -> tuple[Tool, ...]:
+    # FFmpeg's pin depends on the user's opt-in to the unverified shared build (and on
+    # whether the platform has one).
+    ffmpeg = Ffmpeg.from_env(os.environ if env is None else env, plat or current_platform())
+    return (Uv(), Node(), ffmpeg, MinGit())
 
 
 def _context(env: Mapping[str, str] | None = None) -> Context:
@@ -141,6 +145,15 @@ def report_tools(paths: Paths) -> list[dict[str, Any]]:
     return rows
 
 
+# What an optional package needing a tool needs of it, when more than the program.
+_PACKAGE_NEEDS = {"ffmpeg": "ffmpeg with its shared libraries"}
+
+
+def package_need(name: str) -> str:
+    """How to name a tool in "<package> needs ..." (torchcodec loads FFmpeg's libraries)."""
+    return _PACKAGE_NEEDS.get(name, name)
+
+
 def _tool(name: str) -> Tool | None:
     return next((t for t in default_tools() if t.name == name), None)
 
@@ -157,7 +170,7 @@ def available(paths: Paths, name: str, probe: bool = True) -> bool:
 
 def refusal_hint(name: str, env: Mapping[str, str] | None = None) -> str | None:
     """What gets a tool the manager refuses to download here (its ToolUnavailable hint)."""
-    tool = _tool(name)
+    tool = next((t for t in default_tools(env) if t.name == name), None)
     if tool is None:
         return None
     refused = tool.refusal(current_platform(), _context(env).settings)

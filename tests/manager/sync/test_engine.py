@@ -167,6 +167,7 @@ def test_a_package_needing_ffmpeg_is_skipped_without_it_and_tried_once_it_is_the
     assert done.returncode == 0, done.stderr + done.stdout
     record = checkout.state()["optional"]["accel-needs-lib"]
     assert record["status"] == "skipped" and "needs ffmpeg" in record["detail"]
+    assert "shared libraries" in record["detail"]  # the static program would not do
     assert "accel-needs-lib" not in checkout.installed()
     (log,) = sorted((checkout.root / "logs").glob("sync-*.log"))
     assert "accel-needs-lib==1.0" not in log.read_text()  # never installed to fail
