@@ -41,8 +41,8 @@ from manager.tools.uv import Uv, python_dir
 
 __all__ = [
     "ToolUnavailable", "available", "child_env", "compose_env", "default_tools", "ensure_uv",
-    "find_uv", "package_need", "provision", "provision_all", "refusal_hint", "report_tools",
-    "require",
+    "find_uv", "package_need", "provision", "provision_all", "refusal_hint", "refused",
+    "report_tools", "require",
 ]
 
 LIBRARY_PATH_VAR = {"linux": "LD_LIBRARY_PATH", "macos": "DYLD_LIBRARY_PATH",
@@ -166,6 +166,12 @@ def available(paths: Paths, name: str, probe: bool = True) -> bool:
         return False
     plat = current_platform()
     return tool.serves_packages(tool.resolve(paths, plat, probe=probe), paths, plat)
+
+
+def refused(name: str, env: Mapping[str, str] | None = None) -> bool:
+    """Would provisioning refuse this tool here (no build, unverified and not opted in)?"""
+    tool = next((t for t in default_tools(env) if t.name == name), None)
+    return tool is None or tool.refusal(current_platform(), _context(env).settings) is not None
 
 
 def refusal_hint(name: str, env: Mapping[str, str] | None = None) -> str | None:

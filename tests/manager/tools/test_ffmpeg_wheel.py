@@ -208,3 +208,15 @@ def test_tools_table_says_what_a_static_program_cannot_do():
         "shared_libraries": False}]})
     text = console.file.getvalue()
     assert "program only" in text and "AITK_ALLOW_UNVERIFIED=ffmpeg" in text
+
+
+def test_a_recorded_ffmpeg_skip_is_unblocked_by_the_verifiable_wheel():
+    """A checkout whose last tools step skipped FFmpeg (the old unverified pin) gets it on
+    the next sync: it is no longer refused, with or without the opt-in."""
+    from manager.envstatus import _tools_unblocked
+
+    assert _tools_unblocked({"ffmpeg"}) == {"ffmpeg"}
+    assert not tools.refused("ffmpeg", {})
+    assert _tools_unblocked(set()) == frozenset()
+    if current_platform()[0] != "windows":  # git is never provisioned here: stays blocked
+        assert _tools_unblocked({"git"}) == frozenset()
