@@ -457,14 +457,16 @@ def _run_optional(ctx: Context, state: State, step: Step) -> None:
     if missing:
         # Installing it would only prove what is known (torchcodec cannot load without
         # FFmpeg's libraries): skip it, and let the plan try again once the tool is here.
-        names = ", ".join(missing)
+        from manager.tools import package_need
+
+        names = ", ".join(package_need(name) for name in missing)
         detail = f"needs {names}, which is not available here"
         state.optional[opt.name] = {"requirement": opt.requirement, "kind": opt.kind,
                                     "status": "skipped", "detail": detail,
                                     "needs": list(opt.needs)}
         ctx.warnings.append(f"{opt.name} skipped: it {detail}; once {names} is there "
-                            f"(see the {names} line, or `python3 -m manager doctor`), the "
-                            f"next `python3 -m manager sync` installs it")
+                            f"(see the {', '.join(missing)} line, or `python3 -m manager "
+                            f"doctor`), the next `python3 -m manager sync` installs it")
         return
     installer = ctx.installer()
     before = {n: d.version for n, d in venvmod.observe(ctx.paths).dists.items()}

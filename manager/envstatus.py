@@ -15,7 +15,14 @@ from dataclasses import dataclass
 
 from manager import errors, migrations
 from manager.paths import Paths
-from manager.plan import Inputs, Plan, make_plan, requirements_hash, tools_wanted
+from manager.plan import (
+    Inputs,
+    Plan,
+    make_plan,
+    requirements_hash,
+    tools_skipped,
+    tools_wanted,
+)
 from manager.reqfiles import read_reqfile
 from manager.state import StateRead, read_state
 from manager.venv import observe
@@ -58,9 +65,18 @@ def gather(paths: Paths, spec: Spec, read: StateRead, *, extra_files: Sequence[s
         pending_migrations=tuple(migrations.pending(read.state.migrations)),
         tools=os.environ.get(SKIP_TOOLS_ENV) != "1",
         tools_ready=_tools_ready(paths, tools_wanted(read.state)),
+        tools_unblocked=_tools_unblocked(tools_skipped(read.state)),
         force=force,
         verify=verify,
     )
+
+
+def _tools_unblocked(skipped: set[str]) -> frozenset[str]:
+    if not skipped:
+        return frozenset()
+    from manager import tools
+
+    return frozenset(name for name in skipped if not tools.refused(name))
 
 
 def _tools_ready(paths: Paths, wanted: set[str]) -> frozenset[str]:

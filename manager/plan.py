@@ -84,8 +84,16 @@ class Inputs:
     tools: bool = True
     # Tools found now among those a skipped optional package needs (see tools_wanted).
     tools_ready: frozenset[str] = frozenset()
+    # Tools the last tools step skipped that would not be refused now (a new verifiable
+    # pin, or the user's opt-in): worth provisioning again without --force.
+    tools_unblocked: frozenset[str] = frozenset()
     force: bool = False
     verify: bool = False
+
+
+def tools_skipped(state: State) -> set[str]:
+    """The tools the last tools step skipped (refused: unverified, or no build here)."""
+    return {name for name, r in state.tools.items() if r.get("status") == "skipped"}
 
 
 def tools_wanted(state: State) -> set[str]:
@@ -203,9 +211,10 @@ def make_plan(inputs: Inputs) -> Plan:
                                   force=True))
 
     # Local tools before the optional packages: torchcodec's import test needs FFmpeg.
-    if inputs.tools and (not state.tools or inputs.force):
-        steps.append(Step("tools", "local tools", "--force" if state.tools
-                          else "not provisioned yet"))
+    if inputs.tools and (not state.tools or inputs.force or inputs.tools_unblocked):
+        why = ("not provisioned yet" if not state.tools else "--force" if inputs.force
+               else f"{', '.join(sorted(inputs.tools_unblocked))} can be provisioned now")
+        steps.append(Step("tools", "local tools", why))
 
     for opt in (*spec.extras, *spec.accelerators):
         record = state.optional.get(opt.name, {})

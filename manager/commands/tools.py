@@ -13,6 +13,9 @@ from manager import tools
 from manager.output import Result
 from manager.paths import paths
 
+NO_SHARED_LIBS = ("no shared libraries, so torchcodec cannot use it; "
+                  "AITK_ALLOW_UNVERIFIED=ffmpeg installs the shared build")
+
 
 @dataclass(frozen=True)
 class Options:
@@ -38,6 +41,8 @@ def render(console: Console, data: Mapping[str, Any]) -> None:
         if row["ok"] and row.get("verified") is False:
             ok = "yes (unverified)"
         where = row["path"] if row["ok"] else row["detail"]
+        if row["ok"] and row.get("shared_libraries") is False:
+            where = f"{where} (program only: {NO_SHARED_LIBS})"
         table.add_row(row["tool"], row["used"] or "-", row["version"] or "-", row["minimum"],
                       ok, where or "")
     console.print(table)

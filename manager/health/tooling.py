@@ -18,6 +18,8 @@ TOOLS = ("uv", "node", "ffmpeg", "git")
 VERSION_TIMEOUT = 10.0
 _VERSION_FLAG = {"ffmpeg": "-version"}
 _VERSION = re.compile(r"\d+(?:\.\d+)+")
+SHARED_BUILD_HINT = ("a system FFmpeg with shared libraries, or "
+                     "AITK_ALLOW_UNVERIFIED=ffmpeg for the unverified shared build")
 _MISSING_FIX = {
     "git": "install git (e.g. apt install git, xcode-select --install, or git-scm.com)",
 }
@@ -58,6 +60,10 @@ def judge_tool(name: str, info: Mapping[str, Any] | None, refused: bool = False,
     if info.get("ok") is False:
         need = f"; {minimum} or newer is needed" if minimum else ""
         return warn(cid, f"{name} {version} ({where}){need}", fix)
+    if info.get("shared_libraries") is False:
+        # True as a line: the program is there; say what it cannot do.
+        return ok(cid, f"{name} {version} ({where}); program only, no shared libraries: "
+                       f"torchcodec cannot use it ({SHARED_BUILD_HINT})")
     return ok(cid, f"{name} {version} ({where})")
 
 
@@ -79,7 +85,7 @@ def refusals(environ: Mapping[str, str], plat: tuple[str, str] | None = None) ->
     from manager.tools.pins import PINS
 
     plat, settings = plat or current_platform(), Settings.from_env(environ, PINS)
-    found = {t.name: t.refusal(plat, settings) for t in default_tools()}
+    found = {t.name: t.refusal(plat, settings) for t in default_tools(environ, plat)}
     return {name: why for name, why in found.items() if why is not None}
 
 

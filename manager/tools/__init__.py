@@ -41,7 +41,8 @@ from manager.tools.uv import Uv, python_dir
 
 __all__ = [
     "ToolUnavailable", "available", "child_env", "compose_env", "default_tools", "ensure_uv",
-    "find_uv", "provision", "provision_all", "refusal_hint", "report_tools", "require",
+    "find_uv", "package_need", "provision", "provision_all", "refusal_hint", "refused",
+    "report_tools", "require",
 ]
 
 LIBRARY_PATH_VAR = {"linux": "LD_LIBRARY_PATH", "macos": "DYLD_LIBRARY_PATH",
@@ -49,8 +50,12 @@ LIBRARY_PATH_VAR = {"linux": "LD_LIBRARY_PATH", "macos": "DYLD_LIBRARY_PATH",
 FFMPEG_LIB_ENV = "AITK_FFMPEG_LIB_DIR"
 
 
-def default_tools() -> tuple[Tool, ...]:
-    return (Uv(), Node(), Ffmpeg(), MinGit())
+def default_tools(env: Mapping[str, str] | None = None,
+                  plat: Platform | None = None) -> tuple[Tool, ...]:
+    # FFmpeg's pin depends on the user's opt-in to the unverified shared build (and on
+    # whether the platform has one).
+    ffmpeg = Ffmpeg.from_env(os.environ if env is None else env, plat or current_platform())
+    return (Uv(), Node(), ffmpeg, MinGit())
 
 
 def _context(env: Mapping[str, str] | None = None) -> Context:
@@ -129,8 +134,10 @@ def report_tools(paths: Paths) -> list[dict[str, Any]]:
     plat = current_platform()
     rows = []
     for tool in default_tools():
-        row = asdict(tool.resolve(paths, plat))
-        row.update(minimum=tool.pin.minimum, pinned=tool.pin.version,
+        found = tool.resolve(paths, plat)
+        row = asdict(found)
+        row.update(**tool.report_extra(found, paths, plat),
+                   minimum=tool.pin.minimum, pinned=tool.pin.version,
                    local_dir=str(tool.target(paths)),
                    provisionable=tool.pin.artefact(plat) is not None,
                    checksum=tool.pin.checksum_source)
@@ -138,20 +145,38 @@ def report_tools(paths: Paths) -> list[dict[str, Any]]:
     return rows
 
 
+# What an optional package needing a tool needs of it, when more than the program.
+_PACKAGE_NEEDS = {"ffmpeg": "ffmpeg with its shared libraries"}
+
+
+def package_need(name: str) -> str:
+    """How to name a tool in "<package> needs ..." (torchcodec loads FFmpeg's libraries)."""
+    return _PACKAGE_NEEDS.get(name, name)
+
+
 def _tool(name: str) -> Tool | None:
     return next((t for t in default_tools() if t.name == name), None)
 
 
 def available(paths: Paths, name: str, probe: bool = True) -> bool:
-    """Is a good enough copy of the tool here (local or system)? For optional packages
-    that need one (torchcodec loads FFmpeg's libraries)."""
+    """Is a copy of the tool here that the optional packages needing it can use (local or
+    system)? torchcodec loads FFmpeg's shared libraries: the static program is not enough."""
     tool = _tool(name)
-    return tool is not None and tool.resolve(paths, current_platform(), probe=probe).ok
+    if tool is None:
+        return False
+    plat = current_platform()
+    return tool.serves_packages(tool.resolve(paths, plat, probe=probe), paths, plat)
+
+
+def refused(name: str, env: Mapping[str, str] | None = None) -> bool:
+    """Would provisioning refuse this tool here (no build, unverified and not opted in)?"""
+    tool = next((t for t in default_tools(env) if t.name == name), None)
+    return tool is None or tool.refusal(current_platform(), _context(env).settings) is not None
 
 
 def refusal_hint(name: str, env: Mapping[str, str] | None = None) -> str | None:
     """What gets a tool the manager refuses to download here (its ToolUnavailable hint)."""
-    tool = _tool(name)
+    tool = next((t for t in default_tools(env) if t.name == name), None)
     if tool is None:
         return None
     refused = tool.refusal(current_platform(), _context(env).settings)

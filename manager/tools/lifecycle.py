@@ -184,9 +184,7 @@ class Tool:
         marker = archive.read_marker(root)
         if marker is None and not exe.exists():
             return None
-        art = self.pin.artefact(plat)
-        if art is None or not archive.marker_matches(
-                marker, self.name, self.pin.version, art.filename, art.sha256):
+        if not self.trusts(marker, plat):
             have = f" (it holds {marker.version})" if marker else ""
             return Found(self.name, "local", str(exe), marker.version if marker else None, False,
                          detail=f"{root.name}/ is not the pinned {self.name} "
@@ -196,6 +194,21 @@ class Tool:
             return Found(self.name, "local", str(exe), marker.version, False, marker.verified,
                          detail=f"{exe} does not run")
         return Found(self.name, "local", str(exe), version, True, marker.verified)
+
+    def trusts(self, marker: archive.Marker | None, plat: Platform) -> bool:
+        """Is a local copy with this marker the pinned one?"""
+        art = self.pin.artefact(plat)
+        return art is not None and archive.marker_matches(
+            marker, self.name, self.pin.version, art.filename, art.sha256)
+
+    def serves_packages(self, found: Found, paths: Paths, plat: Platform) -> bool:
+        """Can the optional packages that need this tool use this copy? (FFmpeg: they
+        load its shared libraries, which a static program does not have.)"""
+        return found.ok
+
+    def report_extra(self, found: Found, paths: Paths, plat: Platform) -> dict[str, object]:
+        """Tool-specific fields for the `tools` report."""
+        return {}
 
     def resolve(self, paths: Paths, plat: Platform, *, probe: bool = True) -> Found:
         """System copy when good enough, else a trusted local one, else why neither."""

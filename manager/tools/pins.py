@@ -134,19 +134,70 @@ NODE = ToolPin(
     },
 )
 
+# FFmpeg (the program only, statically linked: no libavcodec & co.) from imageio-ffmpeg
+# 0.8.1's PyPI wheels, imageio_ffmpeg/binaries/ffmpeg-<os>-<arch>-v<ver>[.exe]; the
+# binaries are BtbN builds (Linux, Windows) and osxexperts/evermeet builds (macOS).
+# Digests and sizes are the ones PyPI's simple index publishes for each file (read on
+# 2026-12-01 from https://pypi.org/simple/imageio-ffmpeg/; the Linux x86_64, macOS arm64
+# and Windows x64 wheels were downloaded by pip, which checks them against the index).
+FFMPEG = ToolPin(
+    tool="ffmpeg",
+    version="9.0",
+    minimum="6.0",
+    base_url="https://files.pythonhosted.org/packages",
+    mirror_env="AITK_FFMPEG_MIRROR",
+    checksum_source="PyPI simple index (sha256 per file) of imageio-ffmpeg 0.8.1",
+    max_download=128 * MIB,
+    max_unpacked=512 * MIB,
+    artefacts={
+        LINUX_X64: Artefact(
+            "de/0f/49292fbef69ee10ebcf97bb741602521caafcc6966d5fa1a2b868cc15655/"
+            "imageio_ffmpeg-0.8.1-py3-none-manylinux_2_28_x86_64.whl",
+            "wheel", "050d6850601c3b3890bd2b28306f3b842b3daea390a561101174375a1c460bda",
+            67998402),
+        LINUX_ARM64: Artefact(
+            "53/02/e139e53a71f33f728cb2ce6c1124edc29e4c008427923f01a4d37f9a1867/"
+            "imageio_ffmpeg-0.8.1-py3-none-manylinux_2_28_aarch64.whl",
+            "wheel", "fad3176f859b25869e60a8ed79957d4e3ed74a97a95e5f0cdcb91455f6c6d00e",
+            60956631),
+        MACOS_ARM64: Artefact(
+            "2b/47/9f9b654f853598bae0850fa22bba168103e45d31b5a2a893ed474f28d54a/"
+            "imageio_ffmpeg-0.8.1-py3-none-macosx_12_0_arm64.whl",
+            "wheel", "5636d691e36e5274b13fe38182b1f627b2e35dcecc63944012c2470f9484fc45",
+            22625474),
+        MACOS_X64: Artefact(
+            "da/24/2c3a7c69453bfb8374ddbbb5007346bad4a4247bc86882f3521cd615f929/"
+            "imageio_ffmpeg-0.8.1-py3-none-macosx_10_13_x86_64.whl",
+            "wheel", "9538a10e598257263b5de1a1c1b86e7603417bc219245b1e279b452e5e48cc20",
+            26974382),
+        WINDOWS_X64: Artefact(
+            "82/0c/a1d49f3dd2688bd750b4986f8e271ad11f8e729a896070ea25f587b44da8/"
+            "imageio_ffmpeg-0.8.1-py3-none-win_amd64.whl",
+            "wheel", "f27ca4cb85e2d4946deedbce1a81245dfd942a2bcf94b53676fb3956aa95bf1b",
+            38893483),
+        WINDOWS_ARM64: Artefact(
+            "ee/39/ab95a2afd202772a69aab1fa5015f13b038f289c8617242cc5eebd0ec0e1/"
+            "imageio_ffmpeg-0.8.1-py3-none-win_arm64.whl",
+            "wheel", "0b7079e63dc34f97e43db5a5b7b9efb85edc1c6623313e0a4a17ebc7c2ce7a51",
+            37499681),
+    },
+)
+
 _BTBN_UNVERIFIED = (
     "the vendor (BtbN FFmpeg-Builds) publishes checksums.sha256 only inside its GitHub "
     "release, which could not be reached when this pin was made"
 )
 
-# FFmpeg 7.1 with shared libraries (bin/, lib/), one dated build (not "latest").
-# The vendor prunes old dated builds: keep a copy on a mirror (AITK_FFMPEG_MIRROR).
-FFMPEG = ToolPin(
-    tool="ffmpeg",
+# FFmpeg 7.1 with shared libraries (bin/, lib/), one dated build (not "latest"): what
+# torchcodec loads. Opt-in only (AITK_ALLOW_UNVERIFIED=ffmpeg), as it has no digest; the
+# vendor prunes old dated builds: keep a copy on a mirror (AITK_FFMPEG_SHARED_MIRROR).
+# Its table key is its own, so it has its own mirror; the tool it installs is "ffmpeg".
+FFMPEG_SHARED = ToolPin(
+    tool="ffmpeg-shared",
     version="7.1",
     minimum="6.0",
     base_url="https://github.com/BtbN/FFmpeg-Builds/releases/download/autobuild-2024-12-31-13-02",
-    mirror_env="AITK_FFMPEG_MIRROR",
+    mirror_env="AITK_FFMPEG_SHARED_MIRROR",
     checksum_source="none pinned",
     unverified_reason=_BTBN_UNVERIFIED,
     max_download=256 * MIB,
@@ -190,4 +241,5 @@ MINGIT = ToolPin(
     },
 )
 
-PINS: Mapping[str, ToolPin] = {pin.tool: pin for pin in (UV, NODE, FFMPEG, MINGIT)}
+PINS: Mapping[str, ToolPin] = {
+    pin.tool: pin for pin in (UV, NODE, FFMPEG, FFMPEG_SHARED, MINGIT)}

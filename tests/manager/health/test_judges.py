@@ -344,9 +344,14 @@ def test_a_tool_the_manager_refuses_to_provision_is_not_fixed_by_sync():
 def test_refusals_follow_the_opt_in():
     from manager.tools.pins import LINUX_X64, MACOS_ARM64, PINS
 
-    assert PINS["ffmpeg"].checksum_source == "none pinned"  # update this test when pinned
-    assert "ffmpeg" in tooling.refusals({}, LINUX_X64)
-    assert "ffmpeg" not in tooling.refusals({"AITK_ALLOW_UNVERIFIED": "ffmpeg"}, LINUX_X64)
-    assert tooling.refusals({}, LINUX_X64)["ffmpeg"].hint  # the opt-in is named
+    # FFmpeg's wheel is verifiable: never refused, with or without the opt-in (which asks
+    # for the unverified shared build where one is pinned, else keeps the wheel).
+    assert PINS["ffmpeg"].checksum_source.startswith("PyPI")
+    for env in ({}, {"AITK_ALLOW_UNVERIFIED": "ffmpeg"}):
+        assert "ffmpeg" not in tooling.refusals(env, LINUX_X64)
+        assert "ffmpeg" not in tooling.refusals(env, MACOS_ARM64)
     assert "uv" not in tooling.refusals({}, LINUX_X64)
-    assert tooling.refusals({"AITK_ALLOW_UNVERIFIED": "ffmpeg"}, MACOS_ARM64)["ffmpeg"]
+    assert "git" in tooling.refusals({}, LINUX_X64)  # not provisioned outside Windows
+    assert "git" not in tooling.refusals({"AITK_ALLOW_UNVERIFIED": "git"}, ("windows", "x86_64"))
+    assert "git" in tooling.refusals({}, ("windows", "x86_64"))  # no digest: opt-in named
+    assert tooling.refusals({}, ("windows", "x86_64"))["git"].hint

@@ -11,7 +11,7 @@ import pytest
 
 from manager import archive
 from manager.tools.lifecycle import current_platform
-from manager.tools.pins import FFMPEG
+from manager.tools.pins import FFMPEG_SHARED
 from spec import Optional_
 from tests.manager.sync.conftest import TORCH, Checkout, git_requirement, make_spec
 
@@ -125,7 +125,7 @@ def test_optional_package_is_import_tested_with_the_local_tools(uv_checkout: Che
     """torchcodec needs FFmpeg's libraries: its import test must see a local .ffmpeg/."""
     checkout = uv_checkout
     lib = _mapped_library("libffi.so")
-    art = FFMPEG.artefact(current_platform())
+    art = FFMPEG_SHARED.artefact(current_platform())
     if lib is None or art is None or shutil.which("ffmpeg"):
         pytest.skip("needs a library to copy, an FFmpeg pin here, and no system ffmpeg")
     _fake_local_ffmpeg(checkout, lib)
@@ -138,7 +138,7 @@ def test_optional_package_is_import_tested_with_the_local_tools(uv_checkout: Che
 
 def _fake_local_ffmpeg(checkout: Checkout, lib: str) -> None:
     """A .ffmpeg/ the manager trusts: a program that answers -version, the library."""
-    art = FFMPEG.artefact(current_platform())
+    art = FFMPEG_SHARED.artefact(current_platform())
     assert art is not None
     ffmpeg = checkout.root / ".ffmpeg"
     (ffmpeg / "bin").mkdir(parents=True)
@@ -146,7 +146,7 @@ def _fake_local_ffmpeg(checkout: Checkout, lib: str) -> None:
     (ffmpeg / "bin" / "ffmpeg").chmod(0o755)
     (ffmpeg / "lib").mkdir()
     shutil.copy2(lib, ffmpeg / "lib" / "libaitkprobe.so")
-    archive.write_marker(ffmpeg, archive.Marker("ffmpeg", FFMPEG.version, art.filename,
+    archive.write_marker(ffmpeg, archive.Marker("ffmpeg", FFMPEG_SHARED.version, art.filename,
                                                 "http://mirror", art.sha256 or "ab" * 32,
                                                 art.sha256 is not None))
 
@@ -158,7 +158,7 @@ def test_a_package_needing_ffmpeg_is_skipped_without_it_and_tried_once_it_is_the
     the skip is recorded with its reason, and the sync after FFmpeg arrives installs it."""
     checkout = uv_checkout
     lib = _mapped_library("libffi.so")
-    if lib is None or FFMPEG.artefact(current_platform()) is None or shutil.which("ffmpeg"):
+    if lib is None or FFMPEG_SHARED.artefact(current_platform()) is None or shutil.which("ffmpeg"):
         pytest.skip("needs a library to copy, an FFmpeg pin here, and no system ffmpeg")
     checkout.write_spec(make_spec(checkout.world, companions=(), accelerators=(
         Optional_("accel-needs-lib", "accel-needs-lib==1.0", "accel_needs_lib",
@@ -167,6 +167,7 @@ def test_a_package_needing_ffmpeg_is_skipped_without_it_and_tried_once_it_is_the
     assert done.returncode == 0, done.stderr + done.stdout
     record = checkout.state()["optional"]["accel-needs-lib"]
     assert record["status"] == "skipped" and "needs ffmpeg" in record["detail"]
+    assert "shared libraries" in record["detail"]  # the static program would not do
     assert "accel-needs-lib" not in checkout.installed()
     (log,) = sorted((checkout.root / "logs").glob("sync-*.log"))
     assert "accel-needs-lib==1.0" not in log.read_text()  # never installed to fail

@@ -137,3 +137,11 @@ def test_parse_git_pin() -> None:
     assert parse_git_pin("pkg==1.0") is None
     assert parse_git_pin("pkg @ git+ssh://git@host/repo.git@abc") == GitPin(
         "pkg", "pkg @ git+ssh://git@host/repo.git@abc", "abc")
+
+
+def test_a_skipped_tool_that_can_be_provisioned_now_reruns_the_tools_step() -> None:
+    """FFmpeg was skipped (no verifiable pin); a new pin or the opt-in unblocks it."""
+    plan = make_plan(_inputs(tools_unblocked=frozenset({"ffmpeg"})))
+    assert list(plan.kinds()) == ["tools"]
+    assert "ffmpeg can be provisioned now" in plan.steps[0].describe()
+    assert make_plan(_inputs(tools=False, tools_unblocked=frozenset({"ffmpeg"}))).empty

@@ -13,7 +13,7 @@ from manager import archive, download
 from manager.tools.ffmpeg import Ffmpeg
 from manager.tools.lifecycle import Context, Settings, ToolUnavailable
 from manager.tools.node import Node, parse_shasums
-from manager.tools.pins import FFMPEG, LINUX_X64, NODE, UV, Artefact
+from manager.tools.pins import FFMPEG_SHARED, LINUX_X64, NODE, UV, Artefact
 from manager.tools.uv import Uv
 from tests.manager.tools.builders import (
     Entry,
@@ -51,7 +51,8 @@ def serve_node(server, data: bytes, behaviour: str = "ok", listed: bytes | None 
 
 
 def ctx_for(server, client, fast_retry, quiet, **settings) -> Context:
-    mirrors = {"node": server.url("dist"), "ffmpeg": server.url("ff"), "uv": server.url("uv")}
+    mirrors = {"node": server.url("dist"), "ffmpeg": server.url("ff"),
+               "ffmpeg-shared": server.url("ff"), "uv": server.url("uv")}
     return Context(Settings(mirrors, **settings), client=client, retry=fast_retry,
                    reporter=quiet)
 
@@ -137,7 +138,7 @@ def test_404_and_missing_checksum_entry_leave_nothing(server, client, fast_retry
 
 
 def ffmpeg_archive() -> bytes:
-    top = FFMPEG.artefact(PLAT).filename.removesuffix(".tar.xz")
+    top = FFMPEG_SHARED.artefact(PLAT).filename.removesuffix(".tar.xz")
     return make_tar([
         exe(f"{top}/bin/ffmpeg", "ffmpeg version n7.1-62-gb168ed9b14 Copyright (c) 2000-2024"),
         Entry(f"{top}/lib/libavutil.so.59", b"\x7fELF"),
@@ -147,14 +148,14 @@ def ffmpeg_archive() -> bytes:
 
 def test_ffmpeg_without_checksum_is_refused_unless_opted_in(server, client, fast_retry, quiet,
                                                             checkout):
-    server.add(f"ff/{FFMPEG.artefact(PLAT).path}", ffmpeg_archive())
+    server.add(f"ff/{FFMPEG_SHARED.artefact(PLAT).path}", ffmpeg_archive())
     with pytest.raises(ToolUnavailable, match="unverified") as info:
-        Ffmpeg().install(checkout, PLAT, ctx_for(server, client, fast_retry, quiet))
+        Ffmpeg(FFMPEG_SHARED).install(checkout, PLAT, ctx_for(server, client, fast_retry, quiet))
     assert "AITK_ALLOW_UNVERIFIED=ffmpeg" in info.value.hint
     assert server.requests == [] and not checkout.ffmpeg_dir.exists()
 
     ctx = ctx_for(server, client, fast_retry, quiet, allow_unverified=frozenset({"ffmpeg"}))
-    found = Ffmpeg().install(checkout, PLAT, ctx)
+    found = Ffmpeg(FFMPEG_SHARED).install(checkout, PLAT, ctx)
     assert (found.version, found.verified) == ("7.1", False)
     assert (checkout.ffmpeg_dir / "lib" / "libavutil.so.59").exists()
 

@@ -31,17 +31,21 @@ def test_current_platform_normalises(system, machine, plat):
 
 EXPECTED = {
     LINUX_X64: {"uv": "manylinux_2_17_x86_64", "node": "node-v22.12.0-linux-x64.tar.xz",
-                "ffmpeg": "-linux64-gpl-shared-", "git": None},
+                "ffmpeg": "manylinux_2_28_x86_64",
+                "ffmpeg-shared": "-linux64-gpl-shared-", "git": None},
     LINUX_ARM64: {"uv": "manylinux_2_17_aarch64", "node": "node-v22.12.0-linux-arm64.tar.xz",
-                  "ffmpeg": "-linuxarm64-gpl-shared-", "git": None},
+                  "ffmpeg": "manylinux_2_28_aarch64",
+                  "ffmpeg-shared": "-linuxarm64-gpl-shared-", "git": None},
     MACOS_ARM64: {"uv": "macosx_11_0_arm64", "node": "node-v22.12.0-darwin-arm64.tar.gz",
-                  "ffmpeg": None, "git": None},
+                  "ffmpeg": "macosx_12_0_arm64", "ffmpeg-shared": None, "git": None},
     MACOS_X64: {"uv": "macosx_10_12_x86_64", "node": "node-v22.12.0-darwin-x64.tar.gz",
-                "ffmpeg": None, "git": None},
+                "ffmpeg": "macosx_10_13_x86_64", "ffmpeg-shared": None, "git": None},
     WINDOWS_X64: {"uv": "win_amd64", "node": "node-v22.12.0-win-x64.zip",
-                  "ffmpeg": "-win64-gpl-shared-", "git": "MinGit-2.47.1.2-64-bit.zip"},
+                  "ffmpeg": "-win_amd64.whl", "ffmpeg-shared": "-win64-gpl-shared-",
+                  "git": "MinGit-2.47.1.2-64-bit.zip"},
     WINDOWS_ARM64: {"uv": "win_arm64", "node": "node-v22.12.0-win-arm64.zip",
-                    "ffmpeg": "-winarm64-gpl-shared-", "git": "MinGit-2.47.1.2-64-bit.zip"},
+                    "ffmpeg": "-win_arm64.whl", "ffmpeg-shared": "-winarm64-gpl-shared-",
+                    "git": "MinGit-2.47.1.2-64-bit.zip"},
 }
 
 
@@ -59,7 +63,11 @@ def test_every_artefact_is_pinned_and_verifiable_or_says_why():
     for pin in PINS.values():
         assert "latest" not in pin.base_url
         for art in pin.artefacts.values():
-            assert "latest" not in art.path and pin.version.split(".")[0] in art.path
+            assert "latest" not in art.path
+            if art.kind == "wheel":  # <package>-<version>-...: one release of the package
+                assert re.fullmatch(r"\d+(\.\d+)+", art.filename.split("-")[1]), art.path
+            else:
+                assert pin.version.split(".")[0] in art.path
             if art.sha256 is not None:
                 assert re.fullmatch(r"[0-9a-f]{64}", art.sha256)
             elif pin.checksum_list is None:

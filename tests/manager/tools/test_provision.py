@@ -18,7 +18,7 @@ from manager.tools.ffmpeg import Ffmpeg
 from manager.tools.lifecycle import Context, Settings
 from manager.tools.mingit import MinGit
 from manager.tools.node import Node
-from manager.tools.pins import FFMPEG, LINUX_X64, MACOS_ARM64, UV, WINDOWS_X64
+from manager.tools.pins import FFMPEG_SHARED, LINUX_X64, MACOS_ARM64, UV, WINDOWS_X64
 from manager.tools.uv import Uv
 from tests.manager.tools.builders import make_zip, sha
 
@@ -41,8 +41,8 @@ def test_one_failing_tool_does_not_stop_the_others(server, client, fast_retry, q
                   reporter=quiet)
     notes: list[str] = []
     # uv's wheel is not on the mirror (404), ffmpeg has no checksum and no opt-in.
-    out = tools.provision([Uv(), Node(), Ffmpeg(find_library=lambda n: None), MinGit()],
-                          checkout, PLAT, ctx, notes.append)
+    ffmpeg = Ffmpeg(FFMPEG_SHARED, find_library=lambda n: None)  # the opt-in build
+    out = tools.provision([Uv(), Node(), ffmpeg, MinGit()], checkout, PLAT, ctx, notes.append)
     assert {k: v["status"] for k, v in out.items()} == {
         "uv": "failed", "node": "system", "ffmpeg": "skipped", "git": "system"}
     assert "404" in out["uv"]["detail"] and out["node"]["version"] == "22.1.0"
@@ -82,13 +82,14 @@ def test_compose_env_windows_puts_dlls_on_path():
 def test_child_env_points_children_at_local_ffmpeg(checkout, monkeypatch):
     monkeypatch.setenv("PATH", "/nonexistent")
     plat = tools.current_platform()
-    art = FFMPEG.artefact(plat)
+    art = FFMPEG_SHARED.artefact(plat)
     if art is None:
-        pytest.skip("no FFmpeg build is pinned for this platform")
+        pytest.skip("no shared FFmpeg build is pinned for this platform")
     fake(checkout.ffmpeg_dir / "bin", "ffmpeg", "ffmpeg version n7.1 Copyright")
     (checkout.ffmpeg_dir / "lib").mkdir()
+    (checkout.ffmpeg_dir / "lib" / "libavutil.so.59").write_bytes(b"\x7fELF")
     archive.write_marker(checkout.ffmpeg_dir, archive.Marker(
-        "ffmpeg", FFMPEG.version, art.filename, "http://x", "ab" * 32, False))
+        "ffmpeg", FFMPEG_SHARED.version, art.filename, "http://x", "ab" * 32, False))
     env = tools.child_env(checkout)
     lib = str(checkout.ffmpeg_dir / "lib")
     assert env["PATH"].split(os.pathsep)[0] == str(checkout.ffmpeg_dir / "bin")
@@ -138,9 +139,9 @@ def test_tools_provision_uses_the_mirror_and_verifies(server, checkout, tmp_path
     doc = json.loads(done.stdout)
     assert doc["data"]["provisioned"]["uv"]["status"] == "failed"
     assert "SHA-256 mismatch" in doc["data"]["provisioned"]["uv"]["detail"]
-    assert doc["data"]["provisioned"]["ffmpeg"]["status"] in ("skipped", "system")
+    # FFmpeg's wheel is not on its mirror (404): a failure of its own, nothing else.
+    assert doc["data"]["provisioned"]["ffmpeg"]["status"] in ("failed", "system")
     assert len(server.hits(f"uv/{UV.artefact(plat).path}")) == 1
-    assert server.hits("ff/" + (FFMPEG.artefact(plat).path if FFMPEG.artefact(plat) else "")) == []
     assert not checkout.uv_dir.exists()
     assert any("warning: uv" in m for m in doc["messages"])
     assert sha(b"") not in done.stdout  # nothing fake is reported as a digest
@@ -166,14 +167,14 @@ def test_venv_python_child_loads_libraries_from_local_ffmpeg(checkout, monkeypat
     if lib is None:
         pytest.skip("no shared library to copy")
     monkeypatch.setenv("PATH", "/nonexistent")
-    art = FFMPEG.artefact(tools.current_platform())
+    art = FFMPEG_SHARED.artefact(tools.current_platform())
     if art is None:
-        pytest.skip("no FFmpeg build is pinned for this platform")
+        pytest.skip("no shared FFmpeg build is pinned for this platform")
     fake(checkout.ffmpeg_dir / "bin", "ffmpeg", "ffmpeg version n7.1 Copyright")
     (checkout.ffmpeg_dir / "lib").mkdir()
     (checkout.ffmpeg_dir / "lib" / "libaitkprobe.so").write_bytes(Path(lib).read_bytes())
     archive.write_marker(checkout.ffmpeg_dir, archive.Marker(
-        "ffmpeg", FFMPEG.version, art.filename, "http://x", "ab" * 32, False))
+        "ffmpeg", FFMPEG_SHARED.version, art.filename, "http://x", "ab" * 32, False))
     code = "import ctypes; ctypes.CDLL('libaitkprobe.so'); print('loaded')"
     base = {k: v for k, v in os.environ.items() if k != "LD_LIBRARY_PATH"}
     without = subprocess.run([sys.executable, "-c", code], env=base, capture_output=True,

@@ -11,7 +11,7 @@ from manager import archive
 from manager.tools.ffmpeg import Ffmpeg
 from manager.tools.lifecycle import meets, parse_version
 from manager.tools.node import Node
-from manager.tools.pins import FFMPEG, LINUX_X64, NODE
+from manager.tools.pins import FFMPEG, FFMPEG_SHARED, LINUX_X64, NODE
 
 PLAT = LINUX_X64
 pytestmark = pytest.mark.skipif(os.name == "nt", reason="stand-in binaries are sh scripts")
@@ -69,10 +69,11 @@ def test_local_copy_without_marker_is_not_trusted(checkout, monkeypatch):
 def test_system_ffmpeg_needs_shared_libraries(checkout, tmp_path, monkeypatch):
     fake(tmp_path / "bin", "ffmpeg", "ffmpeg version 7.0.2-3 Copyright (c) 2000-2024")
     monkeypatch.setenv("PATH", str(tmp_path / "bin"))
-    without = Ffmpeg(find_library=lambda name: None).resolve(checkout, PLAT)
+    without = Ffmpeg(FFMPEG_SHARED, find_library=lambda name: None).resolve(checkout, PLAT)
     assert not without.ok and "libavutil" in without.detail
     assert "AITK_ALLOW_UNVERIFIED=ffmpeg" in without.detail
-    found = Ffmpeg(find_library=lambda name: f"lib{name}.so.61").resolve(checkout, PLAT)
+    shared = Ffmpeg(FFMPEG_SHARED, find_library=lambda name: f"lib{name}.so.61")
+    found = shared.resolve(checkout, PLAT)
     assert (found.used, found.version, found.ok) == ("system", "7.0.2", True)
 
 
