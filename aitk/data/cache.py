@@ -27,7 +27,7 @@ from safetensors.torch import load_file, save
 
 from aitk.data.buckets import resize_crop
 from aitk.data.dataset import Item, load_pixels
-from aitk.files import atomic_write_bytes
+from aitk.files import atomic_write_bytes, sha256_file
 from aitk.prompt_embeds import AdvancedPromptEmbeds, PromptEmbedsFileError
 
 CACHE_FORMAT = "1"  # bump when the layout of an entry changes
@@ -43,8 +43,7 @@ def _digest(obj: object) -> str:
 
 
 def file_digest(path: Path) -> str:
-    with open(path, "rb") as fh:
-        return hashlib.file_digest(fh, "sha256").hexdigest()
+    return sha256_file(path)
 
 
 def latent_key(item: Item, content_sha256: str, model_identity: str,
