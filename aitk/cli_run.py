@@ -17,6 +17,9 @@ from typing import TextIO
 
 from aitk.config import ConfigError, load_config
 
+# aitk.job's codes; that module imports torch, so it is imported only to run a job.
+EXIT_OK, EXIT_INTERRUPTED = 0, 130
+
 
 class _Tee:
     """Write to the console and to the --log file."""
@@ -69,13 +72,13 @@ def main(argv: list[str] | None = None) -> int:
         args = parse_args(sys.argv[1:] if argv is None else argv)
     except SystemExit as exc:  # argparse: 2 on bad usage, 0 on --help
         return int(exc.code or 0)
-    from aitk.job import EXIT_INTERRUPTED, EXIT_OK, run_job
-
     first_failure = EXIT_OK
     with _logging_to(args.log):
         for name in args.configs:
             try:
                 loaded = load_config(name, name_override=args.name)
+                from aitk.job import run_job
+
                 code = run_job(loaded)
             except ConfigError as exc:
                 print(exc.render(), file=sys.stderr)

@@ -74,20 +74,13 @@ from typing import TYPE_CHECKING, Any, ClassVar, Protocol
 import torch
 from torch import nn
 
+from aitk.models.errors import ModelError, ModelLoadError  # noqa: F401 (defined without torch)
 from aitk.prompt_embeds import AdvancedPromptEmbeds
 
 if TYPE_CHECKING:
     from PIL import Image
 
     from aitk.batch import DataBatch
-
-
-class ModelError(Exception):
-    """A model that cannot do what was asked (bad folder, missing part, unloaded TE)."""
-
-
-class ModelLoadError(ModelError):
-    """`load_model()` failed: the message names the path and what is missing."""
 
 
 class ModelSettings(Protocol):
