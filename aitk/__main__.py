@@ -1,4 +1,8 @@
-"""`python -m aitk run|models|example-model ...`"""
+"""`python -m aitk run|models|example-model ...`
+
+Standard library only up to the environment check (aitk.preflight): a Python without
+the trainer's packages gets one line saying how to run it (exit 2).
+"""
 
 from __future__ import annotations
 
@@ -19,6 +23,11 @@ def main(argv: list[str] | None = None) -> int:
         print("  example-model DIR       write a tiny random-initialised example model",
               file=sys.stderr)
         return 0 if args and args[0] in ("-h", "--help") else 2
+    from aitk import preflight
+
+    wrong_python = preflight.check(["-m", "aitk"], args)
+    if wrong_python is not None:
+        return wrong_python
     import importlib
 
     return importlib.import_module(verbs[args[0]]).main(args[1:])

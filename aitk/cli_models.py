@@ -18,7 +18,7 @@ from aitk.models.registry import Registry, discover
 
 def as_data(registry: Registry) -> dict:
     return {
-        "models": [{"arch": e.arch, "class": f"{e.cls.__module__}.{e.cls.__qualname__}",
+        "models": [{"arch": e.arch, "class": e.class_path,
                     "source": e.source} for e in sorted(registry.models.values(),
                                                         key=lambda e: e.arch)],
         "broken_extensions": [{"name": b.name, "path": b.path, "error": b.error}

@@ -19,6 +19,9 @@ from typing import TextIO
 
 from aitk.config import ConfigError, load_config
 
+# aitk.job's codes; that module imports torch, so it is imported only to run a job.
+EXIT_OK, EXIT_INTERRUPTED = 0, 130
+
 
 class _Tee:
     """Write to the console and to the --log file."""
@@ -123,13 +126,13 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     if ranks_code is not None:
         return ranks_code
-    from aitk.job import EXIT_INTERRUPTED, EXIT_OK, run_job
-
     first_failure = EXIT_OK
     with _logging_to(args.log):
         for name in args.configs:
             try:
                 loaded = load_config(name, name_override=args.name)
+                from aitk.job import run_job
+
                 code = run_job(loaded)
             except ConfigError as exc:
                 print(exc.render(), file=sys.stderr)

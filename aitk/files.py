@@ -11,6 +11,7 @@ Files and folders come out with the modes the umask gives (tempfile creates them
 from __future__ import annotations
 
 import errno
+import hashlib
 import json
 import os
 import shutil
@@ -73,6 +74,15 @@ def check_free_space(folder: Path, needed: int) -> None:
 
 def is_disk_full(exc: BaseException) -> bool:
     return isinstance(exc, OSError) and exc.errno in (errno.ENOSPC, errno.EDQUOT)
+
+
+def sha256_file(path: Path, chunk_size: int = 1 << 20) -> str:
+    """Hex sha256 of a file's content, read in chunks (hashlib.file_digest is 3.11+)."""
+    h = hashlib.sha256()
+    with open(path, "rb") as fh:
+        while chunk := fh.read(chunk_size):
+            h.update(chunk)
+    return h.hexdigest()
 
 
 def atomic_write_bytes(path: Path, data: bytes) -> None:

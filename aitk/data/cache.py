@@ -27,7 +27,7 @@ from safetensors.torch import load_file, save
 
 from aitk.data.buckets import resize_crop
 from aitk.data.dataset import Item, load_pixels
-from aitk.files import atomic_write_bytes
+from aitk.files import atomic_write_bytes, sha256_file
 from aitk.prompt_embeds import AdvancedPromptEmbeds, PromptEmbedsFileError
 
 CACHE_FORMAT = "1"  # bump when the layout of an entry changes
@@ -43,11 +43,7 @@ def _digest(obj: object) -> str:
 
 
 def file_digest(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as fh:  # not hashlib.file_digest: Python 3.11+, and 3.10 is supported
-        for block in iter(lambda: fh.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
+    return sha256_file(path)
 
 
 def latent_key(item: Item, content_sha256: str, model_identity: str,

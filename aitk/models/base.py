@@ -81,6 +81,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, Protocol
 import torch
 from torch import nn
 
+from aitk.models.errors import ModelError, ModelLoadError  # noqa: F401 (defined without torch)
 from aitk.noise import NoiseSchedule, NoiseSettings
 from aitk.prompt_embeds import AdvancedPromptEmbeds
 
@@ -88,14 +89,6 @@ if TYPE_CHECKING:
     from PIL import Image
 
     from aitk.batch import DataBatch
-
-
-class ModelError(Exception):
-    """A model that cannot do what was asked (bad folder, missing part, unloaded TE)."""
-
-
-class ModelLoadError(ModelError):
-    """`load_model()` failed: the message names the path and what is missing."""
 
 
 class ModelSettings(Protocol):

@@ -14,6 +14,8 @@ import json
 from collections.abc import Iterable
 from pathlib import Path
 
+from aitk.files import sha256_file
+
 _MEMORY: dict[str, str] = {}
 DIGEST_CACHE_VERSION = 1
 
@@ -28,11 +30,7 @@ def file_sha256(path: Path, store: dict[str, str] | None = None) -> str:
     key = _stat_key(path)
     digest = _MEMORY.get(key) or (store or {}).get(key)
     if digest is None:
-        hasher = hashlib.sha256()
-        with open(path, "rb") as fh:  # not hashlib.file_digest: Python 3.11+, 3.10 is supported
-            for block in iter(lambda: fh.read(1 << 20), b""):
-                hasher.update(block)
-        digest = hasher.hexdigest()
+        digest = sha256_file(path)
     _MEMORY[key] = digest
     if store is not None:
         store[key] = digest

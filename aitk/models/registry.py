@@ -1,10 +1,13 @@
 """Model registry: `model.arch` -> BaseModel subclass.
 
-Classes are discovered from module-level `AI_TOOLKIT_MODELS` lists in
+Classes are discovered from
 
-1. the built-in package `aitk.models.builtin`, then
-2. every package directly under `<repo root>/extensions/` (a folder with `__init__.py`),
-   then any extra folders passed to `discover(extra_dirs=...)`, in name order.
+1. the built-in table `aitk.models.builtin.BUILTIN_ARCHS` (arch -> "module:Class",
+   imported only when asked for, so listing archs or checking a config imports no heavy
+   library), then
+2. module-level `AI_TOOLKIT_MODELS` lists in every package directly under
+   `<repo root>/extensions/` (a folder with `__init__.py`), then any extra folders
+   passed to `discover(extra_dirs=...)`, in name order.
 
 An extension that fails to import is recorded (name + error) and skipped; the others
 still load. An entry that is not a BaseModel subclass with a non-empty `arch`, or an
@@ -21,12 +24,16 @@ import traceback
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-import torch
+from aitk.models.builtin import BUILTIN_ARCHS
+from aitk.models.errors import ModelError
 
-from aitk.models.base import BaseModel, ModelError, ModelSettings
+if TYPE_CHECKING:  # torch is imported only to load a model
+    import torch
 
-BUILTIN_PACKAGE = "aitk.models.builtin"
+    from aitk.models.base import BaseModel, ModelSettings
+
 REPO_ROOT = Path(__file__).resolve().parents[2]
 EXTENSIONS_DIR = REPO_ROOT / "extensions"
 
@@ -51,8 +58,21 @@ class UnknownArchError(ModelRegistryError):
 @dataclass(frozen=True)
 class ModelEntry:
     arch: str
-    cls: type[BaseModel]
+    target: str | type[BaseModel]  # "module:Class" (built-in, imported on use) or a class
     source: str  # "built-in" or "extension <name> (<path>)"
+
+    @property
+    def class_path(self) -> str:
+        if isinstance(self.target, str):
+            return self.target.replace(":", ".")
+        return f"{self.target.__module__}.{self.target.__qualname__}"
+
+    @property
+    def cls(self) -> type[BaseModel]:
+        if not isinstance(self.target, str):
+            return self.target
+        module, _, name = self.target.partition(":")
+        return getattr(importlib.import_module(module), name)
 
 
 @dataclass(frozen=True)
@@ -81,6 +101,8 @@ class Registry:
                  for b in self.broken] + list(self.warnings))
 
     def _add_all(self, candidates: object, source: str) -> None:
+        from aitk.models.base import BaseModel  # extensions import torch anyway
+
         if not isinstance(candidates, (list, tuple)):
             self.warnings.append(f"{source}: AI_TOOLKIT_MODELS is not a list; ignored")
             return
@@ -138,8 +160,8 @@ def extension_folders(dirs: Iterable[Path]) -> list[Path]:
 def discover(extra_dirs: Iterable[Path] = (), *, include_repo_extensions: bool = True
              ) -> Registry:
     registry = Registry()
-    builtin = importlib.import_module(BUILTIN_PACKAGE)
-    registry._add_all(getattr(builtin, "AI_TOOLKIT_MODELS", []), "built-in")
+    for arch, target in BUILTIN_ARCHS.items():
+        registry.models[arch] = ModelEntry(arch, target, "built-in")
     dirs = ([EXTENSIONS_DIR] if include_repo_extensions else []) + [Path(d) for d in extra_dirs]
     for folder in extension_folders(dirs):
         source = f"extension {folder.name} ({folder})"
@@ -171,10 +193,12 @@ def get_model_class(arch: str, extra_dirs: Iterable[Path] = (),
 
 
 def load_model(model_config: ModelSettings, device: torch.device | str = "cpu",
-               dtype: torch.dtype = torch.float32, registry: Registry | None = None
+               dtype: torch.dtype | None = None, registry: Registry | None = None
                ) -> BaseModel:
     """Pick the class for `model_config.arch`, construct it and run its `load_model()`."""
+    import torch
+
     cls = (registry or discover()).get(model_config.arch)
-    model = cls(model_config, device=device, dtype=dtype)
+    model = cls(model_config, device=device, dtype=torch.float32 if dtype is None else dtype)
     model.load_model()
     return model

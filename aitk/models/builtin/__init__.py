@@ -1,7 +1,11 @@
-"""Built-in model archs. Add a class to AI_TOOLKIT_MODELS to register it."""
+"""Built-in model archs: arch -> "module:Class", imported only when a job asks for one.
 
-from aitk.models.example import ExampleModel
-from aitk.models.qwen_image import QwenImageModel
-from aitk.models.sdxl import SDXLModel
+Naming the class instead of importing it keeps `python -m aitk models` and config
+checks free of torch and diffusers. Add an arch here to register it.
+"""
 
-AI_TOOLKIT_MODELS = [ExampleModel, QwenImageModel, SDXLModel]
+BUILTIN_ARCHS: dict[str, str] = {
+    "example": "aitk.models.example.model:ExampleModel",
+    "qwen_image": "aitk.models.qwen_image.model:QwenImageModel",
+    "sdxl": "aitk.models.sdxl.model:SDXLModel",
+}

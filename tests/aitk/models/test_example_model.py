@@ -210,3 +210,34 @@ def test_sample_size_must_fit_the_divisibility(model) -> None:
 
     with pytest.raises(ValueError, match="multiple of 8"):
         model.generate_images([GenerateImageConfig("x", width=60, height=64)])
+
+
+def test_pretraining_is_deterministic_and_fits_the_vae_scale(tmp_path: Path) -> None:
+    """A few steps of the real pre-training, twice: same seed, same bytes."""
+    from aitk.models.example.build import build_example_model
+    from aitk.models.example.pretrain import PretrainPlan
+
+    plan = PretrainPlan(images=8, image_size=16, vae_steps=2, vae_batch=2, vae_crop=16,
+                        transformer_steps=2, transformer_batch=2)
+    lines: list[str] = []
+    a = build_example_model(tmp_path / "a", seed=5, pretrain=plan, report=lines.append)
+    b = build_example_model(tmp_path / "b", seed=5, pretrain=plan, report=lines.append)
+    for part in ("transformer", "vae"):
+        [weights] = (a / part).glob("*.safetensors")
+        assert weights.read_bytes() == (b / part / weights.name).read_bytes()
+    import json
+
+    scale = json.loads((a / "vae" / "config.json").read_text())["scaling_factor"]
+    assert scale != 1.0  # set from the latents' spread
+    assert any("pre-training the VAE" in line for line in lines)
+    assert any("pre-training the transformer" in line for line in lines)
+
+
+def test_shape_pictures_are_deterministic_and_captions_name_no_colour() -> None:
+    from aitk.models.example.shapes import COLOURS, shape_images
+
+    images, captions = shape_images(6, 16, seed=1)
+    again, _ = shape_images(6, 16, seed=1)
+    assert images.shape == (6, 16, 16, 3) and (images == again).all()
+    assert set(captions) <= {"a circle", "a square"}
+    assert not any(colour in caption for caption in captions for colour in COLOURS)

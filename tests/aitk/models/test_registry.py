@@ -130,3 +130,14 @@ def test_python_m_aitk_models_lists_example() -> None:
     data = json.loads(proc.stdout)
     assert {"arch": "example", "class": "aitk.models.example.model.ExampleModel",
             "source": "built-in"} in data["models"]
+
+
+def test_builtin_table_names_real_classes() -> None:
+    """The lazy table (arch -> "module:Class") must match the classes it names."""
+    from aitk.models.base import BaseModel
+    from aitk.models.builtin import BUILTIN_ARCHS
+
+    for arch, target in BUILTIN_ARCHS.items():
+        entry = discover(include_repo_extensions=False).models[arch]
+        assert issubclass(entry.cls, BaseModel) and entry.cls.arch == arch
+        assert entry.class_path == target.replace(":", ".")
