@@ -1,9 +1,12 @@
-"""`python run.py CONFIG [CONFIG ...] [--recover] [--name NAME] [--log FILE]`
+"""`python run.py CONFIG [CONFIG ...] [--recover] [--name NAME] [--log FILE] [--check]`
 (also `python -m aitk run ...`).
 
+Each config is loaded and preflighted (aitk.preflight: every problem that can be known
+without model weights, all at once) before anything loads. `--check` stops there.
 Configs run in order; a failure stops the list unless --recover. Ctrl+C always stops
-the list. Exit code: 0 all finished; otherwise the first failure's code (1 training
-failed, 2 bad config or inputs, 130 stopped by Ctrl+C/SIGTERM).
+the list. Exit code: 0 all finished (or, with --check, all passed); otherwise the first
+failure's code (1 training failed, 2 bad config or inputs, 130 stopped by
+Ctrl+C/SIGTERM).
 """
 
 from __future__ import annotations
@@ -15,7 +18,9 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import TextIO
 
-from aitk.config import ConfigError, load_config
+from aitk.config import ConfigError, LoadedConfig, load_config
+
+EXIT_OK, EXIT_INTERRUPTED = 0, 130  # aitk.job's codes, without importing torch
 
 
 class _Tee:
@@ -61,7 +66,26 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
                         help="continue with the next config when one fails")
     parser.add_argument("-n", "--name", help="value for [name] in the configs")
     parser.add_argument("-l", "--log", type=Path, help="also write the output to FILE")
+    parser.add_argument("--check", action="store_true",
+                        help="only check the configs (no model is loaded); exit 0 or 2")
     return parser.parse_args(argv)
+
+
+def checked(name: str, args: argparse.Namespace) -> LoadedConfig:
+    """Load and preflight one config; raises ConfigError listing every error found.
+    Preflight warnings and notes are printed here; config warnings by the caller."""
+    from aitk.audit.findings import Level
+    from aitk.preflight import preflight
+
+    loaded = load_config(name, name_override=args.name)
+    findings = preflight(loaded)
+    errors = [f"{f.path}: {f.message}" + (f" ({f.fix})" if f.fix else "")
+              for f in findings if f.level is Level.ERROR]
+    if errors:
+        raise ConfigError(str(loaded.source), errors)
+    for f in findings:
+        print(f.line(), file=sys.stderr)
+    return loaded
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -69,14 +93,12 @@ def main(argv: list[str] | None = None) -> int:
         args = parse_args(sys.argv[1:] if argv is None else argv)
     except SystemExit as exc:  # argparse: 2 on bad usage, 0 on --help
         return int(exc.code or 0)
-    from aitk.job import EXIT_INTERRUPTED, EXIT_OK, run_job
-
     first_failure = EXIT_OK
     with _logging_to(args.log):
         for name in args.configs:
             try:
-                loaded = load_config(name, name_override=args.name)
-                code = run_job(loaded)
+                loaded = checked(name, args)
+                code = check_passed(loaded) if args.check else _run(loaded)
             except ConfigError as exc:
                 print(exc.render(), file=sys.stderr)
                 code = ConfigError.exit_code
@@ -84,9 +106,23 @@ def main(argv: list[str] | None = None) -> int:
                 code = EXIT_INTERRUPTED
             if code != EXIT_OK:
                 first_failure = first_failure or code
-                if code == EXIT_INTERRUPTED or not args.recover:
+                # --check reports on every config; a run stops unless --recover
+                if code == EXIT_INTERRUPTED or not (args.recover or args.check):
                     return code
     return first_failure
+
+
+def check_passed(loaded: LoadedConfig) -> int:
+    for warning in loaded.warnings:
+        print(f"warning: {warning}", file=sys.stderr)
+    print(f"check passed: {loaded.name} ({loaded.source})", file=sys.stderr)
+    return EXIT_OK
+
+
+def _run(loaded: LoadedConfig) -> int:
+    from aitk.job import run_job
+
+    return run_job(loaded)
 
 
 if __name__ == "__main__":

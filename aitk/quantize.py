@@ -17,7 +17,7 @@ from collections.abc import Sequence
 import torch
 from torch import nn
 
-QTYPES = ("qfloat8", "qint8", "qint4")
+from aitk.qtypes import QTYPES
 
 
 class QuantizeError(ValueError):

@@ -19,8 +19,8 @@ import torch
 from PIL import Image, ImageOps, UnidentifiedImageError
 
 from aitk.data.buckets import Size, bucket_for, resize_crop
+from aitk.data.formats import IMAGE_EXTENSIONS
 
-IMAGE_EXTENSIONS = (".jpg", ".jpeg", ".png", ".webp")
 TRIGGER_TAG = "[trigger]"
 
 

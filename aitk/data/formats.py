@@ -1,0 +1,3 @@
+"""File kinds a dataset folder may hold (no heavy imports: the preflight reads this)."""
+
+IMAGE_EXTENSIONS = (".jpg", ".jpeg", ".png", ".webp")

@@ -1,0 +1,180 @@
+"""Preflight: everything about a loaded job that can be known without model weights,
+checked before anything loads, every problem listed at once.
+
+- the device asked for exists (torch is imported only for an explicit cuda/mps device);
+- the optimizer can be built (adamw8bit needs bitsandbytes);
+- each dataset folder exists and holds usable images with captions; control folders pair;
+- the output folder is writable, and what it already holds (a run to resume, a finished
+  LoRA, files this run would overwrite);
+- free disk space for checkpoints;
+- the qtype is one aitk can quantize to.
+
+The schema and the arch were checked by `load_config` already. `run.py` calls this
+before `run_job`; `run.py --check` runs only this.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import shutil
+from collections.abc import Callable
+from pathlib import Path
+
+from aitk.audit.dataset import DatasetOptions, audit_dataset
+from aitk.audit.findings import Finding, Level, error, info, warning
+from aitk.config import LoadedConfig, ProcessConfig
+from aitk.qtypes import QTYPES
+
+MIN_FREE_BYTES = 512 * 1024 * 1024  # a LoRA checkpoint set fits; less is a warning
+CHECKPOINT_PREFIX = "step_"  # aitk.checkpoint's directory names (that module hashes)
+PreflightCheck = Callable[[str, ProcessConfig, LoadedConfig], list[Finding]]
+
+
+def _device(where: str, proc: ProcessConfig, loaded: LoadedConfig) -> list[Finding]:
+    requested = proc.device
+    if requested is None or requested == "cpu":
+        return []
+    kind = requested.split(":", 1)[0]
+    if kind not in ("cuda", "mps"):
+        return [error(f"{where}.device", f"unknown device {requested!r}",
+                      "use cpu, cuda, cuda:N or mps (or remove `device`)", "device")]
+    import torch  # needed: only torch knows whether the device is there
+
+    if kind == "cuda":
+        if not torch.cuda.is_available():
+            return [error(f"{where}.device", f"{requested!r} was asked for but CUDA is not "
+                          "available here", "set `device: cpu` (or remove `device`)",
+                          "device")]
+        index = int(requested.split(":", 1)[1]) if ":" in requested else 0
+        if index >= torch.cuda.device_count():
+            return [error(f"{where}.device", f"{requested!r}: this machine has "
+                          f"{torch.cuda.device_count()} CUDA device(s)", "pick one that "
+                          "exists", "device")]
+    elif not torch.backends.mps.is_available():
+        return [error(f"{where}.device", f"{requested!r} was asked for but MPS is not "
+                      "available here", "set `device: cpu`", "device")]
+    return []
+
+
+def _optimizer(where: str, proc: ProcessConfig, loaded: LoadedConfig) -> list[Finding]:
+    if proc.train.optimizer == "adamw8bit" and importlib.util.find_spec("bitsandbytes") \
+            is None:
+        return [error(f"{where}.train.optimizer", "adamw8bit needs bitsandbytes, which is "
+                      "not installed", "use `optimizer: adamw` or install bitsandbytes",
+                      "optimizer")]
+    return []
+
+
+def _datasets(where: str, proc: ProcessConfig, loaded: LoadedConfig) -> list[Finding]:
+    out: list[Finding] = []
+    raw_proc = _raw_process(loaded, where)
+    for j, ds in enumerate(proc.datasets):
+        path = f"{where}.datasets[{j}]"
+        raw_ds = (raw_proc.get("datasets") or [{}])[j] if raw_proc else {}
+        controls = [Path(str(raw_ds[k])).expanduser() for k in
+                    ("control_path", "control_path_1", "control_path_2", "control_path_3")
+                    if isinstance(raw_ds, dict) and isinstance(raw_ds.get(k), str)]
+        report = audit_dataset(DatasetOptions(
+            Path(ds.folder_path).expanduser(), controls=controls, resolutions=ds.resolutions,
+            arch=proc.model.arch, caption_ext=ds.caption_ext,
+            default_caption=ds.default_caption, quick=True))
+        out += _summarised(f"{path}.folder_path", report.findings)
+    return out
+
+
+def _raw_process(loaded: LoadedConfig, where: str) -> dict:
+    """The process as written (with keys aitk ignores, e.g. control_path)."""
+    index = int(where.rsplit("[", 1)[1].rstrip("]"))
+    procs = loaded.written.get("config", {}).get("process", [])
+    return procs[index] if index < len(procs) and isinstance(procs[index], dict) else {}
+
+
+def _summarised(path: str, findings: list[Finding]) -> list[Finding]:
+    """One finding per kind: "3 images have no caption file (a.png, b.png, ...)"."""
+    groups: dict[str, list[Finding]] = {}
+    for f in findings:
+        if f.level is not Level.INFO:
+            groups.setdefault(f.code or f.message, []).append(f)
+    out = []
+    for items in groups.values():
+        first = items[0]
+        if len(items) == 1:
+            out.append(Finding(first.level, path, f"{first.path}: {first.message}",
+                               first.fix, first.code))
+            continue
+        names = ", ".join(f.path for f in items[:3]) + (", ..." if len(items) > 3 else "")
+        out.append(Finding(first.level, path, f"{len(items)} files: {first.message} "
+                           f"({names}; `python -m aitk audit dataset` lists them)",
+                           first.fix, first.code))
+    return out
+
+
+def _output(where: str, proc: ProcessConfig, loaded: LoadedConfig) -> list[Finding]:
+    out_dir = Path(proc.training_folder).expanduser() / loaded.name
+    path = f"{where}.training_folder"
+    existing = out_dir
+    while not existing.exists() and existing != existing.parent:
+        existing = existing.parent
+    if not existing.is_dir() or not os.access(existing, os.W_OK | os.X_OK):
+        return [error(path, f"{out_dir} cannot be written ({existing} is not a writable "
+                      "folder)", "point training_folder somewhere writable", "output")]
+    found: list[Finding] = []
+    ckpts = out_dir / "checkpoints"
+    steps = sorted(int(p.name[len(CHECKPOINT_PREFIX):]) for p in
+                   (ckpts.iterdir() if ckpts.is_dir() else [])
+                   if p.name.startswith(CHECKPOINT_PREFIX)
+                   and p.name[len(CHECKPOINT_PREFIX):].isdigit())
+    final = out_dir / f"{loaded.name}.safetensors"
+    if steps and steps[-1] >= proc.train.steps:
+        found.append(info(path, f"{out_dir} holds a finished run (step {steps[-1]}): "
+                          "nothing to train", "change `name` or `training_folder` to start "
+                          "a new run", "finished"))
+    elif steps:
+        found.append(info(path, f"{out_dir} holds checkpoints up to step {steps[-1]}: the "
+                          "run resumes from the newest that validates",
+                          "change `name` or `training_folder` to start over", "resume"))
+    elif final.exists() or any(out_dir.glob("*.safetensors")):
+        found.append(warning(path, f"{out_dir} holds LoRA files but no checkpoint: this run "
+                             "starts over and overwrites them", "change `name` or "
+                             "`training_folder` to keep them", "overwrite"))
+    free = shutil.disk_usage(existing).free
+    if free < MIN_FREE_BYTES:
+        found.append(warning(path, f"only {free // (1024 * 1024)} MiB free at {existing}; "
+                             "checkpoints may not fit", "free some space", "disk"))
+    return found
+
+
+def _model(where: str, proc: ProcessConfig, loaded: LoadedConfig) -> list[Finding]:
+    name = proc.model.name_or_path
+    path = Path(name).expanduser()
+    looks_local = name.startswith(("/", "./", "../", "~")) or path.is_absolute() or \
+        name.count("/") != 1
+    if path.exists() or proc.model.create_if_missing or not looks_local:
+        return []
+    return [error(f"{where}.model.name_or_path", f"model folder {name} does not exist",
+                  "point name_or_path at a model folder or a hub id (org/name)", "model")]
+
+
+def _quantize(where: str, proc: ProcessConfig, loaded: LoadedConfig) -> list[Finding]:
+    model = proc.model
+    asked = [("qtype", model.qtype, model.quantize), ("qtype_te", model.qtype_te,
+                                                      model.quantize_te)]
+    return [error(f"{where}.model.{key}", f"{value!r} is not a qtype aitk can quantize "
+                  f"{model.arch} to", f"use one of {', '.join(QTYPES)}", "qtype")
+            for key, value, used in asked if used and value not in QTYPES]
+
+
+CHECKS: tuple[PreflightCheck, ...] = (_device, _optimizer, _model, _datasets, _output,
+                                      _quantize)
+
+
+def preflight(loaded: LoadedConfig) -> list[Finding]:
+    """Every finding for every process, errors first."""
+    findings: list[Finding] = []
+    for i, proc in enumerate(loaded.job.config.process):
+        where = f"config.process[{i}]"
+        for check in CHECKS:
+            findings += check(where, proc, loaded)
+    order = {Level.ERROR: 0, Level.WARNING: 1, Level.INFO: 2}
+    return sorted(findings, key=lambda f: order[f.level])
