@@ -1,4 +1,4 @@
-"""`python -m aitk run|models|example-model ...`"""
+"""`python -m aitk run|models|example-model|audit ...`"""
 
 from __future__ import annotations
 
@@ -11,12 +11,15 @@ def main(argv: list[str] | None = None) -> int:
         "run": "aitk.cli_run",  # same as `python run.py`
         "models": "aitk.cli_models",  # list archs and where each comes from
         "example-model": "aitk.cli_example_model",  # build a tiny random example model
+        "audit": "aitk.audit.cli",  # audit a config, a dataset folder or an adapter file
     }
     if not args or args[0] in ("-h", "--help") or args[0] not in verbs:
-        print("usage: python -m aitk {run,models,example-model} ...", file=sys.stderr)
+        print("usage: python -m aitk {run,models,example-model,audit} ...", file=sys.stderr)
         print("  run CONFIG [CONFIG ...] [--recover] [--name NAME] [--log FILE]", file=sys.stderr)
         print("  models                  list model archs and their source", file=sys.stderr)
         print("  example-model DIR       write a tiny random-initialised example model",
+              file=sys.stderr)
+        print("  audit config|dataset|adapter ...  check a job, a dataset or a LoRA file",
               file=sys.stderr)
         return 0 if args and args[0] in ("-h", "--help") else 2
     import importlib

@@ -19,9 +19,7 @@ import torch
 from PIL import Image, ImageOps, UnidentifiedImageError
 
 from aitk.data.buckets import Size, bucket_for, resize_crop
-from aitk.data.formats import IMAGE_EXTENSIONS
-
-TRIGGER_TAG = "[trigger]"
+from aitk.data.formats import IMAGE_EXTENSIONS, TRIGGER_TAG
 
 
 class DatasetError(ValueError):
