@@ -406,7 +406,8 @@ def screen_keys(raw: Any, model: type[BaseModel], path: str,
                          if nested is not None else value)
         elif key in upstream:
             name = f"{section}.{key}"
-            if upstream_keys.changes_behaviour(section, key, value) and name not in warned:
+            if upstream_keys.changes_behaviour(section, key, value, raw) and \
+                    name not in warned:
                 warned.add(name)
                 warnings.append(f"{where}: valid upstream but not supported by aitk; "
                                 "ignored")

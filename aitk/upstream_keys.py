@@ -222,6 +222,45 @@ QUIET: dict[str, frozenset[str]] = {
 # A dict-valued key that does nothing unless its switch is on (`ema_config.use_ema`).
 SWITCHED: dict[tuple[str, str], str] = {("train", "ema_config"): "use_ema"}
 
+_NO_VIDEO = (None, 0, 1)  # num_frames: a single frame is an image
+# A setting that only matters while a sibling is on: (section, key) -> (sibling, the
+# sibling's values that mean "off"). The UI writes `diff_output_preservation_class:
+# person` into every job with preservation off; that changes nothing.
+DEPENDS: dict[tuple[str, str], tuple[str, tuple[Any, ...]]] = {
+    **{("train", k): (on, _OFF) for k, on in (
+        ("diff_output_preservation_class", "diff_output_preservation"),
+        ("diff_output_preservation_multiplier", "diff_output_preservation"),
+        ("blank_prompt_preservation_multiplier", "blank_prompt_preservation"),
+        ("inverted_mask_prior_multiplier", "inverted_mask_prior"),
+        ("correct_pred_norm_multiplier", "correct_pred_norm"),
+        ("guidance_loss_target", "do_guidance_loss"),
+        ("guidance_loss_schedule", "do_guidance_loss"),
+        ("do_guidance_loss_cfg_zero", "do_guidance_loss"),
+        ("differential_guidance_scale", "do_differential_guidance"),
+        ("paramiter_swapping_factor", "do_paramiter_swapping"),
+        ("signal_amplification_strength", "do_signal_amplification"),
+        ("signal_correction_noise_scale", "do_signal_correction_noise"),
+        ("batch_noise_correction_scale", "do_batch_noise_correction"),
+        ("target_norm_std_value", "target_norm_std"),
+        ("merge_network_on_save_strength", "merge_network_on_save"),
+        ("adapter_assist_type", "adapter_assist_name_or_path"),
+        ("match_adapter_chance", "adapter_assist_name_or_path"),
+        ("latent_feature_loss_weight", "latent_feature_extractor_path"),
+        ("diffusion_feature_extractor_weight", "diffusion_feature_extractor_path"),
+    )},
+    ("network", "conv_alpha"): ("conv", _OFF),
+    ("model", "refiner_start_at"): ("refiner_name_or_path", _OFF),
+    ("datasets", "mask_min_value"): ("mask_path", _OFF),
+    ("datasets", "invert_mask"): ("mask_path", _OFF),
+    ("datasets", "random_triggers_max"): ("random_triggers", _OFF),
+    ("datasets", "num_controls_from_same_folder"): ("control_from_same_folder", _OFF),
+    ("datasets", "diff_output_preservation_class"): ("diff_output_preservation", _OFF),
+    ("datasets", "fps"): ("num_frames", _NO_VIDEO),
+    ("datasets", "shrink_video_to_frames"): ("num_frames", _NO_VIDEO),
+    ("sample", "fps"): ("num_frames", _NO_VIDEO),
+    ("sample.samples", "fps"): ("num_frames", _NO_VIDEO),
+}
+
 
 def section_of(path: str) -> str:
     """"config.process[0].datasets[1]" -> "datasets": the section name for a path."""
@@ -236,11 +275,19 @@ def is_upstream_key(section: str, key: str) -> bool:
     return key in SECTIONS.get(section, {})
 
 
-def changes_behaviour(section: str, key: str, value: Any) -> bool:
-    """Whether an upstream-only key, set to `value`, would make upstream do something
-    other than its default (so aitk ignoring it is worth a warning)."""
+def changes_behaviour(section: str, key: str, value: Any,
+                      siblings: Mapping[str, Any] | None = None) -> bool:
+    """Whether an upstream-only key, set to `value` next to `siblings` (the rest of its
+    section), would make upstream do something other than its default (so aitk ignoring
+    it is worth a warning)."""
     if key in QUIET.get(section, frozenset()):
         return False
+    depends = DEPENDS.get((section, key))
+    if depends is not None:
+        sibling, off = depends
+        current = (siblings or {}).get(sibling)
+        if any(_same(current, o) if o is not None else current is None for o in off):
+            return False
     switch = SWITCHED.get((section, key))
     if switch is not None:
         return isinstance(value, Mapping) and bool(value.get(switch))
