@@ -151,7 +151,7 @@ def audit_adapter(path: Path) -> Report:
             ranks[rank] += 1
         if up is not None:
             up_total += 1
-            if not bool(up.abs().sum() > 0):
+            if not bool((up != 0).any()):  # NaN is not zero: not `sum() > 0`
                 zero_up += 1
         norm = None
         if up is not None and down is not None and up.ndim == 2 and down.ndim == 2:

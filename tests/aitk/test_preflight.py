@@ -1,0 +1,125 @@
+"""Preflight: every problem knowable without weights, listed at once, before any model
+loads; `run.py --check` runs only that, without importing torch when nothing needs it."""
+
+from __future__ import annotations
+
+import importlib.util
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from aitk.audit.findings import Level
+from aitk.cli_run import main as run_main
+from aitk.config import load_config
+from aitk.preflight import preflight
+from tests.aitk.aitk_testing import REPO, job_config, write_config, write_image
+
+EXAMPLE = REPO / "config" / "examples" / "train_lora_example_cpu.yaml"
+
+
+def _loaded(tmp_path: Path, training_folder: Path | None = None, **overrides):
+    model_dir = tmp_path / "model"
+    model_dir.mkdir(exist_ok=True)
+    cfg = job_config("pf", training_folder or tmp_path / "out", model_dir, **overrides)
+    return load_config(str(write_config(tmp_path / "pf.yml", cfg)))
+
+
+def _by_path(findings):
+    return {(f.level, f.path): f for f in findings}
+
+
+def test_the_bundled_example_passes_check_without_importing_torch(tmp_path):
+    code = ("import sys; from aitk.cli_run import main; rc = main([sys.argv[1], '--check']);"
+            "print('torch' in sys.modules, 'diffusers' in sys.modules); sys.exit(rc)")
+    done = subprocess.run([sys.executable, "-c", code, str(EXAMPLE)], cwd=REPO,
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["False", "False"]
+    assert done.stderr.strip().splitlines()[-1] == f"check passed: example_lora ({EXAMPLE})"
+
+
+def test_clean_job_has_no_error_and_check_exits_0(tmp_path, capsys):
+    loaded = _loaded(tmp_path)
+    assert [f for f in preflight(loaded) if f.level is Level.ERROR] == []
+    assert run_main([str(loaded.source), "--check"]) == 0
+    assert "check passed: pf" in capsys.readouterr().err
+
+
+def test_every_problem_is_listed_at_once(tmp_path, capsys):
+    blocker = tmp_path / "not-a-folder"
+    blocker.write_text("a file where the output folder should go")
+    loaded = _loaded(
+        tmp_path, training_folder=blocker,
+        datasets=[{"folder_path": str(tmp_path / "missing")}],
+        model={"arch": "example", "name_or_path": str(tmp_path / "no-model"),
+               "quantize": True, "qtype": "uint3"},
+        train={"optimizer": "adamw8bit"})
+    found = _by_path(preflight(loaded))
+    p = "config.process[0]"
+    expected = {f"{p}.datasets[0].folder_path", f"{p}.training_folder",
+                f"{p}.model.name_or_path", f"{p}.model.qtype"}
+    if importlib.util.find_spec("bitsandbytes") is None:
+        expected.add(f"{p}.train.optimizer")
+    assert {path for level, path in found if level is Level.ERROR} == expected
+    assert run_main([str(loaded.source), "--check"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"config errors in {loaded.source}:")
+    assert len(err.strip().splitlines()) == 1 + len(expected)
+
+
+def test_cuda_asked_for_on_a_machine_without_it(tmp_path):
+    import torch
+
+    if torch.cuda.is_available():
+        pytest.skip("this machine has CUDA")
+    found = _by_path(preflight(_loaded(tmp_path, device="cuda:0")))
+    assert (Level.ERROR, "config.process[0].device") in found
+    assert "not available" in found[(Level.ERROR, "config.process[0].device")].message
+
+
+def test_dataset_problems_are_summarised_per_kind(tmp_path):
+    folder = tmp_path / "imgs"
+    for i in range(4):
+        write_image(folder / f"{i}.png", (64, 64))  # no captions
+    (folder / "broken.png").write_bytes(b"not an image")
+    found = preflight(_loaded(tmp_path, datasets=[{"folder_path": str(folder),
+                                                   "resolution": [32]}]))
+    path = "config.process[0].datasets[0].folder_path"
+    kinds = {(f.level, f.code): f for f in found if f.path == path}
+    assert "4 files" in kinds[(Level.WARNING, "missing_caption")].message
+    assert "broken.png" in kinds[(Level.ERROR, "unreadable")].message
+
+
+def test_control_folders_must_pair(tmp_path):
+    folder, control = tmp_path / "imgs", tmp_path / "ctrl"
+    write_image(folder / "a.png", (64, 64), caption="a")
+    write_image(folder / "b.png", (64, 64), caption="b")
+    write_image(control / "a.jpg", (64, 64))
+    found = preflight(_loaded(tmp_path, datasets=[{"folder_path": str(folder),
+                                                   "control_path": str(control)}]))
+    errors = [f for f in found if f.level is Level.ERROR]
+    assert [f.code for f in errors] == ["missing_control"] and "b.png" in errors[0].message
+
+
+def test_output_folder_resume_and_overwrite_are_reported(tmp_path):
+    loaded = _loaded(tmp_path)
+    out = tmp_path / "out" / "pf"
+    (out / "checkpoints" / "step_000000003").mkdir(parents=True)
+    found = {f.code: f for f in preflight(loaded)}
+    assert found["resume"].level is Level.INFO and "step 3" in found["resume"].message
+    (out / "checkpoints" / "step_000000003").rmdir()
+    (out / "pf_000000003.safetensors").write_bytes(b"x")
+    found = {f.code: f for f in preflight(loaded)}
+    assert found["overwrite"].level is Level.WARNING
+    (out / "checkpoints" / "step_000000006").mkdir()  # steps: 6 -> finished
+    assert {f.code for f in preflight(loaded)} >= {"finished"}
+
+
+def test_check_reports_every_config_even_after_a_failure(tmp_path, capsys):
+    bad = tmp_path / "bad.yml"
+    bad.write_text("job: extract\nconfig: {name: x, process: []}\n")
+    assert run_main([str(bad), str(EXAMPLE), "--check"]) == 2
+    err = capsys.readouterr().err
+    assert "job: 'extract'" in err and "check passed: example_lora" in err
