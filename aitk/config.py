@@ -481,7 +481,7 @@ def refusal(data: Any) -> str | None:
             detail = f" ({what})" if what else ""
             return (f"config.process[{i}].type: process type {kind!r}{detail} is not "
                     f"supported by aitk; it runs {runs}")
-        if "network" not in proc and "model" in proc:
+        if proc.get("network") is None and "model" in proc:
             return (f"config.process[{i}]: a full fine-tune (no `network` section) is not "
                     "supported by aitk; add a `network` (type lora or lokr) to train an "
                     "adapter")
@@ -501,8 +501,8 @@ def upstream_form(data: Any) -> Any:
         if not isinstance(proc, dict):
             continue
         model = proc.get("model")
-        if isinstance(model, dict):
-            model["arch"] = upstream_keys.derive_arch(model)
+        if isinstance(model, dict) and isinstance(model.get("arch"), str | None):
+            model["arch"] = upstream_keys.derive_arch(model)  # any other type: a schema error
         network = proc.get("network")
         if isinstance(network, dict) and network.get("type") == "locon":
             network["type"] = "lora"
