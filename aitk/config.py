@@ -41,6 +41,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from aitk import upstream_keys
+from aitk.choices import QTYPES, TIMESTEP_TYPES
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 CONFIG_EXTENSIONS = ("", ".yml", ".yaml", ".json")
@@ -182,7 +183,12 @@ class TrainConfig(_Strict):
     max_grad_norm: Annotated[float, Field(ge=0.0)] = 1.0
     dtype: Literal["fp32", "float32", "bf16", "bfloat16"] = "fp32"
     noise_scheduler: Literal["flowmatch"] = "flowmatch"
-    timestep_type: Literal["sigmoid", "logit_normal", "linear", "uniform"] = "sigmoid"
+    timestep_type: Literal[TIMESTEP_TYPES] = "sigmoid"  # type: ignore[valid-type]
+    noise_offset: Annotated[float, Field(ge=0.0)] = 0.0
+    min_snr_gamma: Annotated[float, Field(gt=0.0)] | None = None  # DDPM archs (SDXL)
+    # Flux: the value fed to a guidance-distilled model's guidance embedding.
+    cfg_scale: float = 1.0
+    bypass_guidance_embedding: bool = False
     loss_type: Literal["mse"] = "mse"
     gradient_checkpointing: bool = True
     cache_text_embeddings: bool = False
@@ -208,11 +214,13 @@ class ModelConfig(_Strict):
     arch: str
     quantize: bool = False
     quantize_te: bool | None = None
-    qtype: str = "qfloat8"
-    qtype_te: str = "qfloat8"
+    qtype: Literal[QTYPES] = "qfloat8"  # type: ignore[valid-type]
+    qtype_te: Literal[QTYPES] = "qfloat8"  # type: ignore[valid-type]
+    low_vram: bool = False  # keep idle parts (text encoders, VAE) on the CPU
+    assistant_lora_path: str | None = None  # Flux schnell: the de-distillation LoRA
     model_kwargs: dict[str, Any] = {}
-    # aitk: build the tiny random example model at name_or_path when it is absent
-    # (arch `example` only), so the example job runs on a fresh checkout.
+    # aitk: build the arch's tiny random model (BaseModel.build_tiny) at name_or_path
+    # when it is absent, so the tiny example jobs run on a fresh checkout.
     create_if_missing: bool = False
 
     @model_validator(mode="after")

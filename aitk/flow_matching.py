@@ -8,48 +8,72 @@ seed and the step, never on what ran before (exact resume needs that).
 
 from __future__ import annotations
 
-import math
+from collections.abc import Callable
+from dataclasses import dataclass, field
 
 import torch
 
-TIMESTEP_TYPES = ("sigmoid", "logit_normal", "linear", "uniform")
+from aitk.noise import NoiseSettings, NonFiniteLoss, check_finite, diffusion_loss, sample_noise
+from aitk.timesteps import TIMESTEP_TYPES, FlowShift, bell_weights, sample_timesteps
+
+__all__ = ["FlowMatchSchedule", "NonFiniteLoss", "TIMESTEP_TYPES", "add_noise",
+           "check_finite", "flow_matching_loss", "image_tokens", "sample_timesteps",
+           "velocity_target"]
 
 
-class NonFiniteLoss(RuntimeError):
-    """The loss became NaN/inf: training stops instead of hiding it."""
-
-    exit_code = 1
-
-    def __init__(self, step: int, value: float) -> None:
-        self.step = step
-        super().__init__(f"loss is {value} at step {step}; stopping. Lower the learning "
-                         "rate, use fp32, or check the dataset; the last checkpoint is kept")
+def add_noise(clean: torch.Tensor, noise: torch.Tensor, timesteps: torch.Tensor
+              ) -> torch.Tensor:
+    """x_t = (1 - s) * clean + s * noise, s = t / 1000 per item (float32 math)."""
+    s = (timesteps.to(torch.float32) / 1000.0).view(-1, *([1] * (clean.ndim - 1)))
+    return ((1.0 - s) * clean.float() + s * noise.float()).to(clean.dtype)
 
 
-def sample_timesteps(batch_size: int, generator: torch.Generator,
-                     kind: str = "sigmoid") -> torch.Tensor:
-    """(B,) float32 timesteps in (0, 1000).
-
-    sigmoid / logit_normal: s = sigmoid(n), n ~ N(0, 1) -- favours the middle, where
-    flow-matching models learn most (SD3 paper). linear / uniform: s ~ U(0, 1).
-    """
-    if kind in ("sigmoid", "logit_normal"):
-        s = torch.sigmoid(torch.randn(batch_size, generator=generator))
-    elif kind in ("linear", "uniform"):
-        s = torch.rand(batch_size, generator=generator)
-    else:
-        raise ValueError(f"unknown timestep_type {kind!r}; use one of {TIMESTEP_TYPES}")
-    # Keep s strictly inside (0, 1): s = 0 would make the input the clean image.
-    return s.clamp(1e-5, 1.0 - 1e-5) * 1000.0
+def velocity_target(clean: torch.Tensor, noise: torch.Tensor) -> torch.Tensor:
+    """The velocity from data to noise: d x_t / d s = noise - clean."""
+    return noise - clean
 
 
 def flow_matching_loss(pred: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
     """Mean squared error in float32, whatever dtype the model ran in."""
-    return torch.nn.functional.mse_loss(pred.float(), target.float())
+    return diffusion_loss(pred, target)
 
 
-def check_finite(loss: torch.Tensor, step: int) -> float:
-    value = float(loss.detach())
-    if not math.isfinite(value):
-        raise NonFiniteLoss(step, value)
-    return value
+def image_tokens(patch_size: int) -> Callable[[torch.Tensor], int]:
+    """Latents (B, C, [F,] h, w) -> the transformer's image sequence length."""
+    def count(latents: torch.Tensor) -> int:
+        h, w = latents.shape[-2:]
+        frames = latents.shape[2] if latents.ndim == 5 else 1
+        return frames * (h // patch_size) * (w // patch_size)
+
+    return count
+
+
+@dataclass(frozen=True)
+class FlowMatchSchedule:
+    """Flow matching with the model's timestep shift (see aitk.timesteps)."""
+
+    settings: NoiseSettings = NoiseSettings()
+    shift: FlowShift = FlowShift()
+    seq_len: Callable[[torch.Tensor], int] = field(default=image_tokens(1))
+
+    def sample_noise(self, clean: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
+        return sample_noise(clean, generator, self.settings.noise_offset)
+
+    def sample_timesteps(self, clean: torch.Tensor, generator: torch.Generator
+                         ) -> torch.Tensor:
+        t = sample_timesteps(clean.shape[0], generator, self.settings.timestep_type,
+                             self.shift, self.seq_len(clean))
+        return t.to(clean.device)
+
+    def add_noise(self, clean: torch.Tensor, noise: torch.Tensor,
+                  timesteps: torch.Tensor) -> torch.Tensor:
+        return add_noise(clean, noise, timesteps)
+
+    def target(self, clean: torch.Tensor, noise: torch.Tensor,
+               timesteps: torch.Tensor) -> torch.Tensor:
+        return velocity_target(clean, noise)
+
+    def loss_weights(self, timesteps: torch.Tensor) -> torch.Tensor | None:
+        if self.settings.timestep_type == "weighted":
+            return bell_weights(timesteps)
+        return None

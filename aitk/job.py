@@ -39,8 +39,8 @@ from aitk.data.batches import BatchSource
 from aitk.data.cache import LatentCache, TextEmbedCache, default_cache_dir
 from aitk.data.dataset import DatasetError, Item, scan_folder
 from aitk.files import atomic_write_json, atomic_write_text
-from aitk.flow_matching import NonFiniteLoss
 from aitk.metrics import Metrics
+from aitk.noise import NonFiniteLoss
 from aitk.optim import OptimizerUnavailable, Schedule, build_optimizer, lr_at
 from aitk.train import LoopSettings, Outcome, Run, train
 
@@ -125,17 +125,21 @@ def pick_device(requested: str | None) -> torch.device:
 
 
 def ensure_example_model(proc: ProcessConfig) -> None:
-    """`model.create_if_missing`: build the tiny example model folder on first use."""
+    """`model.create_if_missing`: build the arch's tiny random model on first use."""
+    from aitk.models import registry
+
     path = Path(proc.model.name_or_path).expanduser()
     if not proc.model.create_if_missing or path.exists():
         return
-    if proc.model.arch != "example":
-        raise JobInputError("model.create_if_missing builds only the `example` arch; "
-                            f"point name_or_path at an existing {proc.model.arch} model")
-    from aitk.models.example.build import build_example_model
-
-    print(f"building the example model at {path} (create_if_missing)", file=sys.stderr)
-    build_example_model(path)
+    model_cls = registry.get_model_class(proc.model.arch)
+    print(f"building a tiny random {proc.model.arch} model at {path} (create_if_missing)",
+          file=sys.stderr)
+    try:
+        model_cls.build_tiny(path)
+    except NotImplementedError:
+        raise JobInputError(f"model.create_if_missing: the {proc.model.arch} arch has no "
+                            "tiny random model to build; point name_or_path at a model"
+                            ) from None
 
 
 def quiet_library_progress() -> None:
@@ -333,6 +337,7 @@ def run_process(loaded: LoadedConfig, proc: ProcessConfig, stop: StopFlag,
     quiet_library_progress()
     ensure_example_model(proc)
     model = load_model(proc, device, report=say)
+    model.configure_training(proc.train)
     stop.check()
 
     items = scan_datasets(proc, model.get_bucket_divisibility(), say)
@@ -400,7 +405,9 @@ def run_process(loaded: LoadedConfig, proc: ProcessConfig, stop: StopFlag,
         total_steps=tr.steps, accumulation=tr.accumulation, max_grad_norm=tr.max_grad_norm,
         save_every=proc.save.save_every,
         sample_every=proc.sample.sample_every if samples else None,
-        sample_first=not tr.skip_first_sample, seed=tr.seed, timestep_type=tr.timestep_type)
+        sample_first=not tr.skip_first_sample, seed=tr.seed,
+        # Reading a loss syncs an accelerator; on a CPU it costs nothing.
+        log_every=1 if device.type == "cpu" else 10)
     try:
         if start >= tr.steps:
             metrics.message(f"{name} already finished at step {start}")

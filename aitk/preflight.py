@@ -23,8 +23,8 @@ from pathlib import Path
 
 from aitk.audit.dataset import DatasetOptions, audit_dataset
 from aitk.audit.findings import Finding, Level, error, info, warning
+from aitk.choices import QTYPES
 from aitk.config import LoadedConfig, ProcessConfig
-from aitk.qtypes import QTYPES
 
 MIN_FREE_BYTES = 512 * 1024 * 1024  # a LoRA checkpoint set fits; less is a warning
 CHECKPOINT_PREFIX = "step_"  # aitk.checkpoint's directory names (that module hashes)
@@ -44,7 +44,7 @@ def _device(where: str, proc: ProcessConfig, loaded: LoadedConfig) -> list[Findi
     if kind == "cuda":
         if not torch.cuda.is_available():
             return [error(f"{where}.device", f"{requested!r} was asked for but CUDA is not "
-                          "available here", "set `device: cpu` (or remove `device`)",
+                          "available here", "set `device: cpu` or remove `device`",
                           "device")]
         index = int(requested.split(":", 1)[1]) if ":" in requested else 0
         if index >= torch.cuda.device_count():

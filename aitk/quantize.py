@@ -17,7 +17,7 @@ from collections.abc import Sequence
 import torch
 from torch import nn
 
-from aitk.qtypes import QTYPES
+from aitk.choices import QTYPES
 
 
 class QuantizeError(ValueError):

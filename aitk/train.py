@@ -13,8 +13,8 @@ import numpy as np
 import torch
 
 from aitk.batch import DataBatch
-from aitk.flow_matching import check_finite, flow_matching_loss, sample_timesteps
 from aitk.models.base import BaseModel
+from aitk.noise import check_finite, diffusion_loss
 from aitk.optim import Schedule, lr_at, set_lr
 
 
@@ -32,7 +32,10 @@ class LoopSettings:
     sample_every: int | None = None  # None: no previews
     sample_first: bool = True
     seed: int = 42
-    timestep_type: str = "sigmoid"
+    # Losses are read (a device sync) and logged every `log_every` steps, before that
+    # step's update, and always before a sample, a save or the end: a NaN loss stops
+    # the run before it reaches a checkpoint (with 1, before it reaches the weights).
+    log_every: int = 1
 
 
 @dataclass
@@ -58,20 +61,33 @@ def step_generator(seed: int, step: int, micro: int) -> torch.Generator:
     return torch.Generator().manual_seed(int(state[0]) << 32 | int(state[1]))
 
 
-def compute_loss(model: BaseModel, batch: DataBatch, generator: torch.Generator,
-                 timestep_type: str) -> torch.Tensor:
-    """Flow matching on one batch: x_t = (1 - s) x0 + s noise, target noise - x0."""
+def compute_loss(model: BaseModel, batch: DataBatch, generator: torch.Generator
+                 ) -> torch.Tensor:
+    """One batch through the model's noise schedule (aitk.noise): noise and timesteps
+    drawn, mixed, conditioned, predicted and scored against the schedule's target."""
     assert batch.latents is not None and batch.prompt_embeds is not None
+    schedule = model.training_schedule
     clean = batch.latents.to(model.device, model.dtype)
-    # Drawn on the CPU generator, then moved: the same numbers on every device.
-    noise = torch.randn(clean.shape, generator=generator).to(model.device, model.dtype)
-    timesteps = sample_timesteps(clean.shape[0], generator, timestep_type).to(model.device)
+    noise = schedule.sample_noise(clean, generator)
+    timesteps = schedule.sample_timesteps(clean, generator)
     noisy = model.add_noise(clean, noise, timesteps)
     model_input = model.condition_noisy_latents(noisy, batch)
     embeds = batch.prompt_embeds.to(model.device, model.dtype)
     pred = model.get_noise_prediction(model_input, timesteps, embeds, batch=batch)
-    target = model.get_loss_target(noise=noise, batch=batch, clean_latents=clean)
-    return flow_matching_loss(pred, target)
+    target = model.get_loss_target(noise=noise, batch=batch, clean_latents=clean,
+                                   timesteps=timesteps)
+    return diffusion_loss(pred, target, schedule.loss_weights(timesteps))
+
+
+def flush_losses(pending: list[tuple[int, torch.Tensor, float]],
+                 log: Callable[[int, float, float], None]) -> None:
+    """Read the pending step losses in one device sync, stop on a non-finite one, log."""
+    if not pending:
+        return
+    values = torch.stack([loss for _, loss, _ in pending]).tolist()
+    for (step, _, lr), value in zip(pending, values, strict=True):
+        log(step, check_finite(value, step), lr)
+    pending.clear()
 
 
 def should_sample(step: int, start_step: int, s: LoopSettings) -> bool:
@@ -85,32 +101,37 @@ def should_sample(step: int, start_step: int, s: LoopSettings) -> bool:
 def train(run: Run, start_step: int) -> Outcome:
     s = run.settings
     step = last_saved = start_step
+    pending: list[tuple[int, torch.Tensor, float]] = []  # losses not yet read
     while True:
         lr = lr_at(step, run.schedule)  # depends on the step alone: nothing to resume
-        if should_sample(step, start_step, s) and not run.stop_requested():
+        stopping = run.stop_requested()
+        sampling = should_sample(step, start_step, s) and not stopping
+        saving = step > last_saved and (step % s.save_every == 0 or step == s.total_steps
+                                        or stopping)
+        done = stopping or step >= s.total_steps
+        if sampling or saving or done:
+            flush_losses(pending, run.log)
+        if sampling:
             run.sample(step)
-        if step > last_saved and (step % s.save_every == 0 or step == s.total_steps
-                                  or run.stop_requested()):
+        if saving:
             run.save(step)
             last_saved = step
-        if run.stop_requested():
-            return Outcome.STOPPED
-        if step >= s.total_steps:
-            return Outcome.FINISHED
+        if done:
+            return Outcome.STOPPED if stopping else Outcome.FINISHED
 
         set_lr(run.optimizer, lr)
         run.optimizer.zero_grad(set_to_none=True)
-        step_loss = 0.0
+        step_loss = torch.zeros((), device=run.model.device)
         for micro in range(s.accumulation):
             batch = run.next_batch()
-            loss = compute_loss(run.model, batch, step_generator(s.seed, step, micro),
-                                s.timestep_type)
-            value = check_finite(loss, step + 1)  # stop loudly; never zero a NaN away
+            loss = compute_loss(run.model, batch, step_generator(s.seed, step, micro))
             # Divide so accumulated gradients are the mean over micro-batches.
             (loss / s.accumulation).backward()
-            step_loss += value / s.accumulation
+            step_loss += loss.detach() / s.accumulation
+        pending.append((step + 1, step_loss, lr))
+        if len(pending) >= s.log_every:  # before the update: a NaN stops it
+            flush_losses(pending, run.log)
         if s.max_grad_norm > 0:
             torch.nn.utils.clip_grad_norm_(run.params, s.max_grad_norm)
         run.optimizer.step()
         step += 1
-        run.log(step, step_loss, lr)

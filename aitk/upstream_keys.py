@@ -47,14 +47,14 @@ SECTIONS: dict[str, dict[str, Any]] = {
         "datasets": None, "embedding": None, "decorator": None, "adapter": None,
         "do_lorm": False, "lorm_extract_mode": "ratio", "lorm_extract_mode_param": 0.25,
         "torch_profiler": False, "sqlite_db_path": "./aitk_db.db", "slider": None,
-        "meta": None,
+        "meta": None, "reg_datasets": None, "ema_config": None,  # older upstream
     },
     "network": {
         "type": "lora", "rank": None, "linear": None, "conv": None, "alpha": 1.0,
         "linear_alpha": VARIES, "conv_alpha": VARIES, "dropout": None,
         "network_kwargs": {}, "lorm": None, "transformer_only": True,
         "lokr_full_rank": True, "lokr_factor": -1, "old_lokr_format": False,
-        "split_multistage_loras": True, "layer_offloading": False,
+        "split_multistage_loras": True, "layer_offloading": False, "normalize": False,
         "pretrained_lora_path": None, "all_layers": False,
     },
     "save": {
@@ -82,7 +82,8 @@ SECTIONS: dict[str, dict[str, Any]] = {
         "do_cfg_norm": False,
     },
     "train": {
-        "noise_scheduler": "ddpm", "content_or_style": "balanced", "steps": 1000,
+        "noise_scheduler": "ddpm", "content_or_style": "balanced",
+        "content_or_style_reg": "balanced", "steps": 1000,
         "lr": 1e-6, "unet_lr": VARIES, "text_encoder_lr": VARIES, "refiner_lr": VARIES,
         "embedding_lr": VARIES, "adapter_lr": VARIES, "optimizer": "adamw",
         "optimizer_params": {}, "lr_scheduler": "constant", "lr_scheduler_params": {},
@@ -220,7 +221,8 @@ QUIET: dict[str, frozenset[str]] = {
 }
 
 # A dict-valued key that does nothing unless its switch is on (`ema_config.use_ema`).
-SWITCHED: dict[tuple[str, str], str] = {("train", "ema_config"): "use_ema"}
+SWITCHED: dict[tuple[str, str], str] = {("train", "ema_config"): "use_ema",
+                                        ("process", "ema_config"): "use_ema"}
 
 _NO_VIDEO = (None, 0, 1)  # num_frames: a single frame is an image
 # A setting that only matters while a sibling is on: (section, key) -> (sibling, the
@@ -343,12 +345,13 @@ UPSTREAM_ARCHS: dict[str, UpstreamArch] = {a.name: a for a in [
     *_archs(8, "sd1", "sd2", "sdxl", "ssd", "vega"),
     *_archs(16, "sd3", "pixart", "pixart_sigma", "auraflow", "flux", "flex2",
             "flux_kontext", "chroma", "chroma_radiance", "zeta_chroma", "lumina2",
-            "hidream", "hidream_e1", "hidream_o1", "qwen_image", "qwen_image_edit",
-            "qwen_image_edit_plus", "wan21", "wan21_i2v", "wan22_14b", "wan22_14b_i2v",
-            "omnigen2", "cogview4", "f-lite", "anima", "zimage", "zimage_l2p",
-            "ernie_image", "ideogram4", "krea2", "mageflow", "mageflow_edit",
+            "hidream", "hidream_e1", "hidream_o1", "wan21", "wan21_i2v", "wan22_14b",
+            "wan22_14b_i2v", "omnigen2", "cogview4", "f-lite", "anima", "zimage",
+            "zimage_l2p", "ernie_image", "ideogram4", "krea2", "mageflow", "mageflow_edit",
             "boogu_image", "boogu_image_edit", "nucleus_image", "prx_pixel", "example"),
-    *_archs(32, "wan22_5b", "flux2", "flux2_klein_4b", "flux2_klein_9b", "ltx2",
+    # Qwen-Image packs 2x2 latent patches over an 8x VAE
+    *_archs(32, "qwen_image", "qwen_image_edit", "qwen_image_edit_plus", "wan22_5b",
+            "flux2", "flux2_klein_4b", "flux2_klein_9b", "ltx2",
             "ltx2.3", "ltx2.5", "minimax_h3", "minimax_h3_ref2va", "ace_step_15",
             "ace_step_15_xl"),
 ]}

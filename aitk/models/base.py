@@ -27,7 +27,14 @@ The trainer calls these hooks in this order:
    -> `add_noise(clean, noise, t)` -> `condition_noisy_latents(noisy, batch)` (control or
    reference conditioning; identity by default) ->
    `get_noise_prediction(latent_model_input, timestep, text_embeddings, batch=batch)`
-   under autograd -> MSE in float32 against `get_loss_target(noise=..., batch=...)`.
+   under autograd -> MSE in float32 (weighted per item when the schedule says so)
+   against `get_loss_target(noise=..., batch=..., timesteps=t)`. Noise, timesteps,
+   `add_noise`, the target and the weights come from `self.training_schedule`, which the
+   trainer builds once after loading with `configure_training(train_config)` through
+   `make_training_schedule(settings)`: flow matching without a shift by default
+   (aitk.flow_matching); override it for a timestep shift (Flux, Qwen-Image) or DDPM
+   (aitk.ddpm, SDXL). `self.train_config` then holds the job's `train:` section for
+   model-specific knobs (e.g. Flux's guidance `cfg_scale`).
    LoRA/LoKr (aitk.adapters) attach to the nn.Linear layers of
    `get_model_to_train()` whose path starts with one of `lora_block_prefixes`.
 4. Previews: `generate_images(configs, prompt_embeds=None)` (implemented here) embeds
@@ -74,6 +81,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, Protocol
 import torch
 from torch import nn
 
+from aitk.noise import NoiseSchedule, NoiseSettings
 from aitk.prompt_embeds import AdvancedPromptEmbeds
 
 if TYPE_CHECKING:
@@ -140,6 +148,8 @@ class BaseModel:
         self.text_encoder: nn.Module | None = None
         self.tokenizer: Any = None
         self.noise_scheduler: Any = None
+        self.train_config: Any = None  # the job's `train:` section, once configured
+        self._training_schedule: NoiseSchedule | None = None
 
     # `transformer` and `unet` are aliases of `model`, as model authors expect.
     @property
@@ -178,11 +188,35 @@ class BaseModel:
         raise NotImplementedError
 
     # ---- 3. train step -------------------------------------------------------------
+    def make_training_schedule(self, settings: NoiseSettings) -> NoiseSchedule:
+        """The schedule training uses (see aitk.noise); called after `load_model()`.
+
+        Default: flow matching, no timestep shift. Override to read the model's own
+        scheduler config (a shift) or to train with DDPM noise.
+        """
+        from aitk.flow_matching import FlowMatchSchedule
+
+        return FlowMatchSchedule(settings)
+
+    def configure_training(self, train_config: Any) -> None:
+        """Called once by the trainer after loading: keep `train:` and build the noise
+        schedule from its `timestep_type`, `noise_offset` and `min_snr_gamma`."""
+        self.train_config = train_config
+        self._training_schedule = self.make_training_schedule(NoiseSettings(
+            timestep_type=getattr(train_config, "timestep_type", "sigmoid"),
+            noise_offset=float(getattr(train_config, "noise_offset", 0.0) or 0.0),
+            min_snr_gamma=getattr(train_config, "min_snr_gamma", None)))
+
+    @property
+    def training_schedule(self) -> NoiseSchedule:
+        if self._training_schedule is None:
+            self._training_schedule = self.make_training_schedule(NoiseSettings())
+        return self._training_schedule
+
     def add_noise(self, clean: torch.Tensor, noise: torch.Tensor,
                   timesteps: torch.Tensor) -> torch.Tensor:
-        """Flow matching: x_t = (1 - s) * clean + s * noise, s = t / 1000 per item."""
-        s = (timesteps.to(torch.float32) / 1000.0).view(-1, *([1] * (clean.ndim - 1)))
-        return ((1.0 - s) * clean.float() + s * noise.float()).to(clean.dtype)
+        """Mix per the schedule; flow matching: x_t = (1 - s) clean + s noise, s = t/1000."""
+        return self.training_schedule.add_noise(clean, noise, timesteps)
 
     def condition_noisy_latents(self, noisy_latents: torch.Tensor,
                                 batch: DataBatch) -> torch.Tensor:
@@ -196,12 +230,16 @@ class BaseModel:
         raise NotImplementedError
 
     def get_loss_target(self, *, noise: torch.Tensor, batch: DataBatch,
-                        clean_latents: torch.Tensor | None = None) -> torch.Tensor:
-        """Flow-matching velocity from data to noise: noise - clean."""
+                        clean_latents: torch.Tensor | None = None,
+                        timesteps: torch.Tensor | None = None) -> torch.Tensor:
+        """What the prediction is scored against, per the schedule: flow matching's
+        velocity `noise - clean`; DDPM's noise or v (which needs `timesteps`)."""
         clean = clean_latents if clean_latents is not None else batch.latents
         if clean is None:
             raise ValueError("get_loss_target needs clean latents")
-        return noise - clean
+        if timesteps is None:
+            timesteps = torch.zeros(clean.shape[0], device=clean.device)
+        return self.training_schedule.target(clean, noise, timesteps)
 
     # ---- 4. previews ---------------------------------------------------------------
     def get_generation_pipeline(self) -> Any:
@@ -282,6 +320,14 @@ class BaseModel:
                                          ) -> dict[str, torch.Tensor]:
         """Public names -> the internal names `load` expects; inverse of the above."""
         return state_dict
+
+    @classmethod
+    def build_tiny(cls, target: Path, seed: int = 0) -> None:
+        """Write a tiny random-initialised model folder of this arch at `target` (no
+        download; each part through its own `save_pretrained`, the folder published by
+        one rename). `model.create_if_missing` calls it, so the tiny example configs run
+        on a fresh checkout. Archs without one refuse `create_if_missing`."""
+        raise NotImplementedError
 
     # ---- properties the trainer reads ----------------------------------------------
     def get_bucket_divisibility(self) -> int:

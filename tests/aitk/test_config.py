@@ -112,7 +112,7 @@ def test_unknown_key_without_a_near_match_has_no_suggestion():
 def test_upstream_only_keys_warn_and_are_dropped():
     raw = example_raw()
     proc(raw)["train"]["ema_config"] = {"use_ema": True}
-    proc(raw)["train"]["noise_offset"] = 0.1
+    proc(raw)["train"]["snr_gamma"] = 5.0
     proc(raw)["datasets"][0]["shuffle_tokens"] = True
     loaded = parse(raw)
     assert loaded.warnings == [
@@ -120,7 +120,7 @@ def test_upstream_only_keys_warn_and_are_dropped():
         "aitk; ignored",
         "config.process[0].train.ema_config: valid upstream but not supported by aitk; "
         "ignored",
-        "config.process[0].train.noise_offset: valid upstream but not supported by aitk; "
+        "config.process[0].train.snr_gamma: valid upstream but not supported by aitk; "
         "ignored",
     ]
     assert "ema_config" not in proc(loaded.raw)["train"]

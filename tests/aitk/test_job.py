@@ -126,8 +126,7 @@ def test_loss_on_fixed_batches_falls(trained):
                 batch = DataBatch(captions=[item.caption], latents=latents,
                                   prompt_embeds=model.get_prompt_embeds([item.caption]))
                 for k in range(4):
-                    total += compute_loss(model, batch, step_generator(99, n, k),
-                                          "sigmoid").item()
+                    total += compute_loss(model, batch, step_generator(99, n, k)).item()
         return total / (4 * len(items))
 
     base = mean_loss()

@@ -56,7 +56,7 @@ def test_gradient_accumulation_averages_the_micro_batch_losses(tiny_model):
 
     # By hand: gradient of the mean of the two micro-batch losses, one SGD step (lr 1).
     ref = TinyAdapter(tiny_model)
-    losses = [compute_loss(tiny_model, b, step_generator(3, 0, m), "sigmoid")
+    losses = [compute_loss(tiny_model, b, step_generator(3, 0, m))
               for m, b in enumerate(data)]
     mean = (losses[0] + losses[1]) / 2
     mean.backward()

@@ -39,6 +39,12 @@ class ExampleModel(BaseModel):
     arch = "example"
     use_old_lokr_format = False
 
+    @classmethod
+    def build_tiny(cls, target: Path, seed: int = 0) -> None:
+        from aitk.models.example.build import build_example_model
+
+        build_example_model(target, seed=seed)
+
     # ---- 1. load -------------------------------------------------------------------
     def load_model(self) -> None:
         from diffusers import AutoencoderKL, FlowMatchEulerDiscreteScheduler

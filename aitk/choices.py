@@ -1,0 +1,12 @@
+"""Allowed values that the config schema, the code and the README share.
+
+Kept free of torch imports: the config schema reads them before any model loads.
+"""
+
+from __future__ import annotations
+
+# train.timestep_type (aitk.timesteps documents each one).
+TIMESTEP_TYPES = ("sigmoid", "logit_normal", "linear", "uniform", "weighted", "shift",
+                  "flux_shift")
+# model.qtype / model.qtype_te: optimum-quanto weight types (aitk.quantize).
+QTYPES = ("qfloat8", "qint8", "qint4")

@@ -1,0 +1,84 @@
+"""DDPM noise for epsilon- and v-prediction UNets (SDXL), on diffusers' DDPMScheduler.
+
+x_t = sqrt(abar_t) x0 + sqrt(1 - abar_t) noise, with t an integer in 0..999 (999 is
+almost pure noise, so the API's "1000 is noise" direction holds). Targets: epsilon ->
+the noise; v_prediction -> v = sqrt(abar_t) noise - sqrt(1 - abar_t) x0
+(scheduler.get_velocity). `min_snr_gamma` weights each item by min(SNR, gamma) / SNR
+(epsilon) or min(SNR, gamma) / (SNR + 1) (v), the Min-SNR rule (Hang et al. 2023), so
+the easy low-noise steps stop dominating the gradient.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from aitk.noise import NoiseSettings, sample_noise
+
+PREDICTION_TYPES = ("epsilon", "v_prediction")
+
+
+@dataclass(frozen=True)
+class DDPMSchedule:
+    scheduler: Any  # diffusers.DDPMScheduler
+    settings: NoiseSettings = NoiseSettings()
+
+    @classmethod
+    def from_config(cls, config: Any, settings: NoiseSettings,
+                    prediction_type: str | None = None) -> DDPMSchedule:
+        """A training DDPMScheduler from any diffusers scheduler config (SDXL ships an
+        Euler one: the betas are what matter for training)."""
+        from diffusers import DDPMScheduler
+
+        overrides = {"prediction_type": prediction_type} if prediction_type else {}
+        return cls(DDPMScheduler.from_config(dict(config), **overrides), settings)
+
+    @property
+    def prediction_type(self) -> str:
+        return self.scheduler.config.prediction_type
+
+    @property
+    def num_train_timesteps(self) -> int:
+        return int(self.scheduler.config.num_train_timesteps)
+
+    def sample_noise(self, clean: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
+        return sample_noise(clean, generator, self.settings.noise_offset)
+
+    def sample_timesteps(self, clean: torch.Tensor, generator: torch.Generator
+                         ) -> torch.Tensor:
+        """Integer steps, uniform over 0..num_train_timesteps-1 (as float32)."""
+        n = self.num_train_timesteps
+        t = torch.randint(0, n, (clean.shape[0],), generator=generator)
+        return t.to(clean.device, torch.float32)
+
+    def add_noise(self, clean: torch.Tensor, noise: torch.Tensor,
+                  timesteps: torch.Tensor) -> torch.Tensor:
+        noisy = self.scheduler.add_noise(clean.float(), noise.float(), timesteps.long())
+        return noisy.to(clean.dtype)
+
+    def target(self, clean: torch.Tensor, noise: torch.Tensor,
+               timesteps: torch.Tensor) -> torch.Tensor:
+        if self.prediction_type == "epsilon":
+            return noise
+        if self.prediction_type == "v_prediction":
+            v = self.scheduler.get_velocity(clean.float(), noise.float(), timesteps.long())
+            return v.to(clean.dtype)
+        raise ValueError(f"prediction_type {self.prediction_type!r} is not trainable; use "
+                         f"one of {', '.join(PREDICTION_TYPES)}")
+
+    def snr(self, timesteps: torch.Tensor) -> torch.Tensor:
+        from diffusers.training_utils import compute_snr
+
+        return compute_snr(self.scheduler, timesteps.long().cpu()).float()
+
+    def loss_weights(self, timesteps: torch.Tensor) -> torch.Tensor | None:
+        gamma = self.settings.min_snr_gamma
+        if not gamma:
+            return None
+        snr = self.snr(timesteps)
+        clipped = torch.clamp(snr, max=float(gamma))
+        weights = clipped / (snr + 1.0) if self.prediction_type == "v_prediction" \
+            else clipped / snr
+        return weights.to(timesteps.device)

@@ -1,0 +1,270 @@
+"""QwenImageModel: the `qwen_image` arch (Qwen-Image, text to image), on diffusers.
+
+`name_or_path`: a diffusers folder or hub id (e.g. Qwen/Qwen-Image) with
+
+    transformer/   QwenImageTransformer2DModel (MMDiT over 2x2-packed latents)
+    vae/           AutoencoderKLQwenImage (a video VAE: images get a 1-frame axis)
+    text_encoder/  Qwen2_5_VLForConditionalGeneration (only its language model is used)
+    tokenizer/     Qwen2Tokenizer
+    scheduler/     FlowMatchEulerDiscreteScheduler (dynamic exponential shift)
+
+Conventions at this arch's edges:
+- Latents are (B, C, h, w), normalised per channel with the VAE's `latents_mean` /
+  `latents_std`; the frame axis exists only inside encode/decode.
+- Prompts go through Qwen's chat template; the hidden states of the template's own
+  leading tokens are dropped, so each prompt embeds as (L, D) of its own tokens plus
+  the template's closing tokens (the same slice diffusers' pipeline makes).
+- The transformer takes timesteps as t / 1000 and the packed latents with `img_shapes`.
+- Training: flow matching with the model's own scheduler shift (`shift` /
+  `flux_shift` timestep types: exponential, mu over 256..8192 image tokens).
+- LoRA files: `diffusion_model.` + diffusers module names with alpha, the layout both
+  diffusers' QwenImagePipeline.load_lora_weights and ComfyUI read.
+- Image sides are multiples of 32 (VAE 8 x packing 2, x 2 as upstream buckets them).
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import torch
+from PIL import Image
+
+from aitk.adapters.keys import from_public_keys, to_public_keys
+from aitk.flow_matching import FlowMatchSchedule, image_tokens
+from aitk.models.base import BaseModel, GenerateImageConfig, ModelLoadError
+from aitk.models.loading import load_part
+from aitk.noise import NoiseSchedule, NoiseSettings
+from aitk.prompt_embeds import AdvancedPromptEmbeds
+from aitk.timesteps import FlowShift
+
+PROMPT_TEMPLATE = (
+    "<|im_start|>system\nDescribe the image by detailing the color, shape, size, texture, "
+    "quantity, text, spatial relationships of the objects and background:<|im_end|>\n"
+    "<|im_start|>user\n{}<|im_end|>\n<|im_start|>assistant\n")
+MAX_PROMPT_TOKENS = 1024
+# Kept in the float dtype by quantization: input/time embedders and the output layers.
+TRANSFORMER_QUANT_EXCLUDE = ("img_in", "txt_in", "txt_norm", "time_text_embed*",
+                             "norm_out*", "proj_out")
+
+
+class QwenImageModel(BaseModel):
+    arch = "qwen_image"
+    use_old_lokr_format = False
+    lora_block_prefixes = ("transformer_blocks.",)
+
+    @classmethod
+    def build_tiny(cls, target: Path, seed: int = 0) -> None:
+        from aitk.models.qwen_image.tiny import build_tiny_qwen_image
+
+        build_tiny_qwen_image(target, seed=seed)
+
+    # ---- 1. load -------------------------------------------------------------------
+    def load_model(self) -> None:
+        from diffusers import (
+            AutoencoderKLQwenImage,
+            FlowMatchEulerDiscreteScheduler,
+            QwenImageTransformer2DModel,
+        )
+        from transformers import AutoTokenizer, Qwen2_5_VLForConditionalGeneration
+
+        cfg = self.model_config
+        name = str(cfg.name_or_path)
+        transformer = load_part(QwenImageTransformer2DModel, name, "transformer", self.arch,
+                                dtype=self.dtype)
+        text_encoder = load_part(Qwen2_5_VLForConditionalGeneration, name, "text_encoder",
+                                 self.arch, dtype=self.dtype)
+        tokenizer = load_part(AutoTokenizer, name, "tokenizer", self.arch)
+        # The VAE stays float32: encode/decode quality matters more than its size.
+        vae = load_part(AutoencoderKLQwenImage, name, "vae", self.arch,
+                        dtype=torch.float32)
+        scheduler = load_part(FlowMatchEulerDiscreteScheduler, name, "scheduler", self.arch)
+        # Text to image never shows the encoder an image: drop its vision tower (and
+        # the memory and slow Conv3d it carries).
+        text_encoder.model.visual = None
+        self.low_vram = bool(getattr(cfg, "low_vram", False))
+        idle = torch.device("cpu") if self.low_vram else self.device
+        for module, where in ((transformer, self.device), (text_encoder, idle), (vae, idle)):
+            module.requires_grad_(False)
+            module.eval()
+            module.to(where)
+        self.model, self.text_encoder, self.tokenizer = transformer, text_encoder, tokenizer
+        self.vae, self.noise_scheduler = vae, scheduler
+        prefix = PROMPT_TEMPLATE.split("{}")[0]
+        self.template_drop = len(tokenizer(prefix).input_ids)
+        if getattr(cfg, "quantize", False):
+            from aitk.quantize import quantize_linear_layers
+
+            quantize_linear_layers(transformer, cfg.qtype, exclude=TRANSFORMER_QUANT_EXCLUDE)
+        if getattr(cfg, "quantize_te", False):
+            from aitk.quantize import quantize_linear_layers
+
+            quantize_linear_layers(text_encoder, cfg.qtype_te, exclude=("lm_head",))
+
+    @contextlib.contextmanager
+    def _on_device(self, module: torch.nn.Module) -> Iterator[torch.nn.Module]:
+        """With low_vram, a part idles on the CPU and visits the device to work."""
+        if self.low_vram:
+            module.to(self.device)
+        try:
+            yield module
+        finally:
+            if self.low_vram:
+                module.to("cpu")
+
+    # ---- 2. encoders ---------------------------------------------------------------
+    @property
+    def vae_scale_factor(self) -> int:
+        return 2 ** len(self.vae.temperal_downsample)
+
+    def _latent_stats(self, like: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        cfg = self.vae.config
+        shape = (1, cfg.z_dim, 1, 1)
+        mean = torch.tensor(cfg.latents_mean, dtype=torch.float32).view(shape)
+        std = torch.tensor(cfg.latents_std, dtype=torch.float32).view(shape)
+        return mean.to(like.device), std.to(like.device)
+
+    def encode_images(self, images: torch.Tensor) -> torch.Tensor:
+        """(B, 3, H, W) in [-1, 1] -> (B, C, H/8, W/8), the distribution's mean,
+        normalised per channel."""
+        with torch.no_grad(), self._on_device(self.vae) as vae:
+            x = images.to(self.device, torch.float32)[:, :, None]
+            z = vae.encode(x).latent_dist.mean[:, :, 0]
+        mean, std = self._latent_stats(z)
+        return ((z - mean) / std).to(self.dtype)
+
+    def decode_latents(self, latents: torch.Tensor) -> torch.Tensor:
+        z = latents.to(self.device, torch.float32)
+        mean, std = self._latent_stats(z)
+        with torch.no_grad(), self._on_device(self.vae) as vae:
+            return vae.decode((z * std + mean)[:, :, None]).sample[:, :, 0]
+
+    def get_prompt_embeds(self, prompts: list[str],
+                          control_images: list[torch.Tensor] | None = None
+                          ) -> AdvancedPromptEmbeds:
+        """One (L_i, D) tensor per prompt: the last hidden states of its real tokens,
+        the template's leading tokens dropped."""
+        if self.text_encoder is None:
+            raise ModelLoadError("the text encoder is unloaded (text embeddings cached)")
+        texts = [PROMPT_TEMPLATE.format(p) for p in prompts]
+        tokens = self.tokenizer(texts, max_length=MAX_PROMPT_TOKENS + self.template_drop,
+                                padding=True, truncation=True, return_tensors="pt")
+        with torch.no_grad(), self._on_device(self.text_encoder) as te:
+            where = next(te.parameters()).device
+            ids, mask = tokens.input_ids.to(where), tokens.attention_mask.to(where)
+            states = te(input_ids=ids, attention_mask=mask,
+                        output_hidden_states=True).hidden_states[-1]
+        items = [states[i][mask[i].bool()][self.template_drop:] for i in range(len(texts))]
+        return AdvancedPromptEmbeds(
+            text_embeds=[t.to(self.device, self.dtype).clone() for t in items])
+
+    @property
+    def text_embedding_space_version(self) -> str:
+        return "qwen_image-1"
+
+    @property
+    def latent_space_version(self) -> str:
+        return "qwen_image-1"
+
+    # ---- 3. train step -------------------------------------------------------------
+    def make_training_schedule(self, settings: NoiseSettings) -> NoiseSchedule:
+        return FlowMatchSchedule(settings, FlowShift.from_scheduler_config(
+            self.noise_scheduler.config), image_tokens(self.model.config.patch_size))
+
+    @staticmethod
+    def pack(latents: torch.Tensor) -> torch.Tensor:
+        """(B, C, h, w) -> (B, h/2 * w/2, 4C): one token per 2x2 patch."""
+        b, c, h, w = latents.shape
+        x = latents.view(b, c, h // 2, 2, w // 2, 2).permute(0, 2, 4, 1, 3, 5)
+        return x.reshape(b, (h // 2) * (w // 2), c * 4)
+
+    @staticmethod
+    def unpack(tokens: torch.Tensor, h: int, w: int) -> torch.Tensor:
+        """The inverse of `pack` for a (B, h/2 * w/2, 4C) tensor."""
+        b, _, c4 = tokens.shape
+        x = tokens.view(b, h // 2, w // 2, c4 // 4, 2, 2).permute(0, 3, 1, 4, 2, 5)
+        return x.reshape(b, c4 // 4, h, w)
+
+    def get_noise_prediction(self, latent_model_input: torch.Tensor, timestep: torch.Tensor,
+                             text_embeddings: AdvancedPromptEmbeds, batch: Any = None,
+                             **kwargs: Any) -> torch.Tensor:
+        b, _, h, w = latent_model_input.shape
+        embeds = text_embeddings.expand_to_batch(b).to(self.device, self.dtype)
+        context, mask = embeds.pad("text_embeds")
+        t = torch.as_tensor(timestep, device=self.device, dtype=torch.float32).reshape(-1)
+        t = t.expand(b) if t.numel() == 1 else t
+        out = self.model(
+            hidden_states=self.pack(latent_model_input.to(self.device, self.dtype)),
+            encoder_hidden_states=context, encoder_hidden_states_mask=mask.long(),
+            timestep=(t / 1000.0).to(self.dtype), img_shapes=[[(1, h // 2, w // 2)]] * b,
+            return_dict=False)[0]
+        return self.unpack(out, h, w)
+
+    # ---- 4. previews ---------------------------------------------------------------
+    def get_generation_pipeline(self) -> Any:
+        from diffusers import FlowMatchEulerDiscreteScheduler, QwenImagePipeline
+
+        scheduler = FlowMatchEulerDiscreteScheduler.from_config(self.noise_scheduler.config)
+        pipeline = QwenImagePipeline(scheduler=scheduler, vae=self.vae, text_encoder=None,
+                                     tokenizer=None, transformer=self.model)
+        pipeline.set_progress_bar_config(disable=True)
+        return pipeline
+
+    def generate_single_image(self, pipeline: Any, gen_config: GenerateImageConfig,
+                              conditional_embeds: AdvancedPromptEmbeds,
+                              unconditional_embeds: AdvancedPromptEmbeds,
+                              generator: torch.Generator) -> Image.Image:
+        return run_pipeline(pipeline, gen_config, conditional_embeds, unconditional_embeds,
+                            generator, self.device, self.dtype, self.vae if self.low_vram
+                            else None)
+
+    # ---- 5. saving -----------------------------------------------------------------
+    def convert_lora_weights_before_save(self, state_dict: dict[str, torch.Tensor]
+                                         ) -> dict[str, torch.Tensor]:
+        return to_public_keys(state_dict)
+
+    def convert_lora_weights_before_load(self, state_dict: dict[str, torch.Tensor]
+                                         ) -> dict[str, torch.Tensor]:
+        return from_public_keys(state_dict)
+
+    # ---- properties the trainer reads ----------------------------------------------
+    def get_bucket_divisibility(self) -> int:
+        return self.vae_scale_factor * self.model.config.patch_size * 2
+
+
+def padded(embeds: AdvancedPromptEmbeds, device: torch.device, dtype: torch.dtype
+           ) -> tuple[torch.Tensor, torch.Tensor]:
+    context, mask = embeds.to(device, dtype).pad("text_embeds")
+    return context, mask.long()
+
+
+def run_pipeline(pipeline: Any, gen_config: GenerateImageConfig,
+                 conditional: AdvancedPromptEmbeds, unconditional: AdvancedPromptEmbeds,
+                 generator: torch.Generator, device: torch.device, dtype: torch.dtype,
+                 offloaded_vae: torch.nn.Module | None = None) -> Image.Image:
+    """One image from diffusers' QwenImagePipeline, called with embeds only. Shared by
+    the trainer's previews and the interop tests (the same call on a pipeline that
+    loaded the LoRA file through diffusers)."""
+    cond, cond_mask = padded(conditional, device, dtype)
+    kwargs: dict[str, Any] = {}
+    if gen_config.guidance_scale > 1.0:  # true CFG against the negative prompt
+        neg, neg_mask = padded(unconditional, device, dtype)
+        kwargs = {"negative_prompt_embeds": neg, "negative_prompt_embeds_mask": neg_mask}
+    vae_context = (contextlib.nullcontext() if offloaded_vae is None
+                   else _visiting(offloaded_vae, device))
+    with vae_context:
+        return pipeline(prompt_embeds=cond, prompt_embeds_mask=cond_mask,
+                        true_cfg_scale=gen_config.guidance_scale, width=gen_config.width,
+                        height=gen_config.height, num_inference_steps=gen_config.sample_steps,
+                        generator=generator, output_type="pil", **kwargs).images[0]
+
+
+@contextlib.contextmanager
+def _visiting(module: torch.nn.Module, device: torch.device) -> Iterator[None]:
+    module.to(device)
+    try:
+        yield
+    finally:
+        module.to("cpu")
