@@ -7,7 +7,7 @@ checked before anything loads, every problem listed at once.
 - the output folder is writable, and what it already holds (a run to resume, a finished
   LoRA, files this run would overwrite);
 - free disk space for checkpoints;
-- the qtype is one aitk can quantize to.
+- quantizing has optimum-quanto to do it (the schema holds the qtype to aitk's list).
 
 The schema and the arch were checked by `load_config` already. `run.py` calls this
 before `run_job`; `run.py --check` runs only this.
@@ -23,7 +23,6 @@ from pathlib import Path
 
 from aitk.audit.dataset import DatasetOptions, audit_dataset
 from aitk.audit.findings import Finding, Level, error, info, warning
-from aitk.choices import QTYPES
 from aitk.config import LoadedConfig, ProcessConfig
 
 MIN_FREE_BYTES = 512 * 1024 * 1024  # a LoRA checkpoint set fits; less is a warning
@@ -157,12 +156,15 @@ def _model(where: str, proc: ProcessConfig, loaded: LoadedConfig) -> list[Findin
 
 
 def _quantize(where: str, proc: ProcessConfig, loaded: LoadedConfig) -> list[Finding]:
+    """The schema holds qtype to QTYPES; quantizing also needs optimum-quanto here."""
     model = proc.model
-    asked = [("qtype", model.qtype, model.quantize), ("qtype_te", model.qtype_te,
-                                                      model.quantize_te)]
-    return [error(f"{where}.model.{key}", f"{value!r} is not a qtype aitk can quantize "
-                  f"{model.arch} to", f"use one of {', '.join(QTYPES)}", "qtype")
-            for key, value, used in asked if used and value not in QTYPES]
+    asked = [key for key, on in (("quantize", model.quantize), ("quantize_te",
+                                                                model.quantize_te)) if on]
+    if not asked or importlib.util.find_spec("optimum.quanto") is not None:
+        return []
+    return [error(f"{where}.model.{asked[0]}", "quantizing needs optimum-quanto, which is "
+                  "not installed", "run `python3 -m manager sync` or set quantize: false",
+                  "qtype")]
 
 
 CHECKS: tuple[PreflightCheck, ...] = (_device, _optimizer, _model, _datasets, _output,

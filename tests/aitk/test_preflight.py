@@ -53,13 +53,12 @@ def test_every_problem_is_listed_at_once(tmp_path, capsys):
     loaded = _loaded(
         tmp_path, training_folder=blocker,
         datasets=[{"folder_path": str(tmp_path / "missing")}],
-        model={"arch": "example", "name_or_path": str(tmp_path / "no-model"),
-               "quantize": True, "qtype": "uint3"},
+        model={"arch": "example", "name_or_path": str(tmp_path / "no-model")},
         train={"optimizer": "adamw8bit"})
     found = _by_path(preflight(loaded))
     p = "config.process[0]"
     expected = {f"{p}.datasets[0].folder_path", f"{p}.training_folder",
-                f"{p}.model.name_or_path", f"{p}.model.qtype"}
+                f"{p}.model.name_or_path"}
     if importlib.util.find_spec("bitsandbytes") is None:
         expected.add(f"{p}.train.optimizer")
     assert {path for level, path in found if level is Level.ERROR} == expected
@@ -67,6 +66,17 @@ def test_every_problem_is_listed_at_once(tmp_path, capsys):
     err = capsys.readouterr().err
     assert err.startswith(f"config errors in {loaded.source}:")
     assert len(err.strip().splitlines()) == 1 + len(expected)
+
+
+def test_quantizing_without_optimum_quanto(tmp_path, monkeypatch):
+    loaded = _loaded(tmp_path, model={"arch": "example", "name_or_path": str(tmp_path),
+                                      "quantize": True, "qtype": "qint8"})
+    assert not [f for f in preflight(loaded) if f.level is Level.ERROR]
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec",
+                        lambda name, *a: None if name == "optimum.quanto" else real(name, *a))
+    found = _by_path(preflight(loaded))
+    assert "optimum-quanto" in found[(Level.ERROR, "config.process[0].model.quantize")].message
 
 
 def test_cuda_asked_for_on_a_machine_without_it(tmp_path):
