@@ -89,8 +89,13 @@ def _raw_process(loaded: LoadedConfig, where: str) -> dict:
     return procs[index] if index < len(procs) and isinstance(procs[index], dict) else {}
 
 
+# Dataset findings that stop a run. The trainer skips an unreadable or too-small image
+# (reported once) and ignores control folders (an upstream-only key), so those warn.
+BLOCKING_DATASET_CODES = frozenset({"missing_folder", "no_images"})
+
+
 def _summarised(path: str, findings: list[Finding]) -> list[Finding]:
-    """One finding per kind: "3 images have no caption file (a.png, b.png, ...)"."""
+    """One finding per kind: "3 files: no caption file ... (a.png, b.png, ...)"."""
     groups: dict[str, list[Finding]] = {}
     for f in findings:
         if f.level is not Level.INFO:
@@ -98,6 +103,9 @@ def _summarised(path: str, findings: list[Finding]) -> list[Finding]:
     out = []
     for items in groups.values():
         first = items[0]
+        if first.level is Level.ERROR and first.code not in BLOCKING_DATASET_CODES:
+            first = Finding(Level.WARNING, first.path, f"{first.message}; skipped",
+                            first.fix, first.code)
         if len(items) == 1:
             out.append(Finding(first.level, path, f"{first.path}: {first.message}",
                                first.fix, first.code))
