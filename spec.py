@@ -105,6 +105,7 @@ class Optional_:
     available: bool = True  # False: no prebuilt wheel for this platform/Python/flavour
     reason: str = ""  # why it is unavailable
     index_url: str | None = None  # where to find it; None: the default index (PyPI)
+    needs: tuple[str, ...] = ()  # local tools it cannot work without (manager/tools)
 
 
 @dataclass(frozen=True)
@@ -386,10 +387,12 @@ def _torchcodec(d: Mapping[str, Any], choice: _Choice, index: str | None) -> Opt
     if choice.flavour == "cu126":
         return unavailable(f"no torchcodec {TORCHCODEC_VERSION} build for cu126 is known; "
                            "update the driver to get cu130")
+    # torchcodec loads FFmpeg's shared libraries at import: without FFmpeg it cannot work.
+    needs = ("ffmpeg",)
     if d.get("os") == "windows" or choice.flavour == "pypi":
         # PyPI carries the Windows (CPU decoding) and macOS arm64 wheels.
-        return Optional_("torchcodec", req, "torchcodec", "extra")
-    return Optional_("torchcodec", req, "torchcodec", "extra", index_url=index)
+        return Optional_("torchcodec", req, "torchcodec", "extra", needs=needs)
+    return Optional_("torchcodec", req, "torchcodec", "extra", index_url=index, needs=needs)
 
 
 def _accelerators(d: Mapping[str, Any], choice: _Choice) -> tuple[Optional_, ...]:

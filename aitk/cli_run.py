@@ -68,7 +68,48 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("-l", "--log", type=Path, help="also write the output to FILE")
     parser.add_argument("--check", action="store_true",
                         help="only check the configs (no model is loaded); exit 0 or 2")
+    ranks = parser.add_argument_group("several GPUs or machines (runs torchrun)")
+    ranks.add_argument("--gpus", type=int, help="processes (GPUs) on this machine; "
+                       "overrides the configs' `gpus:`")
+    ranks.add_argument("--nnodes", type=int, default=1, help="machines taking part")
+    ranks.add_argument("--node-rank", type=int, help="this machine's rank (optional)")
+    ranks.add_argument("--master-addr", help="rendezvous host every machine reaches")
+    ranks.add_argument("--master-port", type=int, default=29500, help="rendezvous port")
     return parser.parse_args(argv)
+
+
+def maybe_torchrun(args: argparse.Namespace, argv: list[str]) -> int | None:
+    """Run this command under torchrun when more than one process is wanted and return
+    its exit code; None when one process is wanted (or this already is a rank)."""
+    from aitk import torchrun
+
+    if torchrun.under_torchrun():
+        return None
+    req = torchrun.RankRequest(gpus=args.gpus or torchrun.config_gpus(args.configs),
+                               nnodes=args.nnodes, node_rank=args.node_rank,
+                               master_addr=args.master_addr, master_port=args.master_port)
+    if not req.wanted:
+        return None
+    cuda = torchrun.cuda_gpu_count()
+    script = Path(__file__).resolve().parent.parent / "run.py"
+    command = torchrun.torchrun_args(req, script, strip_rank_flags(argv), cuda)
+    return torchrun.launch(command, req.gpus, cuda)
+
+
+RANK_FLAGS = ("--gpus", "--nnodes", "--node-rank", "--master-addr", "--master-port")
+
+
+def strip_rank_flags(argv: list[str]) -> list[str]:
+    """The arguments without the torchrun ones (`--gpus 2` and `--gpus=2` forms)."""
+    out, skip = [], False
+    for arg in argv:
+        if skip:
+            skip = False
+        elif arg in RANK_FLAGS:
+            skip = True
+        elif not arg.startswith(tuple(f"{f}=" for f in RANK_FLAGS)):
+            out.append(arg)
+    return out
 
 
 def checked(name: str, args: argparse.Namespace) -> LoadedConfig:
@@ -89,10 +130,21 @@ def checked(name: str, args: argparse.Namespace) -> LoadedConfig:
 
 
 def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
     try:
-        args = parse_args(sys.argv[1:] if argv is None else argv)
+        args = parse_args(argv)
     except SystemExit as exc:  # argparse: 2 on bad usage, 0 on --help
         return int(exc.code or 0)
+    if not args.check:  # a check is one process: nothing to spread over GPUs
+        from aitk.torchrun import LaunchError
+
+        try:
+            ranks_code = maybe_torchrun(args, argv)
+        except LaunchError as exc:
+            print(f"error: {exc}", file=sys.stderr)
+            return 2
+        if ranks_code is not None:
+            return ranks_code
     first_failure = EXIT_OK
     with _logging_to(args.log):
         for name in args.configs:

@@ -252,6 +252,7 @@ class ProcessConfig(_Strict):
     type: Literal["sd_trainer", "ui_trainer", "diffusion_trainer"] = "sd_trainer"
     training_folder: str = "output"
     device: str | None = None  # None: cuda when available, else cpu
+    gpus: PositiveInt = 1  # > 1: run.py starts torchrun (aitk.torchrun)
     trigger_word: str | None = None
     network: NetworkConfig
     save: SaveConfig = SaveConfig()

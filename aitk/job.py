@@ -33,7 +33,7 @@ import torch
 
 import aitk
 from aitk import checkpoint as ckpt
-from aitk import provenance
+from aitk import distributed, provenance
 from aitk.config import REPO_ROOT, ConfigError, LoadedConfig, ProcessConfig, dump_yaml
 from aitk.data.batches import BatchSource
 from aitk.data.cache import LatentCache, TextEmbedCache, default_cache_dir
@@ -213,8 +213,20 @@ def model_identity(model: Any) -> str:
     return model.identity(digest_cache=default_cache_dir(REPO_ROOT) / "model_digests.json")
 
 
+def fill_shared(fill: Callable[..., Any], entries: Sequence[Any], world: distributed.World,
+                shared: bool, stop: StopFlag) -> None:
+    """Fill a cache. On a disk cache shared by several ranks, each rank first computes
+    its own share (every W-th entry), so no two ranks write one entry; after a barrier
+    the full pass only reads what the others wrote."""
+    if shared and world.distributed:
+        fill(list(dict.fromkeys(entries))[world.rank::world.size], stop=stop.check)
+        distributed.barrier(world)
+    fill(entries, stop=stop.check)
+
+
 def cached_latents(proc: ProcessConfig, model: Any, items: list[Item], stop: StopFlag,
-                   say: Callable[[str], None], stream: TextIO
+                   say: Callable[[str], None], stream: TextIO,
+                   world: distributed.World = distributed.SINGLE
                    ) -> Callable[[Sequence[Item]], torch.Tensor] | None:
     """Encode every image once (memory, and disk with `cache_latents_to_disk`); None
     when no dataset asks for caching: the loop then encodes each batch."""
@@ -225,12 +237,13 @@ def cached_latents(proc: ProcessConfig, model: Any, items: list[Item], stop: Sto
     cache = LatentCache(model.encode_images, model_identity(model), model.latent_space_version,
                         folder, report=say)
     print(f"caching latents for {len(set(items))} image sizes", file=stream, flush=True)
-    cache.fill(items, stop=stop.check)
+    fill_shared(cache.fill, items, world, to_disk, stop)
     return cache.get
 
 
 def text_embeddings(proc: ProcessConfig, model: Any, items: list[Item],
-                    samples: list[Any], stop: StopFlag, say: Callable[[str], None]
+                    samples: list[Any], stop: StopFlag, say: Callable[[str], None],
+                    world: distributed.World = distributed.SINGLE
                     ) -> tuple[Callable[[list[str]], Any], dict[str, Any] | None]:
     """(captions -> batch embeds, embeds for the preview prompts or None).
 
@@ -252,7 +265,7 @@ def text_embeddings(proc: ProcessConfig, model: Any, items: list[Item],
     cache = TextEmbedCache(model.encode_prompts, model_identity(model),
                            model.text_embedding_space_version,
                            default_cache_dir(REPO_ROOT) / "text_embeds", report=say)
-    cache.fill(captions, stop=stop.check)
+    fill_shared(cache.fill, list(dict.fromkeys(captions)), world, True, stop)
     model.unload_text_encoder()  # every caption is cached: free its memory
     return cache.get, cache.mapping()
 
@@ -327,15 +340,23 @@ def restore(found: ckpt.Checkpoint, network: Any, optimizer: torch.optim.Optimiz
 
 # ---- one process ----------------------------------------------------------------------
 def run_process(loaded: LoadedConfig, proc: ProcessConfig, stop: StopFlag,
-                stream: TextIO) -> Outcome:
+                stream: TextIO, world: distributed.World = distributed.SINGLE) -> Outcome:
+    """One process of a job. Under torchrun every rank runs this; rank 0 alone writes
+    (outputs, checkpoints, samples, logs) and the others train their shard."""
     from aitk.sampling import image_configs, write_samples
 
+    main = world.is_main
+    if not main:
+        stream = io.StringIO()  # one console voice: rank 0's
     say = Reporter(stream)
     name = loaded.name
     out_dir = Path(proc.training_folder).expanduser() / name
-    device = pick_device(proc.device)
+    device = distributed.device_for(world, pick_device(proc.device))
+    distributed.init(world, device)
     quiet_library_progress()
-    ensure_example_model(proc)
+    if main:
+        ensure_example_model(proc)
+    distributed.barrier(world)
     model = load_model(proc, device, report=say)
     model.configure_training(proc.train)
     stop.check()
@@ -343,8 +364,8 @@ def run_process(loaded: LoadedConfig, proc: ProcessConfig, stop: StopFlag,
     items = scan_datasets(proc, model.get_bucket_divisibility(), say)
     tr = proc.train
     samples = [] if tr.disable_sampling else image_configs(proc.sample, proc.trigger_word)
-    latents = cached_latents(proc, model, items, stop, say, stream)
-    embeds, sample_embeds = text_embeddings(proc, model, items, samples, stop, say)
+    latents = cached_latents(proc, model, items, stop, say, stream, world)
+    embeds, sample_embeds = text_embeddings(proc, model, items, samples, stop, say, world)
 
     torch.manual_seed(tr.seed)  # adapter init; a resume overwrites both
     network = create_network(model, proc)
@@ -360,19 +381,24 @@ def run_process(loaded: LoadedConfig, proc: ProcessConfig, stop: StopFlag,
     data = BatchSource(items, tr.batch_size, tr.seed, latents, model.encode_images, embeds)
 
     ckpt_root = out_dir / "checkpoints"
-    ckpt.clean_stale(ckpt_root)
+    if main:
+        ckpt.clean_stale(ckpt_root)
+    distributed.barrier(world)
     found = ckpt.find_resumable(ckpt_root, report=say)
     start = 0
     if found is not None:
         restore(found, network, optimizer, data)
         start = found.step
         print(f"resuming {name} from step {start} ({found.path})", file=stream, flush=True)
-    atomic_write_text(out_dir / "config.yaml", dump_yaml(loaded.recorded))
+    if main:
+        atomic_write_text(out_dir / "config.yaml", dump_yaml(loaded.recorded))
+    ranks = f" x {world.size} processes" if world.distributed else ""
     print(f"training {name}: {len({i.path for i in items})} images ({len(items)} items with "
-          f"resolutions and repeats), {tr.steps} steps on {device.type}; outputs in {out_dir}",
-          file=stream, flush=True)
+          f"resolutions and repeats), {tr.steps} steps on {device.type}{ranks}; outputs in "
+          f"{out_dir}", file=stream, flush=True)
     trained.train()  # adapter dropout active; previews switch to eval and back
-    metrics = Metrics(out_dir / "loss_log.jsonl", tr.steps, start, name, stream=stream)
+    metrics = Metrics(out_dir / "loss_log.jsonl" if main else None, tr.steps, start, name,
+                      stream=stream)
     save_dtype = SAVE_DTYPES[proc.save.dtype]
 
     def lora_path(step: int) -> Path:
@@ -380,6 +406,8 @@ def run_process(loaded: LoadedConfig, proc: ProcessConfig, stop: StopFlag,
                           else step_lora_name(name, step))
 
     def save(step: int) -> None:
+        if not main:
+            return
         meta = lora_metadata(loaded, proc, step, data.epoch)
         ckpt.save_checkpoint(ckpt_root, step,
                              checkpoint_files(network, optimizer, data, step, schedule, loaded))
@@ -390,11 +418,13 @@ def run_process(loaded: LoadedConfig, proc: ProcessConfig, stop: StopFlag,
         metrics.message(f"saved {lora.name} and checkpoint {ckpt.dir_name(step)}")
 
     def sample(step: int) -> None:
+        if not main:
+            return
         paths = write_samples(model, samples, out_dir / "samples", step, proc.sample.format,
                               sample_embeds)
         metrics.message(f"wrote {len(paths)} samples for step {step}")
 
-    if start > 0 and not lora_path(start).exists():
+    if main and start > 0 and not lora_path(start).exists():
         # A save cut between its checkpoint and its LoRA file (second Ctrl+C, crash):
         # the checkpoint holds the same weights, and the loop will not save this step.
         network.save_file(lora_path(start), lora_metadata(loaded, proc, start, data.epoch),
@@ -407,13 +437,17 @@ def run_process(loaded: LoadedConfig, proc: ProcessConfig, stop: StopFlag,
         sample_every=proc.sample.sample_every if samples else None,
         sample_first=not tr.skip_first_sample, seed=tr.seed,
         # Reading a loss syncs an accelerator; on a CPU it costs nothing.
-        log_every=1 if device.type == "cpu" else 10)
+        log_every=1 if device.type == "cpu" else 10, world=world)
     try:
         if start >= tr.steps:
             metrics.message(f"{name} already finished at step {start}")
         return train(Run(model=model, params=params, optimizer=optimizer, schedule=schedule,
-                         settings=settings, next_batch=data.next, save=save, sample=sample,
-                         log=metrics.log, stop_requested=lambda: stop.requested), start)
+                         settings=settings,
+                         next_batch=lambda: data.next_for(world.rank, world.size),
+                         save=save, sample=sample, log=metrics.log,
+                         # Every rank stops at the same step when any was asked to.
+                         stop_requested=lambda: distributed.agree(world, stop.requested,
+                                                                  device)), start)
     finally:
         metrics.close()
 
@@ -422,6 +456,7 @@ def run_process(loaded: LoadedConfig, proc: ProcessConfig, stop: StopFlag,
 KNOWN_ERRORS: dict[type[BaseException], int] = {
     ConfigError: EXIT_CONFIG, JobInputError: EXIT_CONFIG, DatasetError: EXIT_CONFIG,
     OptimizerUnavailable: EXIT_CONFIG, NonFiniteLoss: EXIT_FAILED,
+    distributed.DistributedError: EXIT_CONFIG,
 }
 
 
@@ -443,12 +478,15 @@ def run_job(loaded: LoadedConfig, stream: TextIO | None = None) -> int:
     for warning in loaded.warnings:
         print(f"warning: {warning}", file=stream)
     stop = StopFlag(say=lambda m: print(m, file=stream, flush=True))
+    world = distributed.SINGLE
     try:
+        world = distributed.World.from_env()
         with stop.installed(), registered(loaded.name, loaded.source):
             for proc in loaded.job.config.process:
-                if run_process(loaded, proc, stop, stream) is Outcome.STOPPED:
-                    print(f"stopped; run the same config again to resume {loaded.name}",
-                          file=stream)
+                if run_process(loaded, proc, stop, stream, world) is Outcome.STOPPED:
+                    if world.is_main:
+                        print(f"stopped; run the same config again to resume "
+                              f"{loaded.name}", file=stream)
                     return EXIT_INTERRUPTED
         return EXIT_OK
     except (Interrupted, KeyboardInterrupt):
@@ -465,3 +503,5 @@ def run_job(loaded: LoadedConfig, stream: TextIO | None = None) -> int:
             return EXIT_FAILED
         print(f"error: {exc}", file=stream)
         return code
+    finally:
+        distributed.shutdown(world)

@@ -38,14 +38,17 @@ def trim_log(path: Path, upto_step: int) -> None:
 
 
 class Metrics:
-    def __init__(self, log_path: Path, total_steps: int, start_step: int, name: str,
+    def __init__(self, log_path: Path | None, total_steps: int, start_step: int, name: str,
                  stream: TextIO | None = None) -> None:
+        """`log_path` None: console only (the non-writing ranks of a distributed run)."""
         self.stream = stream or sys.stderr
         self.total = total_steps
         self.start_step = start_step
-        log_path.parent.mkdir(parents=True, exist_ok=True)
-        trim_log(log_path, start_step)
-        self._log = open(log_path, "a", encoding="utf-8")  # noqa: SIM115 - closed in close()
+        self._log: TextIO | None = None
+        if log_path is not None:
+            log_path.parent.mkdir(parents=True, exist_ok=True)
+            trim_log(log_path, start_step)
+            self._log = open(log_path, "a", encoding="utf-8")  # noqa: SIM115 - close()
         # Speed over the last steps only: a preview or a save must not skew the ETA for long.
         self._times: deque[float] = deque([time.perf_counter()], maxlen=21)
         self._last_print = 0.0
@@ -67,9 +70,10 @@ class Metrics:
 
     def log(self, step: int, loss: float, lr: float) -> None:
         now = time.perf_counter()
-        self._log.write(json.dumps({"step": step, "loss": loss, "lr": lr,
-                                    "time": round(time.time(), 6)}) + "\n")
-        self._log.flush()
+        if self._log is not None:
+            self._log.write(json.dumps({"step": step, "loss": loss, "lr": lr,
+                                        "time": round(time.time(), 6)}) + "\n")
+            self._log.flush()
         self._times.append(now)
         rate = (len(self._times) - 1) / max(now - self._times[0], 1e-9)
         if self._progress is not None:
@@ -85,5 +89,5 @@ class Metrics:
         if self._progress is not None:
             self._progress.stop()
             self._progress = None
-        if not self._log.closed:
+        if self._log is not None and not self._log.closed:
             self._log.close()

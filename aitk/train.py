@@ -12,6 +12,7 @@ from enum import Enum
 import numpy as np
 import torch
 
+from aitk import distributed
 from aitk.batch import DataBatch
 from aitk.models.base import BaseModel
 from aitk.noise import check_finite, diffusion_loss
@@ -36,6 +37,9 @@ class LoopSettings:
     # step's update, and always before a sample, a save or the end: a NaN loss stops
     # the run before it reaches a checkpoint (with 1, before it reaches the weights).
     log_every: int = 1
+    # Data-parallel ranks (aitk.distributed): noise micro-steps are numbered as if one
+    # process ran them all, and gradients and the logged loss are means over ranks.
+    world: distributed.World = distributed.World()
 
 
 @dataclass
@@ -124,11 +128,13 @@ def train(run: Run, start_step: int) -> Outcome:
         step_loss = torch.zeros((), device=run.model.device)
         for micro in range(s.accumulation):
             batch = run.next_batch()
-            loss = compute_loss(run.model, batch, step_generator(s.seed, step, micro))
+            micro_id = distributed.micro_index(s.world, micro)
+            loss = compute_loss(run.model, batch, step_generator(s.seed, step, micro_id))
             # Divide so accumulated gradients are the mean over micro-batches.
             (loss / s.accumulation).backward()
             step_loss += loss.detach() / s.accumulation
-        pending.append((step + 1, step_loss, lr))
+        distributed.average_gradients(s.world, run.params)
+        pending.append((step + 1, distributed.mean(s.world, step_loss), lr))
         if len(pending) >= s.log_every:  # before the update: a NaN stops it
             flush_losses(pending, run.log)
         if s.max_grad_norm > 0:

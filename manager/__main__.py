@@ -23,6 +23,8 @@ VENV = ROOT / ".venv"
 REQUIREMENTS = Path(__file__).resolve().parent / "requirements.txt"
 # Records the hash of REQUIREMENTS the venv was last bootstrapped with.
 MARKER = VENV / "aitk_bootstrap.txt"
+# The installers' output goes here, so the terminal keeps one line per step.
+LOG = ROOT / "logs" / "bootstrap.log"
 
 # Run as a script (`python3 path/to/checkout/manager ...`, from any folder): Python put
 # the package's own folder first on sys.path, where its modules would shadow others
@@ -82,19 +84,61 @@ def say(message: str) -> None:
     print(f"aitk: {message}", file=sys.stderr, flush=True)
 
 
+def open_log():  # -> "TextIO | None"; a read-only checkout: output stays on the terminal
+    try:
+        LOG.parent.mkdir(exist_ok=True)
+        return open(LOG, "w", encoding="utf-8", errors="replace")
+    except OSError:
+        return None
+
+
 def create_venv() -> None:
-    """Create .venv and install the manager's dependencies into it."""
+    """Make .venv hold the manager's dependencies (pip/uv output in logs/bootstrap.log).
+
+    A venv that was bootstrapped before (the marker is there) only gets the changed
+    requirements. Otherwise the first build happens aside, in .venv.bootstrap-<pid>, and
+    is published by renames once complete: a kill at any point (even during venv's own
+    pip step) leaves no half-built .venv, and a .venv without the marker, which an older
+    bootstrap killed mid-build could leave without pip, is replaced, not trusted."""
+    log = open_log()
+    out = {"stdout": log, "stderr": subprocess.STDOUT} if log is not None else {}
+    try:
+        if MARKER.exists() and venv_python().exists():
+            install_requirements(VENV, out)
+            write_marker(VENV)
+            return
+        clear_leftovers()
+        build = ROOT / (BUILD_PREFIX + str(os.getpid()))
+        shutil.rmtree(build, ignore_errors=True)
+        say(f"creating {VENV.name} (built as {build.name}, then moved into place)")
+        make_venv(build, out)
+        install_requirements(build, out)
+        write_marker(build)
+        publish(build)
+    finally:
+        if log is not None:
+            log.close()
+
+
+BUILD_PREFIX = VENV.name + ".bootstrap-"  # git-ignored by /.venv.*/
+RETIRED_PREFIX = VENV.name + ".unfinished-"
+
+
+def make_venv(where: Path, out: dict) -> None:
+    uv = find_uv()
+    if uv:
+        cmd = [uv, "venv", "--seed", "--python", sys.executable, str(where)]
+    else:
+        cmd = [sys.executable, "-m", "venv", str(where)]
+    subprocess.run(cmd, check=True, env=clean_env(), **out)
+
+
+def install_requirements(venv: Path, out: dict) -> None:
     env = clean_env()
     uv = find_uv()
-    python = venv_python()
-    if not python.exists():
-        say(f"creating {VENV.name} with {'uv' if uv else 'venv'}")
-        if uv:
-            cmd = [uv, "venv", "--seed", "--python", sys.executable, str(VENV)]
-        else:
-            cmd = [sys.executable, "-m", "venv", str(VENV)]
-        subprocess.run(cmd, check=True, env=env)
-    say("installing the manager's dependencies (manager/requirements.txt)")
+    python = venv_python(venv)
+    say("installing the manager's dependencies (manager/requirements.txt)"
+        + (f"; output in {LOG.relative_to(ROOT)}" if out else ""))
     if uv:
         # uv does not read pip's configuration: hand it on the way the sync engine does
         # (indexes.py is stdlib-only, so the bootstrap can share it).
@@ -105,12 +149,45 @@ def create_venv() -> None:
                "-r", str(REQUIREMENTS)]
         env.update(uv_env(config, env))
     else:
-        cmd = [str(python), "-m", "pip", "install", "--disable-pip-version-check", "-q",
+        cmd = [str(python), "-m", "pip", "install", "--disable-pip-version-check",
                "-r", str(REQUIREMENTS)]
-    subprocess.run(cmd, check=True, env=env)
-    tmp = MARKER.with_suffix(".tmp")
+    subprocess.run(cmd, check=True, env=env, **out)
+
+
+def write_marker(venv: Path) -> None:
+    marker = venv / MARKER.name
+    tmp = marker.with_suffix(".tmp")
     tmp.write_text(requirements_hash() + "\n")
-    os.replace(tmp, MARKER)
+    os.replace(tmp, marker)
+
+
+def publish(build: Path) -> None:
+    """Move the finished build to .venv: retarget the paths it recorded, then rename."""
+    from manager.venv import retarget_scripts  # stdlib-only, like process.py
+
+    retarget_scripts(build, VENV)
+    if bootstrapped():  # another run finished first: keep its venv
+        shutil.rmtree(build, ignore_errors=True)
+        return
+    if os.path.lexists(VENV):  # never finished: set aside, then replaced
+        retired = ROOT / (RETIRED_PREFIX + str(os.getpid()))
+        shutil.rmtree(retired, ignore_errors=True)
+        os.replace(VENV, retired)
+        os.replace(build, VENV)
+        shutil.rmtree(retired, ignore_errors=True)
+    else:
+        os.replace(build, VENV)
+
+
+def clear_leftovers() -> None:
+    """Remove the builds of bootstrap runs that are gone (killed, interrupted)."""
+    from manager.running_jobs import pid_alive  # stdlib-only; safe on Windows too
+
+    for prefix in (BUILD_PREFIX, RETIRED_PREFIX):
+        for path in ROOT.glob(prefix + "*"):
+            pid = path.name[len(prefix):]
+            if pid.isdigit() and int(pid) != os.getpid() and not pid_alive(int(pid)):
+                shutil.rmtree(path, ignore_errors=True)
 
 
 def python_too_old(version_info: tuple = ()) -> "str | None":
@@ -137,7 +214,9 @@ def main() -> int:
             create_venv()
         except (OSError, subprocess.CalledProcessError) as exc:
             say(f"could not set up {VENV}: {exc}")
-            say("fix the cause above, or delete .venv and run the command again")
+            where = f"in {LOG}" if LOG.exists() else "above"
+            say(f"fix the cause (the installer's output is {where}), or delete .venv and "
+                "run the command again")
             return 1
         except KeyboardInterrupt:  # the marker is written last: the next run redoes it
             say("interrupted; run the command again to finish setting up")

@@ -23,6 +23,7 @@ from manager.indexes import IndexConfig
 from manager.installer import Installer, Outcome, PipInstaller, Request, UvInstaller
 from manager.paths import Paths
 from manager.plan import Inputs, Plan, Step
+from manager.runlog import RunLog
 from manager.state import State, save_state
 from spec import Optional_, Spec, Wheel
 
@@ -37,6 +38,9 @@ class Context:
     uv: Path | None  # None: use pip
     report: Report
     cpu_requested: bool = False
+    # Installer output and detail (tracebacks): a log file, so the terminal keeps one
+    # line per step; report() lines go to the terminal (the caller copies them here too).
+    log: RunLog = field(default_factory=lambda: RunLog(sys.stderr, None))
     changes: list[str] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
     torch_source_used: str | None = None
@@ -52,8 +56,14 @@ class Context:
     def installer(self) -> Installer:
         python = self.paths.venv_python
         if self.uv is not None:
-            return UvInstaller(self.uv, python, self.config)
-        return PipInstaller(python)
+            return UvInstaller(self.uv, python, self.config, echo=self.log.stream)
+        return PipInstaller(python, echo=self.log.stream)
+
+    def see_output(self) -> str:
+        """The hint of an installer failure: where its whole output is."""
+        where = self.log.relative(self.paths.root)
+        return f"the installer's output is in {where}" if where else \
+            "see the installer output above"
 
 
 @dataclass(frozen=True)
@@ -154,7 +164,7 @@ def _create_venv(ctx: Context, target: Path) -> None:
         # Built aside: the prompt names the folder it becomes, not `.venv.build`.
         argv = [str(ctx.uv), "venv", "--seed", "--python", spec_python,
                 "--prompt", ctx.paths.venv.name, str(target)]
-        done = process.run(argv, extra_env=env, echo=sys.stderr)
+        done = process.run(argv, extra_env=env, echo=ctx.log.stream)
     else:
         python = _find_python(spec_python)
         if python is None:
@@ -162,11 +172,11 @@ def _create_venv(ctx: Context, target: Path) -> None:
                 f"no Python satisfying {spec_python} was found for {target.name}",
                 hint="install a matching Python, or install uv so the manager can fetch one")
         done = process.run([python, "-m", "venv", "--prompt", ctx.paths.venv.name,
-                            str(target)], echo=sys.stderr)
+                            str(target)], echo=ctx.log.stream)
     if not done.ok:
         shutil.rmtree(target, ignore_errors=True)
         raise errors.ManagerError(f"creating {target.name} failed: {done.stdout.strip()[-300:]}",
-                                  hint="see the output above")
+                                  hint=ctx.see_output())
 
 
 def _run_create(ctx: Context, state: State, step: Step) -> None:
@@ -191,9 +201,9 @@ def _run_rebuild(ctx: Context, state: State, step: Step) -> None:
         # dependencies before the swap, then continue in it.
         manager_reqs = Path(__file__).resolve().parent / "requirements.txt"
         python = _venv_python(build)
-        installer = (UvInstaller(ctx.uv, python, ctx.config) if ctx.uv
-                     else PipInstaller(python))
-        _check(installer.install(Request(requirement_files=(manager_reqs,))),
+        installer = (UvInstaller(ctx.uv, python, ctx.config, echo=ctx.log.stream) if ctx.uv
+                     else PipInstaller(python, echo=ctx.log.stream))
+        _check(ctx, installer.install(Request(requirement_files=(manager_reqs,))),
                "installing the manager's own dependencies into the new .venv")
         marker = ctx.paths.venv / "aitk_bootstrap.txt"  # the bootstrap's "deps are in"
         if marker.exists():
@@ -249,7 +259,15 @@ def index_problem(url: str, timeout: float = 15.0) -> str | None:
 
 def install_wheel(ctx: Context, wheel: Wheel, force: bool, deps: bool = True) -> Outcome:
     """Install one exact build from the spec's index, or only that build from the
-    configured sources when the index cannot be reached."""
+    configured sources when the index cannot be reached.
+
+    A forced install replaces this wheel's own files only (--no-deps), then a plain
+    install adds any dependency that is missing: forcing with dependencies would also
+    reinstall the libraries torch shares with the manager itself (filelock), and another
+    manager run importing them at that moment crashes (issue 14)."""
+    if force and deps:
+        outcome = install_wheel(ctx, wheel, force=True, deps=False)
+        return install_wheel(ctx, wheel, force=False, deps=True) if outcome.ok else outcome
     installer = ctx.installer()
     torchstack.write_constraints(ctx.spec, ctx.constraints)
     url = ctx.spec.torch_index_url
@@ -259,11 +277,12 @@ def install_wheel(ctx: Context, wheel: Wheel, force: bool, deps: bool = True) ->
         if ctx.torch_source_used is None:
             problem = index_problem(url)
             if problem:
-                ctx.report(f"the PyTorch index {url} cannot be reached ({problem}); looking "
-                           f"for exactly {wheel.requirement} in the configured indexes "
-                           f"and find-links")
+                ctx.log.note(f"the PyTorch index {url} cannot be reached ({problem}); looking "
+                             f"for exactly {wheel.requirement} in the configured indexes "
+                             f"and find-links")
                 ctx.warnings.append(f"PyTorch index {url} unreachable ({problem}); used "
-                                    f"the configured indexes and find-links")
+                                    f"the configured indexes and find-links (to use another "
+                                    f"copy of that index, set AITK_TORCH_INDEX_URL)")
                 ctx.torch_source_used = "configured"
             else:
                 ctx.torch_source_used = url
@@ -288,7 +307,7 @@ def _torch_error(ctx: Context, wheel: Wheel, outcome: Outcome) -> errors.Manager
             hint="set AITK_TORCH_INDEX_URL to a reachable mirror of that index (or `pypi` "
                  "to use your configured indexes), or put the wheel in a find-links folder")
     return errors.ManagerError(f"installing {wheel.requirement} failed: {outcome.last_line()}",
-                               hint="see the installer output above")
+                               hint=ctx.see_output())
 
 
 def _run_torch(ctx: Context, state: State, step: Step) -> None:
@@ -339,7 +358,8 @@ def guard(ctx: Context, state: State, deep: bool = False) -> None:
         if problem is None:
             _record_wheel(state, wheel, ctx.spec)
             continue
-        ctx.report(f"{wheel.name} is broken ({problem}); reinstalling {wheel.pinned}, forced")
+        ctx.log.note(f"{wheel.name} is broken: {problem}")  # the terminal says it once, below
+        ctx.report(f"{wheel.name} does not import; reinstalling {wheel.pinned}, forced")
         outcome = install_wheel(ctx, wheel, force=True, deps=False)
         again = torchstack.verify(python, [ctx.spec.torch, wheel] if wheel is not ctx.spec.torch
                                   else [wheel]).get(wheel.name)
@@ -357,7 +377,7 @@ def guard(ctx: Context, state: State, deep: bool = False) -> None:
         ctx.installer().uninstall([wheel.name])
         state.companions[wheel.name] = {"status": "removed", "version": wheel.pinned,
                                         "detail": found}
-        ctx.changes.append(f"removed {wheel.name} (does not import: {found})")
+        ctx.changes.append(f"removed {wheel.name}")  # why: the warning below says it
         ctx.warnings.append(f"{wheel.name} {wheel.pinned} was removed: it does not import "
                             f"({found}); the trainer does not need it")
 
@@ -385,7 +405,7 @@ def _repair_incomplete(ctx: Context) -> None:
             outcome = ctx.installer().install(Request(
                 requirements=(f"{name}=={dist.version}",), constraints=(ctx.constraints,),
                 force_reinstall=True, no_deps=True))
-        _check(outcome, f"reinstalling the incomplete {name} {dist.version}")
+        _check(ctx, outcome, f"reinstalling the incomplete {name} {dist.version}")
         ctx.changes.append(f"repaired incomplete {name} {dist.version}")
 
 
@@ -396,10 +416,10 @@ def _run_verify(ctx: Context, state: State, step: Step) -> None:
 # ---- requirements, git pins, optional packages -----------------------------------------
 
 
-def _check(outcome: Outcome, what: str) -> None:
+def _check(ctx: Context, outcome: Outcome, what: str) -> None:
     if not outcome.ok:
         raise errors.ManagerError(f"{what} failed: {outcome.last_line()}",
-                                  hint="see the installer output above")
+                                  hint=ctx.see_output())
 
 
 def _run_requirements(ctx: Context, state: State, step: Step) -> None:
@@ -407,7 +427,7 @@ def _run_requirements(ctx: Context, state: State, step: Step) -> None:
     torchstack.write_constraints(ctx.spec, ctx.constraints)
     outcome = ctx.installer().install(
         Request(requirement_files=(req.path,), constraints=(ctx.constraints,)))
-    _check(outcome, f"installing {req.name}")
+    _check(ctx, outcome, f"installing {req.name}")
     ctx.changes.append(f"installed the requirements of {req.name}")
     guard(ctx, state)
 
@@ -416,7 +436,7 @@ def _run_git_pin(ctx: Context, state: State, step: Step) -> None:
     outcome = ctx.installer().install(Request(
         requirements=(step.target,), constraints=(ctx.constraints,), force_reinstall=True,
         no_deps=True))
-    _check(outcome, f"reinstalling {step.target}")
+    _check(ctx, outcome, f"reinstalling {step.target}")
     ctx.changes.append(f"reinstalled {step.target}")
     guard(ctx, state)
 
@@ -425,8 +445,27 @@ def _optional(ctx: Context, name: str) -> Optional_:
     return next(o for o in (*ctx.spec.extras, *ctx.spec.accelerators) if o.name == name)
 
 
+def _missing_tools(ctx: Context, needs: tuple[str, ...]) -> list[str]:
+    from manager import tools
+
+    return [name for name in needs if not tools.available(ctx.paths, name)]
+
+
 def _run_optional(ctx: Context, state: State, step: Step) -> None:
     opt = _optional(ctx, step.target)
+    missing = _missing_tools(ctx, opt.needs)
+    if missing:
+        # Installing it would only prove what is known (torchcodec cannot load without
+        # FFmpeg's libraries): skip it, and let the plan try again once the tool is here.
+        names = ", ".join(missing)
+        detail = f"needs {names}, which is not available here"
+        state.optional[opt.name] = {"requirement": opt.requirement, "kind": opt.kind,
+                                    "status": "skipped", "detail": detail,
+                                    "needs": list(opt.needs)}
+        ctx.warnings.append(f"{opt.name} skipped: it {detail}; once {names} is there "
+                            f"(see the {names} line, or `python3 -m manager doctor`), the "
+                            f"next `python3 -m manager sync` installs it")
+        return
     installer = ctx.installer()
     before = {n: d.version for n, d in venvmod.observe(ctx.paths).dists.items()}
     torchstack.write_constraints(ctx.spec, ctx.constraints)
@@ -453,7 +492,7 @@ def _run_optional(ctx: Context, state: State, step: Step) -> None:
         return
     detail = result.summary if result else "not checked"
     if result is not None and result.error != detail:
-        ctx.report(f"importing {opt.import_name} failed:\n{result.error}")  # the whole story
+        ctx.log.note(f"importing {opt.import_name} failed:\n{result.error}")  # the whole story
     _roll_back(ctx, installer, before, venvmod.normalize(opt.name))
     state.optional[opt.name] = {**record, "status": "rolled_back", "detail": detail}
     ctx.warnings.append(f"{opt.name} was rolled back: it does not import ({detail})")
@@ -497,18 +536,27 @@ def _run_migrate(ctx: Context, state: State, step: Step) -> None:
         save_state(ctx.paths, state)
         ctx.changes.append(f"applied migration {migration_id}")
 
-    migrations.run_pending(ctx.paths.root, list(state.migrations), applied)
+    def note(text: str) -> None:
+        ctx.report(text)
+        ctx.warnings.append(text)
+
+    migrations.run_pending(ctx.paths.root, list(state.migrations), applied, report=note)
 
 
 def _run_tools(ctx: Context, state: State, step: Step) -> None:
     from manager import tools
 
-    outcomes = tools.provision_all(ctx.paths, ctx.report)
+    outcomes = tools.provision_all(ctx.paths, ctx.log.note)
     state.tools = dict(outcomes) or {"_checked": {"status": "ok", "detail": "none needed"}}
     for name, outcome in outcomes.items():
-        if outcome.get("status") == "failed":
-            ctx.warnings.append(f"tool {name} could not be provisioned: "
-                                f"{outcome.get('detail', '')}")
+        status, detail = outcome.get("status"), outcome.get("detail", "")
+        if status == "failed":
+            ctx.warnings.append(f"tool {name} could not be provisioned: {detail}")
+        elif status == "skipped":
+            fix = tools.refusal_hint(name)
+            ctx.warnings.append(f"{name} not provisioned: {detail}"
+                                + (f"; to get it: {fix}, then run `python3 -m manager "
+                                   f"tools --provision`" if fix else ""))
 
 
 _RUNNERS: dict[str, Callable[[Context, State, Step], None]] = {

@@ -61,7 +61,7 @@ def read_marker(folder: Path) -> Marker | None:
     try:
         data = json.loads((folder / MARKER_NAME).read_text(encoding="utf-8"))
         return Marker(**data) if isinstance(data, dict) else None
-    except (OSError, ValueError, TypeError):
+    except (OSError, ValueError, TypeError, RecursionError):
         return None
 
 

@@ -340,7 +340,7 @@ def _resumable(part: Path, url: str) -> tuple[int, str | None]:
         return 0, None
     try:
         meta = json.loads(_meta(part).read_text(encoding="utf-8"))
-    except (OSError, ValueError):
+    except (OSError, ValueError, RecursionError):
         meta = None
     if not isinstance(meta, dict) or meta.get("url") != url:
         _discard(part)  # leftovers from another source: not safe to splice onto

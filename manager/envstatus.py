@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 from manager import errors, migrations
 from manager.paths import Paths
-from manager.plan import Inputs, Plan, make_plan, requirements_hash
+from manager.plan import Inputs, Plan, make_plan, requirements_hash, tools_wanted
 from manager.reqfiles import read_reqfile
 from manager.state import StateRead, read_state
 from manager.venv import observe
@@ -57,9 +57,18 @@ def gather(paths: Paths, spec: Spec, read: StateRead, *, extra_files: Sequence[s
         state_problem=read.problem,
         pending_migrations=tuple(migrations.pending(read.state.migrations)),
         tools=os.environ.get(SKIP_TOOLS_ENV) != "1",
+        tools_ready=_tools_ready(paths, tools_wanted(read.state)),
         force=force,
         verify=verify,
     )
+
+
+def _tools_ready(paths: Paths, wanted: set[str]) -> frozenset[str]:
+    if not wanted:  # the usual case: nothing to look for, nothing imported
+        return frozenset()
+    from manager import tools
+
+    return frozenset(name for name in wanted if tools.available(paths, name, probe=False))
 
 
 def quick_status(paths: Paths, cpu: bool | None = None) -> SyncStatus:

@@ -1,8 +1,8 @@
 """uv and pip behind one interface: install, force-reinstall, uninstall in the venv.
 
 Both get the same request; the uv backend also gets the user's pip configuration as
-flags (see indexes.py). Output streams to stderr as it comes, so a long install shows
-the installer's own progress, and stdout stays free for `--json`.
+flags (see indexes.py). Output streams as it comes to the sync's log file (or stderr
+without one), and stdout stays free for `--json`.
 """
 
 from __future__ import annotations
@@ -53,8 +53,9 @@ class Installer(Protocol):
     def uninstall(self, names: Sequence[str]) -> Outcome: ...
 
 
-def _echo() -> TextIO:
-    return sys.stderr
+def _echo(target: TextIO | None) -> TextIO:
+    # The sync's log file when it has one (runlog.py); otherwise the terminal's stderr.
+    return target if target is not None else sys.stderr
 
 
 @dataclass
@@ -62,12 +63,13 @@ class PipInstaller:
     python: Path
     env: Mapping[str, str] = field(default_factory=dict)
     name: str = "pip"
+    echo: TextIO | None = None  # where the installer's output goes; None: stderr
 
     def _run(self, args: list[str]) -> Outcome:
         argv = [str(self.python), "-m", "pip", *args]
         done = process.run(argv, extra_env={"PIP_DISABLE_PIP_VERSION_CHECK": "1",
                                             "PIP_NO_INPUT": "1", **self.env},
-                           echo=_echo())
+                           echo=_echo(self.echo))
         return Outcome(done.ok, done.stdout + done.stderr)
 
     def install(self, request: Request) -> Outcome:
@@ -99,6 +101,7 @@ class UvInstaller:
     config: IndexConfig
     env: Mapping[str, str] = field(default_factory=dict)
     name: str = "uv"
+    echo: TextIO | None = None  # where the installer's output goes; None: stderr
 
     def _run(self, args: list[str]) -> Outcome:
         extra = {**uv_env(self.config), **self.env}
@@ -107,7 +110,7 @@ class UvInstaller:
         if "UV_LINK_MODE" not in os.environ:
             extra["UV_LINK_MODE"] = "copy"
         argv = [str(self.uv), "pip", *args, "--python", str(self.python)]
-        done = process.run(argv, extra_env=extra, echo=_echo())
+        done = process.run(argv, extra_env=extra, echo=_echo(self.echo))
         return Outcome(done.ok, done.stdout + done.stderr)
 
     def install(self, request: Request) -> Outcome:

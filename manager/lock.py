@@ -33,7 +33,7 @@ def holder_file(paths: Paths) -> Path:
 def read_holder(paths: Paths) -> dict[str, object] | None:
     try:
         data = json.loads(holder_file(paths).read_text(encoding="utf-8"))
-    except (OSError, ValueError):
+    except (OSError, ValueError, RecursionError):
         return None
     return data if isinstance(data, dict) else None
 

@@ -82,8 +82,16 @@ class Inputs:
     state_problem: str | None = None
     pending_migrations: tuple[str, ...] = ()
     tools: bool = True
+    # Tools found now among those a skipped optional package needs (see tools_wanted).
+    tools_ready: frozenset[str] = frozenset()
     force: bool = False
     verify: bool = False
+
+
+def tools_wanted(state: State) -> set[str]:
+    """The tools whose arrival makes a skipped optional package worth trying again."""
+    return {str(t) for r in state.optional.values() if r.get("status") == "skipped"
+            for t in r.get("needs") or ()}
 
 
 def requirements_hash(spec: Spec, files: Mapping[str, str | None]) -> str:
@@ -215,6 +223,9 @@ def make_plan(inputs: Inputs) -> Plan:
             why = "the spec changed"
         elif record.get("status") == "ok" and have is None:
             why = "it was installed and is gone"
+        elif (record.get("status") == "skipped" and record.get("needs")
+              and set(record["needs"]) <= inputs.tools_ready):
+            why = f"{', '.join(record['needs'])} is available now"
         else:
             why = None
         if why:

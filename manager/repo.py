@@ -12,7 +12,7 @@ fast-forward merge, and git itself refuses it when it would overwrite local chan
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -221,6 +221,43 @@ def fetch_remote(repo: git.Repo, remote: str, timeout: float) -> str | None:
     if not done.ok:
         return last_line(done.stderr) or f"git fetch exited with {done.returncode}"
     return None
+
+
+def in_the_way(root: Path, commit: str, target: str) -> tuple[str, ...]:
+    """Paths of files the user did not commit that moving from `commit` to `target`
+    would overwrite or remove. git refuses for plain untracked files but treats ignored
+    ones (outputs, logs) as expendable, so both are checked here, before git runs."""
+    repo = open_repo(root)
+
+    def changed(kind: str) -> list[str]:
+        out = repo.git.diff("--name-only", "-z", "--no-renames", f"--diff-filter={kind}",
+                            commit, target, strip_newline_in_stdout=False)
+        return [p for p in out.split("\0") if p]
+
+    return collisions(root, changed("A"), removed=set(changed("D")))
+
+
+def collisions(root: Path, added: Iterable[str], removed: set[str] | None = None
+               ) -> tuple[str, ...]:
+    """Of the paths a commit adds, those where something already is on disk: the path
+    itself (a file, a link, a folder) or a parent that is not a real folder (unless
+    that parent is a tracked file the same commit removes)."""
+    found: dict[str, None] = {}
+    gone = removed or set()
+    for rel in added:
+        parts = rel.split("/")
+        for depth in range(1, len(parts)):
+            name = "/".join(parts[:depth])
+            parent = root.joinpath(*parts[:depth])
+            if name in gone:
+                continue
+            if parent.is_symlink() or (parent.exists() and not parent.is_dir()):
+                found[name] = None
+                break
+        else:
+            if os.path.lexists(root.joinpath(*parts)):
+                found[rel] = None
+    return tuple(found)
 
 
 def fast_forward(root: Path, target: str) -> None:

@@ -13,6 +13,8 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
+from manager.errors import UpdateRefused
+
 RUN_DIR = ".aitk-run"
 
 
@@ -28,6 +30,20 @@ class RunningJob:
         what = self.name or self.config or "a training job"
         since = f", started {self.started}" if self.started else ""
         return f"{what} (pid {self.pid}{since})"
+
+
+def job_refusal(jobs: list[RunningJob], doing: str,
+                override: str | None = None) -> UpdateRefused | None:
+    """Exit 7 naming the running jobs, or None. `doing` says what would harm them
+    ("updating would swap code under it"); `override` is the flag that goes ahead anyway."""
+    if not jobs:
+        return None
+    names = "; ".join(job.describe() for job in jobs)
+    records = ", ".join(str(job.record) for job in jobs)
+    hint = f"wait for it to finish or stop it; if no job is running, delete {records}"
+    if override:
+        hint += f"; {override} goes ahead anyway"
+    return UpdateRefused(f"a training job is running: {names}; {doing}", hint=hint)
 
 
 def running_jobs(root: Path) -> list[RunningJob]:
@@ -51,7 +67,7 @@ def read_record(record: Path) -> RunningJob | None:
         return None  # not a job record
     try:
         data = json.loads(record.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
+    except (OSError, ValueError, RecursionError):  # deep nesting too
         data = {}
     if not isinstance(data, dict):
         data = {}

@@ -50,7 +50,8 @@ def spec_from_dict(data: dict[str, Any]) -> Spec:
     values["torch"] = Wheel(**values["torch"])
     values["companions"] = tuple(Wheel(**c) for c in values.get("companions", ()))
     for key in ("extras", "accelerators"):
-        values[key] = tuple(Optional_(**o) for o in values.get(key, ()))
+        values[key] = tuple(Optional_(**{**o, "needs": tuple(o.get("needs", ()))})
+                            for o in values.get(key, ()))
     for key in ("notes", "warnings"):
         values[key] = tuple(values.get(key, ()))
     return Spec(**values)
@@ -59,6 +60,6 @@ def spec_from_dict(data: dict[str, Any]) -> Spec:
 def spec_from_file(path: Path) -> Spec:
     try:
         return spec_from_dict(json.loads(path.read_text(encoding="utf-8")))
-    except (OSError, ValueError, KeyError, TypeError) as exc:
+    except (OSError, ValueError, KeyError, TypeError, RecursionError) as exc:
         raise errors.UsageError(f"{SPEC_FILE_ENV}={path}: not a usable spec ({exc})",
                                 hint="use what `python3 -m manager spec --json` prints") from exc

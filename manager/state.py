@@ -48,12 +48,17 @@ def _hint() -> str:
             "it keeps the bad file aside and re-checks")
 
 
-def parse_state(raw: str, where: Path) -> State:
+def parse_state(raw: str | bytes, where: Path) -> State:
     try:
         data = json.loads(raw)
     except json.JSONDecodeError as exc:
         raise StateError(f"{where} is corrupt ({exc.msg} at line {exc.lineno})",
                          hint=_hint()) from exc
+    except (ValueError, RecursionError) as exc:
+        # Not UTF-8, an integer past Python's digit limit, or nesting deeper than the
+        # parser's recursion: any file we cannot read is corrupt, never a crash.
+        what = "nested too deeply" if isinstance(exc, RecursionError) else str(exc)[:200]
+        raise StateError(f"{where} is corrupt ({what})", hint=_hint()) from None
     if not isinstance(data, dict):
         raise StateError(f"{where} is not a JSON object", hint=_hint())
     if data.get("version") != STATE_VERSION:
@@ -96,11 +101,11 @@ def load_state(paths: Paths) -> State:
     """A missing file is a fresh State; an unreadable or unknown one raises StateError."""
     path = paths.state_file
     try:
-        raw = path.read_text(encoding="utf-8")
+        raw = path.read_bytes()  # json decodes (and rejects) the bytes itself
     except FileNotFoundError:
         return State()
     except OSError as exc:
-        raise StateError(f"cannot read {path}: {exc}") from exc
+        raise StateError(f"cannot read {path}: {exc.strerror or exc}", hint=_hint()) from exc
     return parse_state(raw, path)
 
 
@@ -128,5 +133,9 @@ def read_state(paths: Paths, keep_backup: bool) -> StateRead:
             return StateRead(State(), problem=exc.message)
         backup = paths.state_file.with_name(
             f"{paths.state_file.name}.corrupt-{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}")
-        os.replace(paths.state_file, backup)
+        try:
+            os.replace(paths.state_file, backup)
+        except OSError as moved:  # a read-only .venv: say so; the sync fails on its write
+            return StateRead(State(), problem=f"{exc.message}; it could not be set aside "
+                                              f"({moved.strerror or moved})")
         return StateRead(State(), problem=exc.message, backup=backup)

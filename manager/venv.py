@@ -84,7 +84,7 @@ def site_packages(venv: Path) -> Path | None:
 def _read_direct_url(dist_info: Path) -> Mapping[str, object] | None:
     try:
         data = json.loads((dist_info / "direct_url.json").read_text(encoding="utf-8"))
-    except (OSError, ValueError):
+    except (OSError, ValueError, RecursionError):
         return None
     return data if isinstance(data, dict) else None
 

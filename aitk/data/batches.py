@@ -42,6 +42,22 @@ class BatchSource:
         return DataBatch(captions=captions, latents=latents, prompt_embeds=self._embeds(captions),
                          file_paths=[str(i.path) for i in items])
 
+    def skip(self) -> None:
+        """Pass over one batch without loading it (another rank trains on it)."""
+        self.epoch = self.sampler.next()[0]
+
+    def next_for(self, rank: int, world_size: int) -> DataBatch:
+        """Rank `rank`'s batch of the next `world_size` in the shared order: every rank
+        keeps the same position, so a checkpoint from any of them resumes any world."""
+        batch = None
+        for r in range(world_size):
+            if r == rank:
+                batch = self.next()
+            else:
+                self.skip()
+        assert batch is not None
+        return batch
+
     def state_dict(self) -> dict[str, int]:
         return self.sampler.state_dict()
 

@@ -43,8 +43,11 @@ def _digest(obj: object) -> str:
 
 
 def file_digest(path: Path) -> str:
-    with open(path, "rb") as fh:
-        return hashlib.file_digest(fh, "sha256").hexdigest()
+    digest = hashlib.sha256()
+    with open(path, "rb") as fh:  # not hashlib.file_digest: Python 3.11+, and 3.10 is supported
+        for block in iter(lambda: fh.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
 
 
 def latent_key(item: Item, content_sha256: str, model_identity: str,

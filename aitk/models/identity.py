@@ -28,8 +28,11 @@ def file_sha256(path: Path, store: dict[str, str] | None = None) -> str:
     key = _stat_key(path)
     digest = _MEMORY.get(key) or (store or {}).get(key)
     if digest is None:
-        with open(path, "rb") as fh:
-            digest = hashlib.file_digest(fh, "sha256").hexdigest()
+        hasher = hashlib.sha256()
+        with open(path, "rb") as fh:  # not hashlib.file_digest: Python 3.11+, 3.10 is supported
+            for block in iter(lambda: fh.read(1 << 20), b""):
+                hasher.update(block)
+        digest = hasher.hexdigest()
     _MEMORY[key] = digest
     if store is not None:
         store[key] = digest

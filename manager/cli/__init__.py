@@ -4,7 +4,9 @@ The verbs are registered by the modules of this package, one per area (imported 
 the bottom); this module holds the app and the shared flags.
 
 This is the one error boundary: ManagerError subclasses become their exit code and a
-one-line message (plus a hint); click's usage errors become exit 2 with one line.
+one-line message (plus a hint); click's usage errors become exit 2 with one line; any
+other exception (an OSError, a RecursionError, a bug) becomes exit 1 with one line that
+names the log file holding its traceback (crash.py), and `--json` still gets its envelope.
 Commands never print, exit or import typer.
 """
 
@@ -45,11 +47,23 @@ def _finish(command: str, call: Callable[[], Result], as_json: bool,
     """Run a command body, render its result, and turn errors into exit codes."""
     try:
         result = call()
+        emit(command, result, as_json, render)
     except errors.ManagerError as exc:
         _fail(command, exc, as_json)
         raise _Exit(exc.exit_code) from None
-    emit(command, result, as_json, render)
+    except _Exit:
+        raise
+    except Exception as exc:  # noqa: BLE001 - the boundary: one line, the rest in a log
+        failure = _unexpected(exc)
+        _fail(command, failure, as_json)
+        raise _Exit(failure.exit_code) from None
     raise _Exit(result.exit_code)
+
+
+def _unexpected(exc: BaseException) -> errors.ManagerError:
+    from manager import crash
+
+    return crash.as_error(exc, sys.argv)
 
 
 def _fail(command: str, exc: errors.ManagerError, as_json: bool) -> None:
@@ -95,6 +109,10 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         sys.stderr.write("aitk: interrupted\n")
         return errors.EXIT_INTERRUPTED
+    except Exception as exc:  # noqa: BLE001 - raised outside _finish (e.g. `test`)
+        failure = _unexpected(exc)
+        _fail("", failure, as_json=False)
+        return failure.exit_code
     return 0
 
 

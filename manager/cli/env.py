@@ -48,7 +48,7 @@ def install(as_json: JsonFlag = False, cpu: CpuFlag = False, dry_run: DryRunFlag
                                                 verify=verify), launch=not no_launch)
     try:
         _finish("install", _locked("install", dry_run, lambda: cmd.run(options)), as_json,
-                cmd.render)
+                cmd.renderer(options.launch))
     except _Exit as done:
         if done.code != 0 or dry_run or not options.launch:
             raise

@@ -64,9 +64,10 @@ _STYLE = {"OK": "green", "WARN": "yellow", "FAIL": "bold red"}
 
 def render(console: Console, data: Mapping[str, Any]) -> None:
     table = Table(show_header=False, box=None, pad_edge=False)
+    # Wrapped, never cut: a long word (a path) folds onto the next line.
     table.add_column(no_wrap=True)
-    table.add_column(no_wrap=True)
-    table.add_column()
+    table.add_column(overflow="fold")
+    table.add_column(overflow="fold")
     for check in data["checks"]:
         status = check["status"]
         detail = check["detail"]

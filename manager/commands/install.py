@@ -6,12 +6,15 @@ running toolkit never blocks a later sync or update.
 
 from __future__ import annotations
 
+import dataclasses
+from collections.abc import Mapping
 from dataclasses import dataclass, field
+from typing import Any
+
+from rich.console import Console
 
 from manager.commands import sync
-from manager.output import Result
-
-render = sync.render
+from manager.output import Renderer, Result
 
 
 @dataclass(frozen=True)
@@ -24,4 +27,15 @@ class Options:
 
 
 def run(options: Options) -> Result:
-    return sync.run(options.sync)
+    return sync.run(dataclasses.replace(options.sync, log_name="install"))
+
+
+def renderer(launch: bool) -> Renderer:
+    """sync's rendering, whose last line says what comes next: the launch, or how to."""
+    next_step = ("starting the toolkit (python3 -m manager launch)" if launch
+                 else sync.NEXT_LAUNCH)
+
+    def render(console: Console, data: Mapping[str, Any]) -> None:
+        sync.render(console, data, next_step)
+
+    return render

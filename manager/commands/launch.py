@@ -14,6 +14,13 @@ Signals: the trainer runs in its own process group, so a terminal's Ctrl+C reach
 this launcher, which forwards it (SIGINT, SIGTERM, SIGHUP) to the whole group exactly
 once; the trainer saves at the next step boundary and exits 130. A second Ctrl+C kills
 the group (checkpoints are published by rename, so this loses at most the current step).
+The signal is forwarded before anything is printed: on SIGHUP the terminal is gone, and
+a write to it fails, which must not cost the trainer its save (issue 14).
+
+On Windows the trainer gets its own process group (CREATE_NEW_PROCESS_GROUP) and every
+stop (Ctrl+C, Ctrl+Break, closing the console) is forwarded as CTRL_BREAK_EVENT, the one
+console event that can be sent to a group; the trainer treats it like Ctrl+C. That path
+cannot be exercised on the Linux test machines.
 """
 
 from __future__ import annotations
@@ -34,7 +41,7 @@ NOT_INSTALLED = ("nothing is installed in this checkout yet: run ./install.sh "
                  "(or python3 -m manager install) first")
 # Leftover members of the trainer's group get this long to exit after SIGTERM.
 GROUP_GRACE_S = 5.0
-_FORWARDED = ("SIGINT", "SIGTERM", "SIGHUP")
+_FORWARDED = ("SIGINT", "SIGTERM", "SIGHUP", "SIGBREAK")  # those this OS has
 
 
 @dataclass(frozen=True)
@@ -45,7 +52,10 @@ class Options:
 
 
 def say(message: str) -> None:
-    print(f"aitk: {message}", file=sys.stderr, flush=True)
+    try:
+        print(f"aitk: {message}", file=sys.stderr, flush=True)
+    except (OSError, ValueError):  # the terminal is gone (SIGHUP): nobody to tell
+        pass
 
 
 def trainer_argv(where: Paths, args: tuple[str, ...], cwd: Path) -> list[str]:
@@ -136,11 +146,14 @@ def supervise(argv: list[str], env: dict[str, str], cwd: Path,
     def forward(signum: int, _frame: object) -> None:
         received.append(signum)
         if len(received) == 1:
+            _signal_group(child, signum)  # first: saying so may fail (a closed terminal)
             say("stopping: the trainer saves and exits (press Ctrl+C again to kill it now)")
-            _signal_group(child, signum)
         else:
+            if windows:
+                child.kill()
+            else:
+                _signal_group(child, signal.SIGKILL)
             say("killing the trainer")
-            _signal_group(child, signal.SIGKILL if not windows else signal.SIGTERM)
 
     previous = {}
     for name in _FORWARDED:

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import os
 import sys
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -16,12 +16,13 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
-from manager import envvars, errors, tools
+from manager import envvars, errors, runlog, tools
 from manager.envstatus import gather
 from manager.indexes import read_config
 from manager.output import Result
 from manager.paths import Paths, paths
 from manager.plan import make_plan
+from manager.running_jobs import job_refusal, running_jobs
 from manager.specsource import current_spec
 from manager.state import read_state
 from manager.venv import recover_interrupted_swap
@@ -36,6 +37,7 @@ class Options:
     force: bool = False
     verify: bool = False
     extra_requirements: tuple[str, ...] = ()  # e.g. requirements-test.txt for `test`
+    log_name: str = "sync"  # logs/<log_name>-<time>.log
 
     def to_argv(self) -> list[str]:
         """The flags that reproduce these options (`update` re-executes sync with them)."""
@@ -98,19 +100,56 @@ def run(options: Options) -> Result:
                     package_changes=[], warnings=list(spec.warnings))
         _outcomes(data, read.state)
         return Result(data=data, messages=tuple(messages))
+    messages += _job_check(where, options)
     from manager.apply import Context, apply  # only when there is work: keeps no-ops fast
 
     uv = choose_uv(where, needed=True)
     count = f"{len(plan.steps)} step{'' if len(plan.steps) == 1 else 's'}"
-    _say(f"syncing .venv with {'uv' if uv else 'pip'} ({count})")
-    ctx = Context(paths=where, inputs=inputs, config=read_config(), uv=uv, report=_say,
-                  cpu_requested=cpu)
-    applied = apply(plan, ctx)
+    with runlog.open_log(where, options.log_name) as log:
+        shown = log.relative(where.root)
+        _say(f"syncing .venv with {'uv' if uv else 'pip'} ({count})"
+             + (f"; the installers' output goes to {shown}" if shown else ""))
+
+        def report(line: str) -> None:
+            _say(line)
+            if log.path is not None:
+                log.note(f"aitk: {line}")
+
+        ctx = Context(paths=where, inputs=inputs, config=read_config(), uv=uv, report=report,
+                      cpu_requested=cpu, log=log)
+        applied = apply(plan, ctx)
+        warnings = [*spec.warnings, *applied.warnings]
+        if log.path is not None:
+            _log_summary(log, applied.package_changes, warnings)
     data.update(in_sync=True, installer="uv" if uv else "pip", changes=list(applied.changes),
-                package_changes=list(applied.package_changes),
-                warnings=[*spec.warnings, *applied.warnings])
+                package_changes=list(applied.package_changes), warnings=warnings,
+                log=str(log.path) if log.path else None)
     _outcomes(data, applied.state)
     return Result(data=data, messages=tuple(messages))
+
+
+def _log_summary(log: runlog.RunLog, moved: Sequence[Mapping[str, Any]],
+                 warnings: Sequence[str]) -> None:
+    """What the terminal leaves out: the package-by-package changes."""
+    log.note(f"{len(moved)} package(s) changed:")
+    for row in moved:
+        log.note(f"  {row['name']}: {row['before'] or '-'} -> {row['after'] or '-'}")
+    for warning in warnings:
+        log.note(f"warning: {warning}")
+
+
+def _job_check(where: Paths, options: Options) -> list[str]:
+    """Refuse (exit 7) to change packages under a running training job; with --force go
+    ahead with a warning. A sync with nothing to do never gets here."""
+    refusal = job_refusal(running_jobs(where.root), "a sync would change packages under it",
+                          override="`sync --force`")
+    if refusal is None:
+        return []
+    if not options.force:
+        raise refusal
+    text = f"warning: {refusal.message}; --force: syncing anyway"
+    _say(text)
+    return [f"aitk: {text}"]
 
 
 def _outcomes(data: dict[str, Any], state: Any) -> None:
@@ -119,7 +158,10 @@ def _outcomes(data: dict[str, Any], state: Any) -> None:
     data["optional"] = {k: dict(v) for k, v in state.optional.items()}
 
 
-def render(console: Console, data: Mapping[str, Any]) -> None:
+NEXT_LAUNCH = "run `python3 -m manager launch` to train the example config"
+
+
+def render(console: Console, data: Mapping[str, Any], next_step: str = NEXT_LAUNCH) -> None:
     plan = data.get("plan") or []
     if data.get("dry_run"):
         if not plan:
@@ -132,18 +174,27 @@ def render(console: Console, data: Mapping[str, Any]) -> None:
         return
     if not plan:
         console.print("Nothing to do: .venv matches the spec.")
-    else:
-        console.print(f"Synced .venv ({data.get('installer')}):")
-        for change in data.get("changes") or ["no changes"]:
-            console.print(f"  - {change}", markup=False)
-        moved = data.get("package_changes") or []
-        if moved:
-            table = Table(title=f"{len(moved)} package(s) changed", box=None, pad_edge=False)
-            for column in ("package", "before", "after"):
-                table.add_column(column)
-            for row in moved:
-                table.add_row(row["name"], row["before"] or "-", row["after"] or "-")
-            console.print(table)
+        _not_in_use(console, data)
+        for warning in data.get("warnings") or []:
+            console.print(f"warning: {warning}", markup=False)
+        return
+    # The steps were shown as they ran, and the installers' output is in the log:
+    # here, each problem once (with its fix), then one line of what was made and next.
+    for warning in data.get("warnings") or []:
+        console.print(f"warning: {warning}", markup=False)
+    console.print(summary_line(data, next_step), markup=False)
+
+
+def summary_line(data: Mapping[str, Any], next_step: str) -> str:
+    changes = list(data.get("changes") or []) or ["nothing changed"]
+    moved = len(data.get("package_changes") or [])
+    if moved:
+        changes.append(f"{moved} package{'' if moved == 1 else 's'} changed")
+    return f"Done: .venv synced with {data.get('installer')} ({'; '.join(changes)}). " \
+           f"Next: {next_step}."
+
+
+def _not_in_use(console: Console, data: Mapping[str, Any]) -> None:
     outcomes = {**{k: v for k, v in (data.get("companions") or {}).items()},
                 **(data.get("optional") or {})}
     not_ok = {k: v for k, v in outcomes.items() if v.get("status") != "ok"}
@@ -157,5 +208,3 @@ def render(console: Console, data: Mapping[str, Any]) -> None:
             detail = (str(record.get("detail") or "").strip().splitlines() or [""])[0]
             table.add_row(name, str(record.get("status")), detail)
         console.print(table)
-    for warning in data.get("warnings") or []:
-        console.print(f"warning: {warning}", markup=False)

@@ -37,7 +37,8 @@ def _needs_cpu(requested: bool) -> bool:
 
 
 def ensure_environment(cpu: bool) -> None:
-    options = sync.Options(cpu=_needs_cpu(cpu), extra_requirements=(TEST_REQUIREMENTS,))
+    options = sync.Options(cpu=_needs_cpu(cpu), extra_requirements=(TEST_REQUIREMENTS,),
+                           log_name="test")
     with lock.hold(paths(), "python3 -m manager test"):
         result = sync.run(options)
     for warning in result.data.get("warnings", []):

@@ -25,6 +25,7 @@ from typing import Any
 from rich.console import Console
 
 from manager import errors, lock, migrations, process, repo
+from manager import running_jobs as running_jobs_mod
 from manager.output import Result
 from manager.paths import Paths, paths
 from manager.repo import RepoStatus
@@ -110,6 +111,21 @@ def dirty_error(files: tuple[str, ...]) -> errors.DirtyTree:
              "be overwritten")
 
 
+def collision_refusal(paths_in_the_way: tuple[str, ...]) -> errors.DirtyTree | None:
+    """The incoming commits add files where the user has files git does not track
+    (ignored outputs and logs included): git would overwrite the ignored ones silently."""
+    if not paths_in_the_way:
+        return None
+    shown = list(paths_in_the_way[:_DIRTY_LISTED])
+    if len(paths_in_the_way) > _DIRTY_LISTED:
+        shown.append(f"... and {len(paths_in_the_way) - _DIRTY_LISTED} more")
+    listing = "".join(f"\n  {name}" for name in shown)
+    return errors.DirtyTree(
+        "the incoming commits add files where you have files git does not track "
+        f"(ignored ones included); the update would overwrite them:{listing}",
+        hint="move or rename them, then run the update again; nothing was changed")
+
+
 def remote_refusal(st: RepoStatus) -> errors.ManagerError | None:
     """What stops an update once the remote was asked."""
     if st.fetch_error is not None:
@@ -145,13 +161,7 @@ def decide(refusal: errors.ManagerError | None, st: RepoStatus | None,
 
 
 def job_refusal(jobs: list[RunningJob]) -> errors.UpdateRefused | None:
-    if not jobs:
-        return None
-    names = "; ".join(job.describe() for job in jobs)
-    records = ", ".join(str(job.record) for job in jobs)
-    return errors.UpdateRefused(
-        f"a training job is running: {names}; updating would swap code under it",
-        hint=f"wait for it to finish or stop it; if no job is running, delete {records}")
+    return running_jobs_mod.job_refusal(jobs, "updating would swap code under it")
 
 
 # --- the shell ----------------------------------------------------------------------------
@@ -171,13 +181,19 @@ def run(options: Options) -> Result:
         if decision.refusal is not None:
             raise decision.refusal
         pulled = False
+        warnings = decision.warnings
         target = st.upstream_commit if st is not None else None
         if decision.pull and target and not options.dry_run:
-            repo.fast_forward(p.root, target)
-            pulled = True
+            try:
+                repo.fast_forward(p.root, target)
+                pulled = True
+            except errors.ManagerError as exc:  # git itself refused (a merge in progress)
+                if not options.auto:
+                    raise
+                warnings += (f"update skipped: {exc.message}",)
     completed = process.run(sync_command(options), cwd=p.root, capture=False)
-    return _result(options, st, pulled=pulled, sync=completed, warnings=decision.warnings,
-                   would_pull=decision.pull)
+    return _result(options, st, pulled=pulled, sync=completed, warnings=warnings,
+                   would_pull=decision.pull and (pulled or options.dry_run))
 
 
 def _assess(p: Paths, options: Options) -> tuple[RepoStatus | None, Decision]:
@@ -189,7 +205,10 @@ def _assess(p: Paths, options: Options) -> tuple[RepoStatus | None, Decision]:
     if refusal is not None:
         return local, decide(refusal, local, options)
     st = repo.status(p.root, fetch=True, timeout=repo.timeout_from_env())
-    return st, decide(remote_refusal(st), st, options)
+    refusal = remote_refusal(st)
+    if refusal is None and st.commit and st.upstream_commit and (st.behind or 0) > 0:
+        refusal = collision_refusal(repo.in_the_way(p.root, st.commit, st.upstream_commit))
+    return st, decide(refusal, st, options)
 
 
 def _result(options: Options, st: RepoStatus | None, *, pulled: bool,

@@ -32,7 +32,8 @@ class Check:
     fix: str | None = None
 
     def __post_init__(self) -> None:
-        # Doctor promises one line of detail: installer errors arrive multi-line.
+        # Doctor promises one line of detail: installer errors arrive multi-line. Never
+        # cut: `--json` carries the whole detail, and a terminal wraps it.
         object.__setattr__(self, "detail", one_line(self.detail))
 
     def to_dict(self) -> dict[str, Any]:
@@ -41,12 +42,8 @@ class Check:
         return out
 
 
-DETAIL_LIMIT = 240
-
-
-def one_line(text: str, limit: int = DETAIL_LIMIT) -> str:
-    flat = " ".join(str(text).split())
-    return flat if len(flat) <= limit else flat[: limit - 1].rstrip() + "…"
+def one_line(text: str) -> str:
+    return " ".join(str(text).split())
 
 
 def ok(id_: str, detail: str) -> Check:

@@ -1,9 +1,10 @@
 """Environment hazards (PYTHONPATH, an active conda env or foreign venv, a checkout path
-that tools choke on) and which secrets are set. Secrets are named, never shown."""
+that breaks PATH entries) and which secrets are set. Secrets are named, never shown."""
 
 from __future__ import annotations
 
 import json
+import os
 from collections.abc import Mapping
 from pathlib import Path
 
@@ -54,18 +55,21 @@ def judge_venv_active(env: Mapping[str, str], own_venv: Path) -> Check:
     return ok("env.venv", "no other virtual environment active")
 
 
-def judge_path(root: Path) -> Check:
+def judge_path(root: Path, pathsep: str = os.pathsep) -> Check:
+    """Spaces are fine (install.sh, the venv and launchers are tested in such a path).
+    What breaks: the checkout's tool folders go on PATH and the loader path, where the
+    path separator splits one folder into two; non-ASCII paths trip some native tools."""
     text = str(root)
     problems = []
-    if " " in text:
-        problems.append("spaces")
+    if pathsep in text:
+        problems.append(f"a '{pathsep}' (it splits the local tools' folders on PATH and "
+                        "the library path)")
     if not text.isascii():
-        problems.append("non-ASCII characters")
+        problems.append("non-ASCII characters (some native libraries fail on them)")
     if problems:
-        return warn("env.path", f"the checkout path has {' and '.join(problems)} ({text}): "
-                    "some build tools and native libraries fail on such paths",
-                    "move the checkout to a plain path such as ~/aitk, delete its .venv "
-                    "(a venv records absolute paths), then run ./install.sh")
+        return warn("env.path", f"the checkout path has {' and '.join(problems)} ({text})",
+                    "move the checkout to a path without them, such as ~/aitk, delete its "
+                    ".venv (a venv records absolute paths), then run ./install.sh")
     return ok("env.path", f"checkout at {text}")
 
 

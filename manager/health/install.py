@@ -13,6 +13,16 @@ from manager.paths import Paths
 
 GOOD_OUTCOMES = ("ok", "installed", "system")
 NEUTRAL_OUTCOMES = ("skipped", "unavailable")
+# What doing without each optional package means, for the fix line.
+WITHOUT = {
+    "flash-attn": "attention falls back to PyTorch SDPA",
+    "xformers": "attention falls back to PyTorch SDPA",
+    "natten": "neighbourhood attention falls back to PyTorch",
+    "triton": "torch.compile and Triton kernels are unavailable",
+    "triton-windows": "torch.compile and Triton kernels are unavailable",
+    "torchcodec": "extensions cannot decode audio or video with it; it loads FFmpeg's "
+                  "shared libraries, so provide FFmpeg first (see tool.ffmpeg)",
+}
 
 
 def judge_sync(in_sync: bool, reasons: Sequence[str]) -> Check:
@@ -61,10 +71,10 @@ def judge_accelerators(optional: Mapping[str, Mapping[str, Any]] | None) -> Chec
     if failed:
         # A plain sync keeps a recorded failure (it would fail the same way); --force
         # is what tries again, once the cause (e.g. FFmpeg for torchcodec) is fixed.
+        without = "; ".join(f"{name}: {WITHOUT.get(name, 'not used')}" for name in failed)
         return warn("accelerators", "; ".join(parts),
-                    f"optional: the trainer runs without {', '.join(failed)} (attention "
-                    f"falls back to PyTorch SDPA); to retry once the cause is fixed: "
-                    f"{FIX_SYNC} --force")
+                    f"optional, the trainer runs without them ({without}); to retry once "
+                    f"the cause is fixed: {FIX_SYNC} --force")
     return ok("accelerators", "; ".join(parts))
 
 

@@ -24,7 +24,9 @@ _MISSING_FIX = {
 _MISSING_EFFECT = {
     "uv": "installs fall back to pip (slower)",
     "node": "the web UI cannot run",
-    "ffmpeg": "video datasets cannot be read",
+    # The bundled trainer does not use FFmpeg; torchcodec loads its shared libraries.
+    "ffmpeg": "the optional torchcodec package cannot be used (it loads FFmpeg's shared "
+              "libraries); the trainer itself does not need FFmpeg",
     "git": "`update` cannot work",
 }
 

@@ -236,7 +236,13 @@ def _judge_devices(runtime: Mapping[str, Any]) -> Check:
             return fail("gpu", f"{device.get('name')} ({label}) is not in torch's arch list "
                                f"({' '.join(arch_list) or 'empty'})", FIX_REPAIR)
         shown.append(f"{device.get('name')} ({label})")
-    return ok("gpu", "torch sees " + ", ".join(shown or ["a GPU"]))
+    seen = "torch sees " + ", ".join(shown or ["a GPU"])
+    if len(shown) < 2 or runtime.get("hip"):
+        return ok("gpu", seen)
+    if not runtime.get("nccl"):
+        return warn("gpu", f"{seen}; NCCL is missing, so training on several GPUs "
+                           f"(--gpus {len(shown)}) will not start", FIX_REPAIR)
+    return ok("gpu", f"{seen}; NCCL available: train on all with --gpus {len(shown)}")
 
 
 # ---- gathering ---------------------------------------------------------------------------

@@ -55,6 +55,9 @@ def torch_runtime() -> dict:
     mps = getattr(getattr(torch, "backends", None), "mps", None)
     if mps is not None:
         out["mps_available"] = bool(mps.is_available())
+    dist = getattr(torch, "distributed", None)
+    if dist is not None and dist.is_available():  # multi-GPU training (run.py --gpus)
+        out["nccl"] = bool(dist.is_nccl_available())
     return out
 
 

@@ -4,7 +4,8 @@ Each migration is a module of this package named `mNNN_<what>.py` with:
 
     ID           a stable id, never reused ("001_gradient_accumulation_key")
     DESCRIPTION  one line for `check` and `sync --dry-run`
-    run(root)    does the work; idempotent, so a retry after a crash is safe
+    run(root)    does the work; idempotent, so a retry after a crash is safe; may return
+                 notes (a list of lines) about what it deliberately left alone
 
 They run in the order of their module names. The sync engine calls `run_pending` after
 installing; each id is reported through `on_applied` only after its `run` succeeded, so
@@ -32,7 +33,7 @@ _MODULE_NAME = re.compile(r"^m(\d{3,})_[a-z0-9_]+$")
 class Migration:
     id: str
     description: str
-    run: Callable[[Path], None]
+    run: Callable[[Path], list[str] | None]
 
 
 class MigrationFailed(ManagerError):
@@ -87,7 +88,8 @@ def describe(ids: Iterable[str]) -> dict[str, str]:
 
 
 def run_pending(root: Path, applied: Iterable[str], on_applied: Callable[[str], None],
-                migrations: Sequence[Migration] | None = None) -> list[str]:
+                migrations: Sequence[Migration] | None = None,
+                report: Callable[[str], None] | None = None) -> list[str]:
     """Apply pending migrations in order; return the ids applied now.
 
     Stops at the first failure with MigrationFailed naming it; those applied before it
@@ -95,11 +97,14 @@ def run_pending(root: Path, applied: Iterable[str], on_applied: Callable[[str], 
     done: list[str] = []
     for migration in pending_migrations(applied, migrations):
         try:
-            migration.run(root)
+            notes = migration.run(root) or []
         except ManagerError as exc:
             raise MigrationFailed(migration.id, exc.message) from exc
         except Exception as exc:  # a migration's bug must name the migration, not crash
             raise MigrationFailed(migration.id, _cause(exc)) from exc
+        for note in notes:
+            if report is not None:
+                report(f"migration {migration.id}: {note}")
         on_applied(migration.id)
         done.append(migration.id)
     return done

@@ -40,8 +40,8 @@ from manager.tools.pins import PINS, Platform
 from manager.tools.uv import Uv, python_dir
 
 __all__ = [
-    "ToolUnavailable", "child_env", "compose_env", "default_tools", "ensure_uv", "find_uv",
-    "provision", "provision_all", "report_tools", "require",
+    "ToolUnavailable", "available", "child_env", "compose_env", "default_tools", "ensure_uv",
+    "find_uv", "provision", "provision_all", "refusal_hint", "report_tools", "require",
 ]
 
 LIBRARY_PATH_VAR = {"linux": "LD_LIBRARY_PATH", "macos": "DYLD_LIBRARY_PATH",
@@ -136,6 +136,26 @@ def report_tools(paths: Paths) -> list[dict[str, Any]]:
                    checksum=tool.pin.checksum_source)
         rows.append(row)
     return rows
+
+
+def _tool(name: str) -> Tool | None:
+    return next((t for t in default_tools() if t.name == name), None)
+
+
+def available(paths: Paths, name: str, probe: bool = True) -> bool:
+    """Is a good enough copy of the tool here (local or system)? For optional packages
+    that need one (torchcodec loads FFmpeg's libraries)."""
+    tool = _tool(name)
+    return tool is not None and tool.resolve(paths, current_platform(), probe=probe).ok
+
+
+def refusal_hint(name: str, env: Mapping[str, str] | None = None) -> str | None:
+    """What gets a tool the manager refuses to download here (its ToolUnavailable hint)."""
+    tool = _tool(name)
+    if tool is None:
+        return None
+    refused = tool.refusal(current_platform(), _context(env).settings)
+    return refused.hint if refused else None
 
 
 def require(name: str, paths: Paths) -> Path:

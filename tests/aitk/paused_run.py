@@ -9,6 +9,8 @@ signal has arrived, so where the signal lands never depends on how fast the mach
     AITK_TEST_PAUSE_SAVE   "1": after the first signal, pause inside the checkpoint
                            save, after its first file, until a second signal has
                            arrived                        -> marker `save`
+    AITK_TEST_PAUSE_RANK   under torchrun: only this rank pauses (the marker holds its
+                           pid, the process to signal)
 
 Usage: python tests/aitk/paused_run.py CONFIG (same arguments as run.py).
 """
@@ -28,6 +30,9 @@ from aitk.cli_run import main  # noqa: E402
 MARKERS = Path(os.environ["AITK_TEST_MARKERS"])
 PAUSE_CALL = int(os.environ.get("AITK_TEST_PAUSE_CALL", "0"))
 PAUSE_SAVE = os.environ.get("AITK_TEST_PAUSE_SAVE") == "1"
+if os.environ.get("AITK_TEST_PAUSE_RANK", os.environ.get("RANK", "0")) != \
+        os.environ.get("RANK", "0"):
+    PAUSE_CALL, PAUSE_SAVE = 0, False
 received: list[int] = []
 
 
@@ -35,7 +40,7 @@ def pause(point: str, signals: int) -> None:
     """Announce `point`, then wait until `signals` signals have arrived. The signal
     handler runs during the sleep; a second Ctrl+C raises out of here, as it would out
     of any code the run happens to be in."""
-    (MARKERS / point).touch()
+    (MARKERS / point).write_text(str(os.getpid()))
     deadline = time.monotonic() + 600  # only a broken test waits this long
     while len(received) < signals:
         if time.monotonic() > deadline:

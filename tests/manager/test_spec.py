@@ -491,6 +491,17 @@ def test_torchcodec_only_where_wheels_exist(d, cpu, available, index):
     assert codec.available is available
     assert codec.index_url == index
     assert codec.available or codec.reason
+    # It loads FFmpeg's libraries: the sync skips it (with why) while FFmpeg is missing.
+    assert codec.needs == ("ffmpeg",) or not codec.available
+
+
+def test_a_spec_file_keeps_what_an_optional_package_needs(tmp_path):
+    from manager.specsource import spec_from_file
+
+    made = spec.make_spec(machine(), cpu=True)
+    path = tmp_path / "spec.json"
+    path.write_text(json.dumps(made.to_dict()))
+    assert _optional(spec_from_file(path), "torchcodec").needs == ("ffmpeg",)
 
 
 def test_triton_per_platform():

@@ -7,8 +7,6 @@ import os
 import subprocess
 import sys
 
-import pytest
-
 from manager.commands.doctor import all_probes
 from manager.paths import Paths
 from tests.manager.health.conftest import REPO, base_python
@@ -240,14 +238,43 @@ def test_contracts_as_they_are_never_crash(checkout):
         assert checks["env.pythonpath"]["status"] == "WARN"
 
 
-@pytest.mark.parametrize("space", [" "])
-def test_path_with_spaces_warns(tmp_path, venv_template, monkeypatch, space):
+def test_path_with_spaces_is_fine(tmp_path, venv_template):
+    """Spaces work (install.sh and the launchers are tested in such a path): no warning.
+    What does break is the PATH separator, which splits the tools' folders on PATH."""
     from manager.health.hazards import judge_path
     from tests.manager.health.conftest import make_checkout
 
-    made = make_checkout(tmp_path / f"my{space}aitk", venv_template)
-    assert judge_path(made.root).status.value == "WARN"
+    made = make_checkout(tmp_path / "my aitk", venv_template)
+    assert judge_path(made.root).status.value == "OK"
+    split = judge_path(tmp_path / "a:b", pathsep=":")
+    assert split.status.value == "WARN" and "PATH" in split.detail
     # Moving the checkout alone leaves a venv whose scripts point at the old path.
-    assert "delete its .venv" in judge_path(made.root).fix
+    assert "delete its .venv" in split.fix
     assert judge_path(tmp_path / "caf\u00e9").status.value == "WARN"
     assert judge_path(tmp_path / "plain").status.value == "OK"
+
+
+def test_a_path_separator_really_splits_the_tool_folders(tmp_path):
+    """Why env.path warns about it: compose_env puts the checkout's folders on PATH."""
+    from manager.tools import compose_env
+
+    folder = tmp_path / "a:b" / ".node" / "bin"
+    env = compose_env(("linux", "x86_64"), [folder], [], {"PATH": "/usr/bin"}, tmp_path)
+    assert str(folder) not in env["PATH"].split(":")
+
+
+def test_long_details_reach_json_whole_and_wrap_on_a_terminal():
+    from rich.console import Console
+
+    from manager.commands.doctor import render, summarize
+    from manager.health.check import warn
+
+    tail = "the-end-of-a-long-detail"
+    detail = "word " * 80 + "/a/very/long/path/" + "x" * 120 + " " + tail
+    data = summarize([warn("tool.ffmpeg", detail, "fix it")]).data
+    assert data["checks"][0]["detail"] == " ".join(detail.split())  # nothing cut
+    console = Console(width=60, record=True, no_color=True)
+    render(console, data)
+    shown = console.export_text()
+    assert "…" not in shown
+    assert tail in shown and "".join(shown.split()).count("x" * 120) == 1

@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from manager.commands import shortcut
+from tests.external_tools import require_tool
 from tests.manager.health.conftest import REPO, base_python
 
 FAKE_MANAGER = '''
@@ -19,25 +20,23 @@ with open(os.path.join(os.path.dirname(__file__), "calls.jsonl"), "a") as fh:
     fh.write(json.dumps({"argv": sys.argv[1:], "cwd": os.getcwd(),
                          "python": sys.executable}) + "\\n")
 '''
-SHELLCHECK = shutil.which("shellcheck")
-MISSING = "shellcheck missing: apt-get install -y shellcheck (.ci/run installs it)"
 
 
 @pytest.mark.parametrize("script", ["install.sh", "launchers/aitk-launch.sh",
                                     "launchers/python.sh"])
 def test_shellcheck_clean(script):
-    assert SHELLCHECK, MISSING
-    done = subprocess.run([SHELLCHECK, "-x", "--shell=sh", script], cwd=REPO,
+    shellcheck = require_tool("shellcheck")
+    done = subprocess.run([shellcheck, "-x", "--shell=sh", script], cwd=REPO,
                           capture_output=True, text=True)
     assert done.returncode == 0, done.stdout + done.stderr
 
 
 def test_rendered_command_file_is_shellcheck_clean(tmp_path):
-    assert SHELLCHECK, MISSING
+    shellcheck = require_tool("shellcheck")
     template = (REPO / "launchers" / "macos" / "aitk.command.in").read_text()
     rendered = tmp_path / "aitk.command"
     rendered.write_text(shortcut.render_command(template, tmp_path / "it's mine"))
-    done = subprocess.run([SHELLCHECK, str(rendered)], capture_output=True, text=True)
+    done = subprocess.run([shellcheck, str(rendered)], capture_output=True, text=True)
     assert done.returncode == 0, done.stdout
 
 

@@ -74,6 +74,17 @@ def test_gpu_covered_is_ok():
     assert gpu_check(expected("dgx"), report).detail == "torch sees GB10 (sm_121)"
 
 
+def test_several_gpus_say_whether_nccl_lets_them_train_together():
+    two = [{"name": "H200", "capability": [9, 0]}] * 2
+    report = stack_report(gpu_available=True, arch_list=["sm_90"], devices=two, nccl=True)
+    check = gpu_check(expected("cuda"), report)
+    assert check.status.value == "OK" and check.detail.endswith(
+        "NCCL available: train on all with --gpus 2")
+    report = stack_report(gpu_available=True, arch_list=["sm_90"], devices=two, nccl=False)
+    check = gpu_check(expected("cuda"), report)
+    assert check.status.value == "WARN" and "NCCL is missing" in check.detail
+
+
 def test_rocm_arch_by_gfx_name():
     report = stack_report(cuda=None, hip="7.1", gpu_available=True, arch_list=["gfx942"],
                           devices=[{"name": "MI300X", "capability": [9, 4],
@@ -233,7 +244,22 @@ def test_a_multi_line_reason_becomes_one_line_of_detail():
                                 "triton": {"status": "unavailable", "detail": "no GPU"}})
     assert "\n" not in check.detail
     assert "torchcodec rolled_back (RuntimeError: no lib)" in check.detail
-    assert len(check.detail) <= 240
+
+
+def test_torchcodec_fix_speaks_of_ffmpeg_not_attention():
+    check = install.judge_accelerators({"torchcodec": {"status": "rolled_back",
+                                                       "detail": "no libavutil"}})
+    assert "attention" not in check.fix.lower()
+    assert "FFmpeg" in check.fix
+    flash = install.judge_accelerators({"flash-attn": {"status": "install_failed",
+                                                       "detail": "no wheel"}})
+    assert "attention falls back to PyTorch SDPA" in flash.fix
+
+
+def test_missing_ffmpeg_says_what_it_is_for_today():
+    check = tooling.judge_tool("ffmpeg", None)
+    assert "video dataset" not in check.detail
+    assert "torchcodec" in check.detail and "trainer itself does not need" in check.detail
 
 
 # ---- fixes that can work: what a plain sync would do again is not a fix ---------------

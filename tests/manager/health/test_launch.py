@@ -116,6 +116,14 @@ def test_corrupt_state_warns_with_its_own_fix_and_starts(healthy, trainer, tmp_p
     assert (healthy.venv / "aitk_manager_state.json").read_text() == "{not json"
 
 
+def test_state_nested_2000_deep_warns_and_starts(healthy, trainer, tmp_path, run_cli):
+    """Issue 14: a RecursionError in the JSON parser is a corrupt state, not a crash."""
+    (healthy.venv / "aitk_manager_state.json").write_text("[" * 2000 + "]" * 2000)
+    code, _, err = run_cli("launch", str(config(tmp_path, "job.yaml", exit=3)))
+    assert code == 3, err
+    assert "Traceback" not in err and "is corrupt" in err.splitlines()[0]
+
+
 def test_missing_venv_is_a_one_line_hint(healthy, trainer, tmp_path, run_cli):
     import shutil
 
@@ -211,3 +219,47 @@ def test_install_json_keeps_the_trainers_output_off_stdout(healthy, trainer, tmp
     assert code == 0
     assert json.loads(out)["command"] == "install"  # nothing but the envelope
     assert "step 1/1 loss 0.5" in err
+
+
+# Issue 14: a trainer that saves on HUP (as aitk does) and takes a while to save.
+SAVING_STAND_IN = r'''
+import os, signal, sys, time
+out = os.environ["AITK_TEST_OUT"]
+def stop(signum, frame):
+    with open(os.path.join(out, "signals"), "a") as fh:
+        fh.write(signal.Signals(signum).name + "\n")
+    while not os.path.exists(os.path.join(out, "release")):  # "saving"
+        time.sleep(0.05)
+    sys.exit(130)
+for name in ("SIGINT", "SIGTERM", "SIGHUP"):
+    signal.signal(getattr(signal, name), stop)
+open(os.path.join(out, "ready"), "w").close()
+while True:
+    time.sleep(0.05)
+'''
+
+
+@pytest.mark.skipif(os.name == "nt", reason="POSIX signals")
+def test_closing_the_terminal_forwards_hup_and_waits_for_the_save(healthy, trainer, tmp_path):
+    """SIGHUP reaches the launcher when its terminal closes; by then its stderr leads
+    nowhere (here: pipes whose reading ends are closed). The trainer must still get the
+    HUP, once, and the launcher must wait for it to finish saving."""
+    (healthy.root / "run.py").write_text(SAVING_STAND_IN, encoding="utf-8")
+    env = {**os.environ, "AITK_ROOT": str(healthy.root), "AITK_NO_BOOTSTRAP": "1"}
+    launcher = subprocess.Popen(
+        [sys.executable, "-m", "manager", "launch", str(config(tmp_path, "job.yaml"))],
+        cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    deadline = time.monotonic() + 60
+    while not (trainer / "ready").exists():
+        assert launcher.poll() is None and time.monotonic() < deadline
+        time.sleep(0.05)
+    launcher.stdout.close()  # the terminal is gone
+    launcher.stderr.close()
+    os.kill(launcher.pid, signal.SIGHUP)
+    while not (trainer / "signals").exists():
+        assert time.monotonic() < deadline, "the trainer never got a signal"
+        time.sleep(0.05)
+    assert launcher.poll() is None  # still waiting for the trainer's save
+    (trainer / "release").touch()
+    assert launcher.wait(timeout=60) == 130
+    assert (trainer / "signals").read_text() == "SIGHUP\n"

@@ -43,7 +43,7 @@ def test_fresh_install_then_noop(checkout: Checkout) -> None:
                         "accel-uninstallable": "install_failed", "accel-nowheel": "unavailable"}
     broken = state["optional"]["accel-broken"]["detail"]
     assert broken == "ImportError: no kernel image for this GPU"  # one line
-    assert "rebuild it for sm_120" in done.stderr  # the rest shown above
+    assert "rebuild it for sm_120" in Path(env["data"]["log"]).read_text()  # the rest
     assert state["git_pins"] == {"gitpkg": checkout.world.git_revs[0]}
     assert checkout.run_python("import gitpkg; print(gitpkg.VALUE)").stdout.strip() == "1"
 
@@ -128,6 +128,18 @@ def test_optional_package_is_import_tested_with_the_local_tools(uv_checkout: Che
     art = FFMPEG.artefact(current_platform())
     if lib is None or art is None or shutil.which("ffmpeg"):
         pytest.skip("needs a library to copy, an FFmpeg pin here, and no system ffmpeg")
+    _fake_local_ffmpeg(checkout, lib)
+    checkout.write_spec(make_spec(checkout.world, companions=(), accelerators=(
+        Optional_("accel-needs-lib", "accel-needs-lib==1.0", "accel_needs_lib"),)))
+    sync_ok(checkout)
+    assert checkout.state()["optional"]["accel-needs-lib"]["status"] == "ok"
+    assert checkout.installed()["accel-needs-lib"] == "1.0"
+
+
+def _fake_local_ffmpeg(checkout: Checkout, lib: str) -> None:
+    """A .ffmpeg/ the manager trusts: a program that answers -version, the library."""
+    art = FFMPEG.artefact(current_platform())
+    assert art is not None
     ffmpeg = checkout.root / ".ffmpeg"
     (ffmpeg / "bin").mkdir(parents=True)
     (ffmpeg / "bin" / "ffmpeg").write_text("#!/bin/sh\necho 'ffmpeg version n7.1'\n")
@@ -137,8 +149,32 @@ def test_optional_package_is_import_tested_with_the_local_tools(uv_checkout: Che
     archive.write_marker(ffmpeg, archive.Marker("ffmpeg", FFMPEG.version, art.filename,
                                                 "http://mirror", art.sha256 or "ab" * 32,
                                                 art.sha256 is not None))
+
+
+@pytest.mark.skipif(not Path("/proc/self/maps").exists(), reason="needs Linux /proc")
+def test_a_package_needing_ffmpeg_is_skipped_without_it_and_tried_once_it_is_there(
+        uv_checkout: Checkout) -> None:
+    """torchcodec needs FFmpeg: without it, no install-then-rollback (and no traceback);
+    the skip is recorded with its reason, and the sync after FFmpeg arrives installs it."""
+    checkout = uv_checkout
+    lib = _mapped_library("libffi.so")
+    if lib is None or FFMPEG.artefact(current_platform()) is None or shutil.which("ffmpeg"):
+        pytest.skip("needs a library to copy, an FFmpeg pin here, and no system ffmpeg")
     checkout.write_spec(make_spec(checkout.world, companions=(), accelerators=(
-        Optional_("accel-needs-lib", "accel-needs-lib==1.0", "accel_needs_lib"),)))
-    sync_ok(checkout)
+        Optional_("accel-needs-lib", "accel-needs-lib==1.0", "accel_needs_lib",
+                  needs=("ffmpeg",)),)))
+    done = checkout.manager("sync")
+    assert done.returncode == 0, done.stderr + done.stdout
+    record = checkout.state()["optional"]["accel-needs-lib"]
+    assert record["status"] == "skipped" and "needs ffmpeg" in record["detail"]
+    assert "accel-needs-lib" not in checkout.installed()
+    (log,) = sorted((checkout.root / "logs").glob("sync-*.log"))
+    assert "accel-needs-lib==1.0" not in log.read_text()  # never installed to fail
+    skipped = [ln for ln in done.stdout.splitlines() if ln.startswith("warning: accel-needs")]
+    assert len(skipped) == 1 and "needs ffmpeg" in skipped[0] and "next" in skipped[0]
+    assert sync_ok(checkout)["data"]["plan"] == []  # nothing new: not tried again
+
+    _fake_local_ffmpeg(checkout, lib)
+    again = sync_ok(checkout)
+    assert [s["kind"] for s in again["data"]["plan"]][:1] == ["try-optional"]
     assert checkout.state()["optional"]["accel-needs-lib"]["status"] == "ok"
-    assert checkout.installed()["accel-needs-lib"] == "1.0"

@@ -124,3 +124,116 @@ def test_corrupt_state_is_kept_aside_and_reverified(uv_checkout: Checkout) -> No
     assert "verify" in kinds and "install-torch" not in kinds  # re-verified, not reinstalled
     assert checkout.state()["torch"]["status"] == "ok"
     assert json.loads(_sync(checkout).stdout)["data"]["plan"] == []
+
+
+def test_a_state_nested_2000_deep_is_kept_aside_and_reverified(uv_checkout: Checkout) -> None:
+    """Issue 14: json raises RecursionError on it; the sync must still set it aside."""
+    checkout = uv_checkout
+    _light(checkout)
+    assert _sync(checkout).returncode == 0
+    deep = "[" * 2000 + "]" * 2000
+    checkout.state_file.write_text(deep)
+    done = _sync(checkout)
+    assert done.returncode == 0, done.stderr
+    assert "Traceback" not in done.stderr and "RecursionError" not in done.stderr
+    backups = list(checkout.venv.glob("aitk_manager_state.json.corrupt-*"))
+    assert len(backups) == 1 and backups[0].read_text() == deep
+    assert json.loads(_sync(checkout).stdout)["data"]["plan"] == []
+
+
+# ---- issue 14: read-only checkout or .venv ------------------------------------------------
+
+
+def _one_line_json_failure(done: subprocess.CompletedProcess[str]) -> dict:
+    assert done.returncode == 1, done.stderr
+    assert "Traceback" not in done.stderr, done.stderr
+    envelope = json.loads(done.stdout)
+    assert envelope["exit_code"] == 1 and envelope["error"]["message"]
+    return envelope
+
+
+@pytest.mark.parametrize("read_only", ["checkout", "venv"])
+def test_a_read_only_checkout_or_venv_is_one_line_with_json(uv_checkout: Checkout,
+                                                            read_only: str) -> None:
+    from tests.manager.read_only import run_read_only
+
+    checkout = uv_checkout
+    _light(checkout)
+    assert _sync(checkout).returncode == 0
+    folder = checkout.root if read_only == "checkout" else checkout.venv
+    argv = [sys.executable, "-m", "manager", "sync", "--json"]
+    if read_only == "checkout":  # even a no-op sync (it takes the lock)
+        envelope = _one_line_json_failure(
+            run_read_only([folder], argv, cwd=checkout.root, env=checkout.env))
+        assert "Read-only file system" in envelope["error"]["message"]
+    done = run_read_only([folder], [*argv, "--force"], cwd=checkout.root, env=checkout.env)
+    envelope = _one_line_json_failure(done)
+    assert "Read-only file system" in done.stderr + envelope["error"]["message"]
+
+
+# ---- issue 14: a sync never swaps packages under a running training job ------------------
+
+
+def test_sync_refuses_while_a_training_job_runs_unless_forced(uv_checkout: Checkout) -> None:
+    checkout = uv_checkout
+    _light(checkout)
+    assert _sync(checkout).returncode == 0
+    job = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"])
+    try:
+        runs = checkout.root / ".aitk-run"
+        runs.mkdir()
+        (runs / f"{job.pid}.json").write_text(json.dumps({"pid": job.pid, "name": "my_lora"}))
+        noop = _sync(checkout)  # nothing to change: nothing to refuse
+        assert noop.returncode == 0, noop.stderr
+
+        checkout.requirements("demo-req==1.0", "demo-extra==1.0")
+        before = checkout.installed()
+        done = _sync(checkout)
+        assert done.returncode == 7, done.stderr
+        envelope = json.loads(done.stdout)
+        assert "my_lora" in envelope["error"]["message"]
+        assert str(job.pid) in envelope["error"]["message"]
+        assert "--force" in envelope["error"]["hint"]
+        assert checkout.installed() == before  # nothing was touched
+
+        forced = _sync(checkout, "--force")
+        assert forced.returncode == 0, forced.stderr
+        assert "warning" in forced.stderr and "my_lora" in forced.stderr
+        assert checkout.installed()["demo-extra"] == "1.0"
+    finally:
+        job.kill()
+        job.wait()
+
+
+# ---- issue 14: --force reinstalls the torch stack, never the libraries it shares ----------
+
+
+def test_force_reinstalls_the_stack_but_not_its_dependencies(uv_checkout: Checkout) -> None:
+    """A companion depends on demo-dep, as torch depends on filelock, which the manager
+    itself imports: a concurrent manager run (check, doctor: they never wait for the lock)
+    crashed with ModuleNotFoundError while --force reinstalled it. --force now replaces
+    the stack's own files only; its dependencies stay as they are."""
+    from spec import Wheel
+    from tests.manager.sync.conftest import build_wheel
+
+    checkout = uv_checkout
+    world = checkout.world
+    comp = build_wheel(world.wheels / "issue14", "aitkcomp", "1.0.0+cpu",
+                       requires=("demo-dep==1.0",))
+    world.index.add("pytorch", comp)
+    world.index.add("pytorch", world.wheels / "demo_dep-1.0-py3-none-any.whl")
+    checkout.write_spec(make_spec(world, accelerators=(),
+                                  companions=(Wheel("aitkcomp", "1.0.0", "cpu", False,
+                                                    "aitkcomp"),)))
+    assert _sync(checkout).returncode == 0
+    site = next((checkout.venv / "lib").glob("python3*/site-packages"))
+    dep, companion = site / "demo_dep" / "__init__.py", site / "aitkcomp" / "__init__.py"
+    for installed in (dep, companion):  # a mark a reinstall would wash away
+        installed.write_text(installed.read_text() + "# untouched\n")
+
+    done = _sync(checkout, "--force")
+
+    assert done.returncode == 0, done.stderr
+    assert "# untouched" not in companion.read_text()  # really reinstalled
+    assert "# untouched" in dep.read_text()  # the shared dependency was not touched
+    assert checkout.installed()["demo-dep"] == "1.0"

@@ -34,7 +34,10 @@ def test_unreachable_torch_index_falls_back_to_the_exact_build(uv_checkout: Chec
     checkout.write_spec(make_spec(checkout.world, torch_index_url=CLOSED, accelerators=()))
     done = _sync(checkout, PIP_CONFIG_FILE=str(config))
     assert done.returncode == 0, done.stderr
-    assert f"PyTorch index {CLOSED} cannot be reached" in done.stderr
+    warnings = json.loads(done.stdout)["data"]["warnings"]
+    assert any(f"PyTorch index {CLOSED} unreachable" in w for w in warnings)
+    (log,) = (checkout.root / "logs").glob("sync-*.log")
+    assert f"PyTorch index {CLOSED} cannot be reached" in log.read_text()
     # PyPI (the loopback `pypi` tree) offers torch 2.14.0 and a plain 2.13.0: only the
     # pinned build is taken.
     assert checkout.installed()["torch"] == TORCH

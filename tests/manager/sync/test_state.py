@@ -34,15 +34,29 @@ def test_round_trip_and_missing(tmp_path: Path) -> None:
     '{"version": 1, "companions": []}', '{"version": 1, "optional": {"x": "ok"}}',
     '{"version": 1, "migrations": "001"}', '{"version": 1, "venv_fingerprint": 3}',
     '{"version": true}',
+    # issue 14: nested 2,000 deep (RecursionError in json), an integer past Python's
+    # digit limit (ValueError), bytes that are not UTF-8 (UnicodeDecodeError)
+    "[" * 2000 + "]" * 2000, '{"version": 1, "verified_at": ' + "9" * 5000 + "}",
+    "\udcff",
 ])
 def test_bad_files_raise_and_are_kept_aside(tmp_path: Path, raw: str) -> None:
     paths = Paths(tmp_path)
     paths.venv.mkdir()
-    paths.state_file.write_text(raw)
+    paths.state_file.write_bytes(raw.encode("utf-8", "surrogateescape"))
     with pytest.raises(StateError):
         load_state(paths)
     looked = read_state(paths, keep_backup=False)
     assert looked.problem and looked.backup is None and paths.state_file.exists()
     kept = read_state(paths, keep_backup=True)
     assert kept.state == State() and kept.backup is not None
-    assert kept.backup.read_text() == raw and not paths.state_file.exists()
+    assert kept.backup.read_bytes() == raw.encode("utf-8", "surrogateescape")
+    assert not paths.state_file.exists()
+
+
+def test_a_state_that_cannot_be_read_at_all_is_set_aside(tmp_path: Path) -> None:
+    """A folder where the file belongs (EISDIR): unreadable, so it is set aside too."""
+    paths = Paths(tmp_path)
+    paths.state_file.mkdir(parents=True)
+    kept = read_state(paths, keep_backup=True)
+    assert kept.problem and kept.backup is not None and kept.backup.is_dir()
+    assert not paths.state_file.exists()

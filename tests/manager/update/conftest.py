@@ -127,6 +127,9 @@ class Checkout:
                 target.parent.mkdir(parents=True, exist_ok=True)
                 target.write_text(text, encoding="utf-8")
         git(work, "add", "-A", env=self.env)
+        written = [name for name, text in files.items() if text is not None]
+        if written:  # upstream may ship a file in a folder users have git-ignored
+            git(work, "add", "-f", "--", *written, env=self.env)
         git(work, "commit", "-q", "-m", message, env=self.env)
         git(work, "push", "-q", "origin", "HEAD:main", env=self.env)
         return git(work, "rev-parse", "HEAD", env=self.env).strip()

@@ -208,3 +208,11 @@ def test_check_never_waits_for_the_lock(synced: Checkout, capsys) -> None:
     finally:
         holder.kill()
         holder.wait()
+
+
+def test_a_state_nested_2000_deep_is_exit_5_not_a_traceback(synced: Checkout, capsys) -> None:
+    """Issue 14: json's RecursionError is a corrupt state file like any other."""
+    (synced.path / ".venv" / "aitk_manager_state.json").write_text("[" * 2000 + "]" * 2000)
+    code, env = check_json(capsys)
+    assert code == errors.StateError.exit_code
+    assert env["error"]["type"] == "StateError" and "sync --verify" in env["error"]["hint"]

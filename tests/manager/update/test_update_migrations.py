@@ -140,3 +140,70 @@ def test_m001_without_a_config_folder_or_git_is_a_no_op(tmp_path: Path) -> None:
     (tmp_path / "config" / "job.yaml").write_text(LEGACY)
     m001.run(tmp_path)  # not a git checkout: every file is the user's
     assert (tmp_path / "config" / "job.yaml").read_text() == m001.convert(LEGACY)
+
+
+# ---- issue 14: only keys are renamed; a symlinked config stays a symlink -----------------
+
+IN_A_STRING = """\
+config:
+  process:
+    - train:
+        gradient_accumulation_steps: 4
+      sample:
+        prompts:
+          - |
+            gradient_accumulation_steps: 4 is what I wrote in this prompt
+          - "gradient_accumulation_steps: quoted, and
+            gradient_accumulation_steps: on a second line"
+"""
+
+
+def test_convert_never_edits_text_inside_a_string_value() -> None:
+    out = m001.convert(IN_A_STRING)
+    assert out is not None
+    assert out.count("gradient_accumulation_steps") == 3  # the three inside strings
+    assert "        gradient_accumulation: 4\n" in out
+    assert m001.convert("train: {gradient_accumulation_steps: 2}\n") == (
+        "train: {gradient_accumulation: 2}\n")
+    assert m001.convert("not: [valid yaml\n  gradient_accumulation_steps: 1\n") is None
+
+
+def test_a_symlinked_config_is_written_through_and_stays_a_link(tmp_path: Path) -> None:
+    config = tmp_path / "config"
+    config.mkdir()
+    (tmp_path / "mine").mkdir()
+    real = tmp_path / "mine" / "job.yaml"
+    real.write_text(LEGACY)
+    link = config / "job.yaml"
+    link.symlink_to(Path("..") / "mine" / "job.yaml")
+
+    notes = m001.run(tmp_path)
+
+    assert link.is_symlink() and link.resolve() == real.resolve()
+    assert real.read_text() == m001.convert(LEGACY)
+    assert m001.backup_path(link).read_text() == LEGACY
+    assert not notes
+
+
+def test_a_config_linked_from_outside_the_checkout_is_skipped_with_a_note(tmp_path: Path
+                                                                          ) -> None:
+    root = tmp_path / "checkout"
+    (root / "config").mkdir(parents=True)
+    outside = tmp_path / "elsewhere.yaml"
+    outside.write_text(LEGACY)
+    link = root / "config" / "job.yaml"
+    link.symlink_to(outside)
+
+    notes = m001.run(root)
+
+    assert link.is_symlink() and outside.read_text() == LEGACY
+    assert notes and "job.yaml" in notes[0] and "outside" in notes[0]
+
+
+def test_run_pending_reports_a_migrations_notes(tmp_path: Path) -> None:
+    said: list[str] = []
+    done = migrations.run_pending(
+        tmp_path, [], lambda _id: None,
+        [migrations.Migration("001_x", "x", lambda root: ["left config/a.yaml alone"])],
+        report=said.append)
+    assert done == ["001_x"] and said == ["migration 001_x: left config/a.yaml alone"]
