@@ -128,12 +128,12 @@ def test_an_upstream_arch_aitk_lacks_stops_with_one_line():
 def test_config_errors_carry_path_message_records():
     r = raw()
     proc(r)["train"]["lr"] = "fast"
-    proc(r)["bogus"] = 1
+    proc(r)["zzzz"] = 1
     with pytest.raises(ConfigError) as info:
         parse(r)
     records = dict(info.value.records)
-    assert set(records) == {"config.process[0].train.lr", "config.process[0].bogus"}
-    assert records["config.process[0].bogus"] == "unknown key"
+    assert set(records) == {"config.process[0].train.lr", "config.process[0].zzzz"}
+    assert records["config.process[0].zzzz"] == "unknown key"
     assert split_problem("no such config file") == ("", "no such config file")
 
 
