@@ -8,10 +8,10 @@ line saying how to run it (exit 2), not a traceback.
 
 import sys
 
-from aitk import preflight
+from aitk import venv_check
 
 if __name__ == "__main__":
-    wrong_python = preflight.check(["run.py"], sys.argv[1:])
+    wrong_python = venv_check.check(["run.py"], sys.argv[1:])
     if wrong_python is not None:
         sys.exit(wrong_python)
 

@@ -1,6 +1,6 @@
-"""`python -m aitk run|models|example-model ...`
+"""`python -m aitk run|models|example-model|audit ...`
 
-Standard library only up to the environment check (aitk.preflight): a Python without
+Standard library only up to the environment check (aitk.venv_check): a Python without
 the trainer's packages gets one line saying how to run it (exit 2).
 """
 
@@ -15,17 +15,20 @@ def main(argv: list[str] | None = None) -> int:
         "run": "aitk.cli_run",  # same as `python run.py`
         "models": "aitk.cli_models",  # list archs and where each comes from
         "example-model": "aitk.cli_example_model",  # build a tiny random example model
+        "audit": "aitk.audit.cli",  # audit a config, a dataset folder or an adapter file
     }
     if not args or args[0] in ("-h", "--help") or args[0] not in verbs:
-        print("usage: python -m aitk {run,models,example-model} ...", file=sys.stderr)
+        print("usage: python -m aitk {run,models,example-model,audit} ...", file=sys.stderr)
         print("  run CONFIG [CONFIG ...] [--recover] [--name NAME] [--log FILE]", file=sys.stderr)
         print("  models                  list model archs and their source", file=sys.stderr)
         print("  example-model DIR       write a tiny random-initialised example model",
               file=sys.stderr)
+        print("  audit config|dataset|adapter ...  check a job, a dataset or a LoRA file",
+              file=sys.stderr)
         return 0 if args and args[0] in ("-h", "--help") else 2
-    from aitk import preflight
+    from aitk import venv_check
 
-    wrong_python = preflight.check(["-m", "aitk"], args)
+    wrong_python = venv_check.check(["-m", "aitk"], args)
     if wrong_python is not None:
         return wrong_python
     import importlib

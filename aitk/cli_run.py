@@ -1,11 +1,13 @@
-"""`python run.py CONFIG [CONFIG ...] [--recover] [--name NAME] [--log FILE]`
+"""`python run.py CONFIG [CONFIG ...] [--recover] [--name NAME] [--log FILE] [--check]`
 (also `python -m aitk run ...`).
 
+Each config is loaded and preflighted (aitk.preflight: every problem that can be known
+without model weights, all at once) before anything loads. `--check` stops there.
 Configs run in order; a failure stops the list unless --recover. Ctrl+C always stops
-the list. Exit code: 0 all finished; otherwise the first failure's code (1 training
-failed or the disk is full, 2 bad config or inputs or the output folder in use, 130
-stopped by Ctrl+C/SIGTERM/SIGHUP). `--name` names the run (output folder and files),
-replacing the config's own `name`.
+the list. Exit code: 0 all finished (or, with --check, all passed); otherwise the first
+failure's code (1 training failed or the disk is full, 2 bad config or inputs or the
+output folder in use, 130 stopped by Ctrl+C/SIGTERM/SIGHUP). `--name` names the run
+(output folder and files), replacing the config's own `name`.
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import TextIO
 
-from aitk.config import ConfigError, load_config
+from aitk.config import ConfigError, LoadedConfig, load_config
 
 # aitk.job's codes; that module imports torch, so it is imported only to run a job.
 EXIT_OK, EXIT_INTERRUPTED = 0, 130
@@ -67,6 +69,8 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("-n", "--name", help="name the run (its output folder and files, "
                         "and [name] in the configs), replacing the config's own name")
     parser.add_argument("-l", "--log", type=Path, help="also write the output to FILE")
+    parser.add_argument("--check", action="store_true",
+                        help="only check the configs (no model is loaded); exit 0 or 2")
     ranks = parser.add_argument_group("several GPUs or machines (runs torchrun)")
     ranks.add_argument("--gpus", type=int, help="processes (GPUs) on this machine; "
                        "overrides the configs' `gpus:`")
@@ -111,29 +115,45 @@ def strip_rank_flags(argv: list[str]) -> list[str]:
     return out
 
 
+def checked(name: str, args: argparse.Namespace) -> LoadedConfig:
+    """Load and preflight one config; raises ConfigError listing every error found.
+    Preflight warnings and notes are printed here; config warnings by the caller."""
+    from aitk.audit.findings import Level
+    from aitk.preflight import preflight
+
+    loaded = load_config(name, name_override=args.name)
+    findings = preflight(loaded)
+    errors = [f"{f.path}: {f.message}" + (f" ({f.fix})" if f.fix else "")
+              for f in findings if f.level is Level.ERROR]
+    if errors:
+        raise ConfigError(str(loaded.source), errors)
+    for f in findings:
+        print(f.line(), file=sys.stderr)
+    return loaded
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     try:
         args = parse_args(argv)
     except SystemExit as exc:  # argparse: 2 on bad usage, 0 on --help
         return int(exc.code or 0)
-    from aitk.torchrun import LaunchError
+    if not args.check:  # a check is one process: nothing to spread over GPUs
+        from aitk.torchrun import LaunchError
 
-    try:
-        ranks_code = maybe_torchrun(args, argv)
-    except LaunchError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
-    if ranks_code is not None:
-        return ranks_code
+        try:
+            ranks_code = maybe_torchrun(args, argv)
+        except LaunchError as exc:
+            print(f"error: {exc}", file=sys.stderr)
+            return 2
+        if ranks_code is not None:
+            return ranks_code
     first_failure = EXIT_OK
     with _logging_to(args.log):
         for name in args.configs:
             try:
-                loaded = load_config(name, name_override=args.name)
-                from aitk.job import run_job
-
-                code = run_job(loaded)
+                loaded = checked(name, args)
+                code = check_passed(loaded) if args.check else _run(loaded)
             except ConfigError as exc:
                 print(exc.render(), file=sys.stderr)
                 code = ConfigError.exit_code
@@ -141,9 +161,23 @@ def main(argv: list[str] | None = None) -> int:
                 code = EXIT_INTERRUPTED
             if code != EXIT_OK:
                 first_failure = first_failure or code
-                if code == EXIT_INTERRUPTED or not args.recover:
+                # --check reports on every config; a run stops unless --recover
+                if code == EXIT_INTERRUPTED or not (args.recover or args.check):
                     return code
     return first_failure
+
+
+def check_passed(loaded: LoadedConfig) -> int:
+    for warning in loaded.warnings:
+        print(f"warning: {warning}", file=sys.stderr)
+    print(f"check passed: {loaded.name} ({loaded.source})", file=sys.stderr)
+    return EXIT_OK
+
+
+def _run(loaded: LoadedConfig) -> int:
+    from aitk.job import run_job
+
+    return run_job(loaded)
 
 
 if __name__ == "__main__":

@@ -26,6 +26,7 @@ All of these raise `ConfigError`, which the entry points turn into exit code 2.
 
 from __future__ import annotations
 
+import copy
 import difflib
 import json
 import os
@@ -46,6 +47,7 @@ from pydantic import (
     model_validator,
 )
 
+from aitk import upstream_keys
 from aitk.choices import QTYPES, TIMESTEP_TYPES
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
@@ -53,7 +55,9 @@ CONFIG_EXTENSIONS = ("", ".yml", ".yaml", ".json")
 
 
 class ConfigError(Exception):
-    """A config that cannot run. `problems` holds one line per problem."""
+    """A config that cannot run. `problems` holds one line per problem; `records` the
+    same as (field path, message) pairs ("" when a problem is about no one field), for
+    callers that place the message next to the field (audits, a web form)."""
 
     exit_code = 2
 
@@ -62,12 +66,28 @@ class ConfigError(Exception):
         self.problems = problems
         super().__init__(self.render())
 
+    @property
+    def records(self) -> list[tuple[str, str]]:
+        return [split_problem(p) for p in self.problems]
+
     def render(self) -> str:
         if len(self.problems) == 1:
             return f"config error in {self.source}: {self.problems[0]}"
         lines = [f"config errors in {self.source}:"]
         lines += [f"  - {p}" for p in self.problems]
         return "\n".join(lines)
+
+
+_PATH_PREFIX = re.compile(r"^((?:config|job|meta)(?:\.[\w-]+|\[\d+\])*|\(top level\)): ")
+
+
+def split_problem(problem: str) -> tuple[str, str]:
+    """"config.process[0].train.lr: too small" -> ("config.process[0].train.lr", "too
+    small"); a problem about no one field has the path ""."""
+    found = _PATH_PREFIX.match(problem)
+    if found is None:
+        return "", problem
+    return found.group(1), problem[found.end():]
 
 
 class _Strict(BaseModel):
@@ -91,7 +111,6 @@ class NetworkConfig(_Strict):
     alpha: float | None = None
     dropout: Probability | None = None
     lokr_factor: int = -1
-    transformer_only: Literal[True] = True  # adapters go on the transformer only
     network_kwargs: NetworkKwargs = NetworkKwargs()
 
     @property
@@ -110,7 +129,9 @@ class SaveConfig(_Strict):
     dtype: Literal["float16", "fp16", "bfloat16", "bf16", "float32", "fp32"] = "float16"
     save_every: PositiveInt = 250
     max_step_saves_to_keep: PositiveInt = 4
-    save_format: Literal["safetensors"] = "safetensors"
+    # upstream writes "diffusers" for flux; aitk always writes the layout the arch's
+    # loaders read (see aitk.adapters.keys), so both are accepted
+    save_format: Literal["safetensors", "diffusers"] = "safetensors"
 
 
 class SampleItem(_Strict):
@@ -124,7 +145,7 @@ class SampleItem(_Strict):
 
 
 class SampleConfig(_Strict):
-    sampler: Literal["flowmatch"] = "flowmatch"
+    sampler: str = "flowmatch"  # upstream's names; the arch's own sampler is used
     sample_every: PositiveInt = 250
     width: PositiveInt = 512
     height: PositiveInt = 512
@@ -177,8 +198,6 @@ class TrainConfig(_Strict):
     bypass_guidance_embedding: bool = False
     loss_type: Literal["mse"] = "mse"
     gradient_checkpointing: bool = True
-    train_unet: Literal[True] = True
-    train_text_encoder: Literal[False] = False
     cache_text_embeddings: bool = False
     unload_text_encoder: bool = False  # aitk: same as cache_text_embeddings
     skip_first_sample: bool = False
@@ -229,7 +248,6 @@ class DatasetConfig(_Strict):
     caption_dropout_rate: Probability = 0.0
     num_repeats: PositiveInt = 1
     resolution: PositiveInt | list[PositiveInt] = 512
-    buckets: Literal[True] = True
     cache_latents: bool = False
     cache_latents_to_disk: bool = False
     cache_text_embeddings: bool = False
@@ -273,78 +291,14 @@ class JobConfig(_Strict):
     meta: dict[str, Any] = {}
 
 
-# Keys the upstream toolkit accepts in each section that aitk does not implement.
-# They are dropped with a warning, so an upstream config still loads. Anything not here
-# and not in the schema is an error with a suggestion.
-UPSTREAM_ONLY_KEYS: dict[type[BaseModel], frozenset[str]] = {
-    JobSection: frozenset({"log_dir"}),
-    ProcessConfig: frozenset({
-        "logging", "performance_log_every", "first_sample", "guidance", "embedding",
-        "decorator", "adapter", "do_lorm", "lorm_extract_mode", "lorm_extract_mode_param",
-        "torch_profiler", "reg_datasets", "slider", "ema_config",
-    }),
-    NetworkConfig: frozenset({"conv", "conv_alpha", "normalize", "lorm", "lokr_full_rank",
-                              "split_multistage_loras"}),
-    SaveConfig: frozenset({"push_to_hub", "hf_repo_id", "hf_private"}),
-    SampleConfig: frozenset({"network_multiplier", "guidance_rescale",
-                             "adapter_conditioning_scale", "refiner_start_at",
-                             "extra_values", "num_frames", "fps"}),
-    SampleItem: frozenset({"ctrl_img", "ctrl_idx", "network_multiplier", "fps",
-                           "num_frames"}),
-    TrainConfig: frozenset({
-        "content_or_style", "content_or_style_reg", "unet_lr", "text_encoder_lr",
-        "refiner_lr", "embedding_lr", "adapter_lr", "min_denoising_steps",
-        "max_denoising_steps", "xformers", "sdp", "train_refiner", "train_turbo",
-        "show_turbo_outputs", "snr_gamma", "learnable_snr_gos",
-        "force_first_sample", "weight_jitter", "merge_network_on_save",
-        "start_step", "free_u", "adapter_assist_name_or_path", "adapter_assist_type",
-        "noise_multiplier", "target_noise_multiplier", "random_noise_multiplier",
-        "random_noise_shift", "img_multiplier", "noisy_latent_multiplier",
-        "latent_multiplier", "negative_prompt", "max_negative_prompts", "reg_weight",
-        "num_train_timesteps", "adaptive_scaling_factor", "prompt_dropout_prob",
-        "match_noise_norm", "short_and_long_captions",
-        "short_and_long_captions_encoder_split", "single_item_batching",
-        "match_adapter_assist", "match_adapter_chance", "loss_target",
-        "inverted_mask_prior", "inverted_mask_prior_multiplier",
-        "diff_output_preservation", "diff_output_preservation_multiplier",
-        "diff_output_preservation_class", "standardize_images", "standardize_latents",
-        "dynamic_noise_offset", "do_cfg", "do_random_cfg", "max_cfg_scale",
-        "cfg_rescale", "correct_pred_norm", "correct_pred_norm_multiplier", "pred_scaler",
-        "prompt_saturation_chance", "do_prior_divergence", "ema_config",
-        "target_norm_std", "target_norm_std_value", "next_sample_timesteps",
-        "linear_timesteps", "linear_timesteps2", "do_paramiter_swapping",
-        "paramiter_swapping_factor", "latent_feature_extractor_path", "latent_feature_loss_weight",
-        "diffusion_feature_extractor_path", "diffusion_feature_extractor_weight",
-        "optimal_noise_pairing_samples", "force_consistent_noise", "blended_blur_noise",
-        "do_guidance_loss", "guidance_loss_target", "unconditional_prompt",
-        "switch_boundary_every",
-    }),
-    ModelConfig: frozenset({
-        "is_v2", "is_xl", "is_pixart", "is_pixart_sigma", "is_auraflow", "is_v3",
-        "is_flux", "is_lumina2", "use_flux_cfg", "is_ssd", "is_vega",
-        "dtype", "vae_path", "refiner_name_or_path", "refiner_start_at", "lora_path",
-        "inference_lora_path", "latent_space_version",
-        "use_text_encoder_1", "use_text_encoder_2", "experimental_xl",
-        "text_encoder_bits", "unet_path", "unet_sample_size", "vae_device", "vae_dtype",
-        "te_device", "te_dtype", "attn_masking", "ignore_if_contains", "only_if_contains",
-        "quantize_kwargs", "split_model_over_gpus",
-        "split_model_other_module_param_count_scale", "te_name_or_path",
-        "extras_name_or_path", "accuracy_recovery_adapter", "compile",
-    }),
-    DatasetConfig: frozenset({
-        "type", "dataset_path", "random_triggers", "random_triggers_max", "random_scale",
-        "random_crop", "scale", "bucket_tolerance", "is_reg", "network_weight",
-        "token_dropout_rate", "shuffle_tokens", "keep_tokens", "flip_x", "flip_y",
-        "augments", "control_path", "control_transparent_color", "inpaint_path",
-        "full_size_control_images", "alpha_mask", "mask_path", "unconditional_path",
-        "invert_mask", "mask_min_value", "poi", "use_short_captions",
-        "cache_clip_vision_to_disk", "augmentations", "shuffle_augmentations",
-        "caption_type", "guidance_type", "clip_image_path", "clip_image_from_same_folder",
-        "clip_image_augmentations", "clip_image_shuffle_augmentations", "replacements",
-        "loss_multiplier", "num_workers", "prefetch_factor", "extra_values", "square_crop",
-        "replay_transforms", "num_frames", "shrink_video_to_frames", "fps", "debug",
-        "controls", "fast_image_size", "do_i2v",
-    }),
+# Each schema class is the aitk side of one upstream section (aitk.upstream_keys).
+SECTION_NAMES: dict[type[BaseModel], str] = {
+    JobConfig: "job", JobSection: "config", ProcessConfig: "process",
+    NetworkConfig: "network", NetworkKwargs: "network.network_kwargs", SaveConfig: "save",
+    SampleConfig: "sample", SampleItem: "sample.samples", TrainConfig: "train",
+    OptimizerParams: "train.optimizer_params",
+    LRSchedulerParams: "train.lr_scheduler_params", ModelConfig: "model",
+    DatasetConfig: "datasets",
 }
 
 
@@ -359,6 +313,9 @@ class LoadedConfig:
     # What outputs record (config.yaml, LoRA metadata): like `raw`, but `${VAR}` kept as
     # written, so a token passed through the environment is never saved to disk.
     recorded: dict[str, Any] = field(default_factory=dict)
+    # As written (after substitution and upstream's derivations), keys aitk ignores
+    # included: audits read upstream-only settings (control_path, shuffle_tokens) here.
+    written: dict[str, Any] = field(default_factory=dict)
 
     @property
     def name(self) -> str:
@@ -453,9 +410,19 @@ def read_config_file(path: Path) -> Any:
     except RecursionError:
         raise ConfigError(str(path), ["nested too deeply to be a job config"]) from None
     except (yaml.YAMLError, json.JSONDecodeError) as exc:
-        detail = " ".join(str(exc).split())  # yaml's caret diagram, on one line
-        raise ConfigError(str(path), [f"not valid {path.suffix.lstrip('.') or 'YAML'}: "
-                                      f"{detail}"]) from None
+        raise ConfigError(str(path), [parse_error_line(exc, path)]) from None
+
+
+def parse_error_line(exc: Exception, path: Path) -> str:
+    """One line with the line and column (1-based) where parsing failed."""
+    kind = "JSON" if path.suffix == ".json" else "YAML"
+    if isinstance(exc, json.JSONDecodeError):
+        return f"not valid JSON at line {exc.lineno}, column {exc.colno}: {exc.msg}"
+    mark = getattr(exc, "problem_mark", None) or getattr(exc, "context_mark", None)
+    problem = getattr(exc, "problem", None) or " ".join(str(exc).split())
+    if mark is None:
+        return f"not valid {kind}: {problem}"
+    return f"not valid {kind} at line {mark.line + 1}, column {mark.column + 1}: {problem}"
 
 
 # ---- substitution ---------------------------------------------------------------------
@@ -502,30 +469,36 @@ def _nested_model(annotation: Any) -> type[BaseModel] | None:
 
 
 def screen_keys(raw: Any, model: type[BaseModel], path: str,
-                problems: list[str], warnings: list[str]) -> Any:
-    """Drop upstream-only keys (warning), flag unknown ones (error with a suggestion)."""
+                problems: list[str], warnings: list[str],
+                warned: set[str] | None = None) -> Any:
+    """Drop upstream-only keys (a warning, once per key name, when the value changes
+    upstream's behaviour); flag unknown ones (an error with a suggestion)."""
+    warned = set() if warned is None else warned
     if isinstance(raw, list):
-        return [screen_keys(v, model, f"{path}[{i}]", problems, warnings)
+        return [screen_keys(v, model, f"{path}[{i}]", problems, warnings, warned)
                 for i, v in enumerate(raw)]
     if not isinstance(raw, dict):
         return raw
     fields = model.model_fields
-    upstream_only = UPSTREAM_ONLY_KEYS.get(model, frozenset())
+    section = SECTION_NAMES.get(model, "")
+    upstream = upstream_keys.SECTIONS.get(section, {})
     kept: dict[str, Any] = {}
     for key, value in raw.items():
         where = _join(path, key)
         if key in fields:
             nested = _nested_model(fields[key].annotation)
-            kept[key] = (screen_keys(value, nested, where, problems, warnings)
+            kept[key] = (screen_keys(value, nested, where, problems, warnings, warned)
                          if nested is not None else value)
-        elif key in upstream_only:
-            # `push_to_hub: false`, `noise_offset: 0` change nothing: no need to warn.
-            if value not in (None, False, 0, "", [], {}):
+        elif key in upstream:
+            name = f"{section}.{key}"
+            if upstream_keys.changes_behaviour(section, key, value, raw) and \
+                    name not in warned:
+                warned.add(name)
                 warnings.append(f"{where}: valid upstream but not supported by aitk; "
                                 "ignored")
         else:
-            near = difflib.get_close_matches(str(key), [*fields, *upstream_only], n=1,
-                                             cutoff=0.6)
+            near = difflib.get_close_matches(str(key), list(fields), n=1, cutoff=0.6) or \
+                difflib.get_close_matches(str(key), list(upstream), n=1, cutoff=0.75)
             hint = f" (did you mean '{near[0]}'?)" if near else ""
             problems.append(f"{where}: unknown key{hint}")
     return kept
@@ -568,13 +541,76 @@ def validation_problems(exc: ValidationError, data: Any) -> list[str]:
                        for o in found)]
 
 
+def _processes(data: Any) -> list[Any]:
+    section = data.get("config") if isinstance(data, dict) else None
+    procs = section.get("process") if isinstance(section, dict) else None
+    return procs if isinstance(procs, list) else []
+
+
+def refusal(data: Any) -> str | None:
+    """One line when the job is something aitk does not run at all (another job or process
+    type, a full fine-tune): the keys that belong to it are not worth listing."""
+    job = data.get("job", upstream_keys.RUN_JOB)
+    runs = ", ".join(upstream_keys.RUN_PROCESS_TYPES)
+    if job != upstream_keys.RUN_JOB:
+        what = upstream_keys.OTHER_JOB_TYPES.get(str(job))
+        kind = f" ({what})" if what else ""
+        return (f"job: {job!r}{kind} is not supported by aitk; it runs `job: extension` "
+                f"training processes ({runs})")
+    for i, proc in enumerate(_processes(data)):
+        if not isinstance(proc, dict):
+            continue
+        kind = proc.get("type", "sd_trainer")
+        if kind not in upstream_keys.RUN_PROCESS_TYPES:
+            what = upstream_keys.OTHER_PROCESS_TYPES.get(str(kind))
+            detail = f" ({what})" if what else ""
+            return (f"config.process[{i}].type: process type {kind!r}{detail} is not "
+                    f"supported by aitk; it runs {runs}")
+        if proc.get("network") is None and "model" in proc:
+            return (f"config.process[{i}]: a full fine-tune (no `network` section) is not "
+                    "supported by aitk; add a `network` (type lora or lokr) to train an "
+                    "adapter")
+    return None
+
+
+def upstream_form(data: Any) -> Any:
+    """Upstream's derivations, applied before validation: `model.arch` from the `is_*`
+    flags (or with its `:tag` dropped, `flex1` -> `flux`), a `locon` network is a LoRA
+    (its conv part is warned about as `network.conv`), and `training_seed` (process or
+    config level) seeds the run when `train.seed` is not set."""
+    if not isinstance(data, dict):
+        return data
+    data = copy.deepcopy(data)
+    section = data.get("config") if isinstance(data.get("config"), dict) else {}
+    for proc in _processes(data):
+        if not isinstance(proc, dict):
+            continue
+        model = proc.get("model")
+        if isinstance(model, dict) and isinstance(model.get("arch"), str | None):
+            model["arch"] = upstream_keys.derive_arch(model)  # any other type: a schema error
+        network = proc.get("network")
+        if isinstance(network, dict) and network.get("type") == "locon":
+            network["type"] = "lora"
+        seed = proc.pop("training_seed", section.get("training_seed"))
+        train = proc.setdefault("train", {})
+        if seed is not None and isinstance(train, dict) and "seed" not in train:
+            train["seed"] = seed
+    section.pop("training_seed", None)
+    return data
+
+
 def parse_job(raw: Any, source: str, *, name_override: str | None = None,
               env: typing.Mapping[str, str] | None = None,
               check_arch: ArchCheck | None = None) -> LoadedConfig:
-    """Pure core of `load_config`: raw data -> validated config, all problems at once."""
+    """Pure core of `load_config`: raw data -> validated config, all problems at once.
+    A job aitk does not run, or an upstream arch it does not support yet, stops with
+    that one line."""
     env = os.environ if env is None else env
     if not isinstance(raw, dict):
         raise ConfigError(source, ["the file must hold a mapping with `job` and `config`"])
+    refused = refusal(raw)
+    if refused is not None:
+        raise ConfigError(source, [refused])
     problems: list[str] = []
     warnings: list[str] = []
     section = raw.get("config")
@@ -583,50 +619,68 @@ def parse_job(raw: Any, source: str, *, name_override: str | None = None,
         raw = {**raw, "config": {**section, "name": name_override}}
         section = raw["config"]
     job_name = name_override or (section.get("name") if isinstance(section, dict) else None)
-    data = substitute(raw, str(job_name or "[name]"), env, problems)
+    data = upstream_form(substitute(raw, str(job_name or "[name]"), env, problems))
+    if check_arch is not None:
+        found = arch_problems(data, check_arch)
+        stop = [p for p, arch in found if arch in upstream_keys.UPSTREAM_ARCHS]
+        if stop:
+            raise ConfigError(source, stop[:1])
+        problems += [p for p, _ in found]
+    written = data
     data = screen_keys(data, JobConfig, "", problems, warnings)
     job: JobConfig | None = None
     try:
         job = JobConfig.model_validate(data)
     except ValidationError as exc:
         problems += validation_problems(exc, data)
-    if check_arch is not None:
-        problems += arch_problems(data, check_arch)
     if problems:
         raise ConfigError(source, problems)
     assert job is not None
-    recorded = screen_keys(substitute(raw, str(job_name), None, []), JobConfig, "", [], [])
+    recorded = screen_keys(upstream_form(substitute(raw, str(job_name), None, [])),
+                           JobConfig, "", [], [])
     return LoadedConfig(job=job, raw=data, source=Path(source), warnings=warnings,
-                        recorded=recorded)
+                        recorded=recorded, written=written)
 
 
 ArchCheck = Callable[[str], "str | None"]  # arch -> problem text, None when known
 
 
-def arch_problems(data: Any, check_arch: ArchCheck) -> list[str]:
-    """Unknown `model.arch` values; the checker's text lists the known archs."""
-    procs = data.get("config", {}).get("process") if isinstance(data, dict) else None
-    if not isinstance(procs, list):
-        return []
+def arch_problems(data: Any, check_arch: ArchCheck) -> list[tuple[str, str]]:
+    """(problem, arch) for each `model.arch` the checker does not know; its text lists
+    the known archs."""
     out = []
-    for i, proc in enumerate(procs):
+    for i, proc in enumerate(_processes(data)):
         model = proc.get("model") if isinstance(proc, dict) else None
         arch = model.get("arch") if isinstance(model, dict) else None
         if isinstance(arch, str):
             problem = check_arch(arch)
             if problem is not None:
-                out.append(f"config.process[{i}].model.arch: {problem}")
+                out.append((f"config.process[{i}].model.arch: {problem}", arch))
     return out
 
 
 def registry_arch_check(arch: str) -> str | None:
-    """Ask the models registry (imported lazily: it imports torch)."""
-    from aitk.models import registry
+    """Known to aitk? The built-in archs are read without importing them; the registry
+    (which imports torch) is asked only when extensions could add the arch."""
+    from aitk.models import catalog
 
-    found = registry.discover()
-    if arch in found.models:
+    known = catalog.builtin_archs()
+    if arch in known:
         return None
-    return str(registry.UnknownArchError(arch, found.models, found.broken))
+    if catalog.has_extensions():
+        from aitk.models import registry
+
+        found = registry.discover()
+        if arch in found.models:
+            return None
+        known = set(found.models)
+        if arch not in upstream_keys.UPSTREAM_ARCHS:
+            return str(registry.UnknownArchError(arch, found.models, found.broken))
+    listed = ", ".join(sorted(known)) or "none"
+    if arch in upstream_keys.UPSTREAM_ARCHS:
+        return f"arch {arch!r} is not supported yet; supported: {listed}"
+    return (f"unknown model arch {arch!r}; known archs: {listed} (`python -m aitk models` "
+            "lists them with their source)")
 
 
 def load_config(name_or_path: str, *, name_override: str | None = None,

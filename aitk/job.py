@@ -41,7 +41,7 @@ import torch
 
 import aitk
 from aitk import checkpoint as ckpt
-from aitk import distributed
+from aitk import distributed, provenance
 from aitk.config import REPO_ROOT, ConfigError, LoadedConfig, ProcessConfig, dump_yaml
 from aitk.data.batches import BatchSource
 from aitk.data.cache import LatentCache, TextEmbedCache, default_cache_dir
@@ -449,6 +449,7 @@ def lora_metadata(loaded: LoadedConfig, proc: ProcessConfig, step: int,
         "network": json.dumps({"type": proc.network.type, "rank": proc.network.dim,
                                "alpha": proc.network.scale_alpha}),
         "config": json.dumps(loaded.recorded),
+        "aitk_info": json.dumps(provenance.collect()),  # same block as `manager info`
     }
 
 

@@ -1,90 +1,190 @@
-"""Is this Python the one the trainer runs in? Standard library only.
+"""Preflight: everything about a loaded job that can be known without model weights,
+checked before anything loads, every problem listed at once.
 
-`run.py` and `python -m aitk` call `check()` before importing anything else, so
-`python3 run.py ...` with a system Python that lacks torch or pydantic prints one line
-saying how to run it (the checkout's `.venv` Python or `python3 -m manager launch`, or
-`./install.sh` when there is no `.venv` yet) and exits 2, instead of a
-ModuleNotFoundError traceback. It looks modules up without importing them.
+- the device asked for exists (torch is imported only for an explicit cuda/mps device);
+- the optimizer can be built (adamw8bit needs bitsandbytes);
+- each dataset folder exists and holds usable images with captions; control folders pair;
+- the output folder is writable, and what it already holds (a run to resume, a finished
+  LoRA, files this run would overwrite);
+- free disk space for checkpoints;
+- quantizing has optimum-quanto to do it (the schema holds the qtype to aitk's list).
+
+The schema and the arch were checked by `load_config` already. `run.py` calls this
+before `run_job`; `run.py --check` runs only this.
 """
 
 from __future__ import annotations
 
 import importlib.util
 import os
-import shlex
-import sys
+import shutil
+from collections.abc import Callable
 from pathlib import Path
 
-EXIT_WRONG_PYTHON = 2
-ROOT = Path(__file__).resolve().parent.parent
-# Import names of the trainer's own requirements (requirements.txt, plus torch).
-REQUIRED = ("torch", "pydantic", "yaml", "diffusers", "transformers", "safetensors", "PIL",
-            "numpy", "rich")
+from aitk.audit.dataset import DatasetOptions, audit_dataset
+from aitk.audit.findings import Finding, Level, error, info, warning
+from aitk.config import LoadedConfig, ProcessConfig
+
+MIN_FREE_BYTES = 512 * 1024 * 1024  # a LoRA checkpoint set fits; less is a warning
+CHECKPOINT_PREFIX = "step_"  # aitk.checkpoint's directory names (that module hashes)
+PreflightCheck = Callable[[str, ProcessConfig, LoadedConfig], list[Finding]]
 
 
-def missing_modules(names: tuple[str, ...] = REQUIRED) -> list[str]:
-    found = []
-    for name in names:
-        try:
-            if importlib.util.find_spec(name) is None:
-                found.append(name)
-        except (ImportError, ValueError):  # a broken parent package or odd sys.modules entry
-            found.append(name)
+def _device(where: str, proc: ProcessConfig, loaded: LoadedConfig) -> list[Finding]:
+    requested = proc.device
+    if requested is None or requested == "cpu":
+        return []
+    kind = requested.split(":", 1)[0]
+    if kind not in ("cuda", "mps"):
+        return [error(f"{where}.device", f"unknown device {requested!r}",
+                      "use cpu, cuda, cuda:N or mps (or remove `device`)", "device")]
+    import torch  # needed: only torch knows whether the device is there
+
+    if kind == "cuda":
+        if not torch.cuda.is_available():
+            return [error(f"{where}.device", f"{requested!r} was asked for but CUDA is not "
+                          "available here", "set `device: cpu` or remove `device`",
+                          "device")]
+        index = int(requested.split(":", 1)[1]) if ":" in requested else 0
+        if index >= torch.cuda.device_count():
+            return [error(f"{where}.device", f"{requested!r}: this machine has "
+                          f"{torch.cuda.device_count()} CUDA device(s)", "pick one that "
+                          "exists", "device")]
+    elif not torch.backends.mps.is_available():
+        return [error(f"{where}.device", f"{requested!r} was asked for but MPS is not "
+                      "available here", "set `device: cpu`", "device")]
+    return []
+
+
+def _optimizer(where: str, proc: ProcessConfig, loaded: LoadedConfig) -> list[Finding]:
+    if proc.train.optimizer == "adamw8bit" and importlib.util.find_spec("bitsandbytes") \
+            is None:
+        return [error(f"{where}.train.optimizer", "adamw8bit needs bitsandbytes, which is "
+                      "not installed", "use `optimizer: adamw` or install bitsandbytes",
+                      "optimizer")]
+    return []
+
+
+def _datasets(where: str, proc: ProcessConfig, loaded: LoadedConfig) -> list[Finding]:
+    out: list[Finding] = []
+    raw_proc = _raw_process(loaded, where)
+    for j, ds in enumerate(proc.datasets):
+        path = f"{where}.datasets[{j}]"
+        raw_ds = (raw_proc.get("datasets") or [{}])[j] if raw_proc else {}
+        controls = [Path(str(raw_ds[k])).expanduser() for k in
+                    ("control_path", "control_path_1", "control_path_2", "control_path_3")
+                    if isinstance(raw_ds, dict) and isinstance(raw_ds.get(k), str)]
+        report = audit_dataset(DatasetOptions(
+            Path(ds.folder_path).expanduser(), controls=controls, resolutions=ds.resolutions,
+            arch=proc.model.arch, caption_ext=ds.caption_ext,
+            default_caption=ds.default_caption, quick=True))
+        out += _summarised(f"{path}.folder_path", report.findings)
+    return out
+
+
+def _raw_process(loaded: LoadedConfig, where: str) -> dict:
+    """The process as written (with keys aitk ignores, e.g. control_path)."""
+    index = int(where.rsplit("[", 1)[1].rstrip("]"))
+    procs = loaded.written.get("config", {}).get("process", [])
+    return procs[index] if index < len(procs) and isinstance(procs[index], dict) else {}
+
+
+# Dataset findings that stop a run. The trainer skips an unreadable or too-small image
+# (reported once) and ignores control folders (an upstream-only key), so those warn.
+BLOCKING_DATASET_CODES = frozenset({"missing_folder", "no_images"})
+
+
+def _summarised(path: str, findings: list[Finding]) -> list[Finding]:
+    """One finding per kind: "3 files: no caption file ... (a.png, b.png, ...)"."""
+    groups: dict[str, list[Finding]] = {}
+    for f in findings:
+        if f.level is not Level.INFO:
+            groups.setdefault(f.code or f.message, []).append(f)
+    out = []
+    for items in groups.values():
+        first = items[0]
+        if first.level is Level.ERROR and first.code not in BLOCKING_DATASET_CODES:
+            first = Finding(Level.WARNING, first.path, f"{first.message}; skipped",
+                            first.fix, first.code)
+        if len(items) == 1:
+            out.append(Finding(first.level, path, f"{first.path}: {first.message}",
+                               first.fix, first.code))
+            continue
+        names = ", ".join(f.path for f in items[:3]) + (", ..." if len(items) > 3 else "")
+        out.append(Finding(first.level, path, f"{len(items)} files: {first.message} "
+                           f"({names}; `python -m aitk audit dataset` lists them)",
+                           first.fix, first.code))
+    return out
+
+
+def _output(where: str, proc: ProcessConfig, loaded: LoadedConfig) -> list[Finding]:
+    out_dir = Path(proc.training_folder).expanduser() / loaded.name
+    path = f"{where}.training_folder"
+    existing = out_dir
+    while not existing.exists() and existing != existing.parent:
+        existing = existing.parent
+    if not existing.is_dir() or not os.access(existing, os.W_OK | os.X_OK):
+        return [error(path, f"{out_dir} cannot be written ({existing} is not a writable "
+                      "folder)", "point training_folder somewhere writable", "output")]
+    found: list[Finding] = []
+    ckpts = out_dir / "checkpoints"
+    steps = sorted(int(p.name[len(CHECKPOINT_PREFIX):]) for p in
+                   (ckpts.iterdir() if ckpts.is_dir() else [])
+                   if p.name.startswith(CHECKPOINT_PREFIX)
+                   and p.name[len(CHECKPOINT_PREFIX):].isdigit())
+    final = out_dir / f"{loaded.name}.safetensors"
+    if steps and steps[-1] >= proc.train.steps:
+        found.append(info(path, f"{out_dir} holds a finished run (step {steps[-1]}): "
+                          "nothing to train", "change `name` or `training_folder` to start "
+                          "a new run", "finished"))
+    elif steps:
+        found.append(info(path, f"{out_dir} holds checkpoints up to step {steps[-1]}: the "
+                          "run resumes from the newest that validates",
+                          "change `name` or `training_folder` to start over", "resume"))
+    elif final.exists() or any(out_dir.glob("*.safetensors")):
+        found.append(warning(path, f"{out_dir} holds LoRA files but no checkpoint: this run "
+                             "starts over and overwrites them", "change `name` or "
+                             "`training_folder` to keep them", "overwrite"))
+    free = shutil.disk_usage(existing).free
+    if free < MIN_FREE_BYTES:
+        found.append(warning(path, f"only {free // (1024 * 1024)} MiB free at {existing}; "
+                             "checkpoints may not fit", "free some space", "disk"))
     return found
 
 
-def venv_python(root: Path = ROOT) -> Path:
-    return root / ".venv" / ("Scripts/python.exe" if os.name == "nt" else "bin/python")
+def _model(where: str, proc: ProcessConfig, loaded: LoadedConfig) -> list[Finding]:
+    name = proc.model.name_or_path
+    path = Path(name).expanduser()
+    looks_local = name.startswith(("/", "./", "../", "~")) or path.is_absolute() or \
+        name.count("/") != 1
+    if path.exists() or proc.model.create_if_missing or not looks_local:
+        return []
+    return [error(f"{where}.model.name_or_path", f"model folder {name} does not exist",
+                  "point name_or_path at a model folder or a hub id (org/name)", "model")]
 
 
-def _shown(path: Path) -> str:
-    """A path as the user can type it from the current folder."""
-    try:
-        return str(path.relative_to(Path.cwd()))
-    except ValueError:
-        return str(path)
+def _quantize(where: str, proc: ProcessConfig, loaded: LoadedConfig) -> list[Finding]:
+    """The schema holds qtype to QTYPES; quantizing also needs optimum-quanto here."""
+    model = proc.model
+    asked = [key for key, on in (("quantize", model.quantize), ("quantize_te",
+                                                                model.quantize_te)) if on]
+    if not asked or importlib.util.find_spec("optimum.quanto") is not None:
+        return []
+    return [error(f"{where}.model.{asked[0]}", "quantizing needs optimum-quanto, which is "
+                  "not installed", "run `python3 -m manager sync` or set quantize: false",
+                  "qtype")]
 
 
-def _listed(names: list[str]) -> str:
-    return ", ".join(names[:3]) + (f" and {len(names) - 3} more" if len(names) > 3 else "")
+CHECKS: tuple[PreflightCheck, ...] = (_device, _optimizer, _model, _datasets, _output,
+                                      _quantize)
 
 
-def advice(missing: list[str], entry: list[str], args: list[str], root: Path = ROOT) -> str:
-    """The one line for a Python that lacks `missing`. `entry` is how the trainer was
-    started after the interpreter (`["run.py"]` or `["-m", "aitk"]`), `args` the rest;
-    `manager launch` takes run.py's arguments."""
-    python = _shown(venv_python(root))
-    if entry[0] == "run.py":
-        entry = [_shown(root / "run.py")]
-    redo = shlex.join([python, *entry, *args])
-    lacks = f"lacks {_listed(missing)}"
-    if not venv_python(root).exists():
-        return (f"error: this Python ({sys.executable}) {lacks} and this checkout has no "
-                f".venv yet: set it up with ./install.sh (or python3 -m manager install), "
-                f"then run {redo}")
-    if _inside(root / ".venv"):
-        return (f"error: the checkout's environment {lacks}: repair it with "
-                f"python3 -m manager sync")
-    line = (f"error: this Python ({sys.executable}) {lacks}; run the trainer with the "
-            f"checkout's environment: {redo}")
-    if entry[-1].endswith("run.py"):
-        manager = ["-m", "manager"] if Path.cwd() == root else [_shown(root / "manager")]
-        line += f" (or: {shlex.join(['python3', *manager, 'launch', *args])})"
-    return line
-
-
-def _inside(venv: Path) -> bool:
-    """Running in `venv` (its python is a link to the base interpreter: compare prefixes)."""
-    try:
-        return Path(sys.prefix).resolve() == venv.resolve()
-    except OSError:
-        return False
-
-
-def check(entry: list[str], args: list[str]) -> int | None:
-    """None when the trainer can run here; else print the advice and return exit 2."""
-    missing = missing_modules()
-    if not missing:
-        return None
-    print(advice(missing, entry, args), file=sys.stderr)
-    return EXIT_WRONG_PYTHON
+def preflight(loaded: LoadedConfig) -> list[Finding]:
+    """Every finding for every process, errors first."""
+    findings: list[Finding] = []
+    for i, proc in enumerate(loaded.job.config.process):
+        where = f"config.process[{i}]"
+        for check in CHECKS:
+            findings += check(where, proc, loaded)
+    order = {Level.ERROR: 0, Level.WARNING: 1, Level.INFO: 2}
+    return sorted(findings, key=lambda f: order[f.level])

@@ -13,8 +13,6 @@ from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-import numpy as np
-
 Size = tuple[int, int]  # (width, height)
 
 
@@ -51,6 +49,8 @@ def resize_crop(width: int, height: int, bucket: Size) -> ResizeCrop:
 def epoch_batches(buckets: Sequence[Size], batch_size: int, seed: int,
                   epoch: int) -> list[list[int]]:
     """Indices grouped into same-bucket batches, shuffled by (seed, epoch)."""
+    import numpy as np  # here, not at the top: `run.py --check` sizes buckets without it
+
     rng = np.random.default_rng([seed, epoch])
     groups: dict[Size, list[int]] = defaultdict(list)
     for index, bucket in enumerate(buckets):

@@ -30,9 +30,8 @@ import torch
 from PIL import Image, ImageOps, UnidentifiedImageError
 
 from aitk.data.buckets import Size, bucket_for, resize_crop
+from aitk.data.formats import IMAGE_EXTENSIONS, TRIGGER_TAG
 
-IMAGE_EXTENSIONS = (".jpg", ".jpeg", ".png", ".webp")
-TRIGGER_TAG = "[trigger]"
 MAX_CAPTION_BYTES = 64 * 1024
 MAX_IMAGE_BYTES = 512 * 2**20
 MAX_IMAGE_PIXELS = 2**26  # 8192 x 8192; a bigger image would take GBs to decode

@@ -1,4 +1,4 @@
-"""Verbs: version, detect, spec."""
+"""Verbs: version, info, detect, spec."""
 
 from __future__ import annotations
 
@@ -16,6 +16,14 @@ def version(as_json: JsonFlag = False) -> None:
     from manager.commands import version as cmd
 
     _finish("version", cmd.run, as_json, cmd.render)
+
+
+@app.command()
+def info(as_json: JsonFlag = False) -> None:
+    """Version, commit, branch, dirty files, remote, library versions, backend, archs."""
+    from manager.commands import info as cmd
+
+    _finish("info", cmd.run, as_json, cmd.render)
 
 
 @app.command()

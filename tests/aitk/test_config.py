@@ -138,7 +138,7 @@ def test_all_problems_are_collected_in_one_error():
     proc(raw)["train"]["stepz"] = 1
     proc(raw)["train"]["lr"] = -1
     proc(raw)["model"]["arch"] = "nope"
-    del proc(raw)["network"]
+    del proc(raw)["datasets"]
     assert len(problems(raw)) == 4
 
 
@@ -171,7 +171,7 @@ def test_json_configs_load_and_broken_yaml_is_one_error(tmp_path: Path):
     (tmp_path / "job.json").write_text('{"job": "extension"}')
     assert read_config_file(tmp_path / "job.json") == {"job": "extension"}
     (tmp_path / "bad.yml").write_text("config: [unclosed\n")
-    with pytest.raises(ConfigError, match="not valid yml") as info:
+    with pytest.raises(ConfigError, match="not valid YAML at line 2, column 1") as info:
         read_config_file(tmp_path / "bad.yml")
     assert len(info.value.render().splitlines()) == 1
 

@@ -94,6 +94,22 @@ def test_lora_file_has_public_keys_and_metadata(trained):
     assert yaml.safe_load((out / "config.yaml").read_text()) == loaded.raw
 
 
+def test_lora_records_the_provenance_block_and_audits_clean(trained):
+    """The same block `manager info` shows; the trained file passes the adapter audit."""
+    from aitk import provenance
+    from aitk.audit.adapter import audit_adapter
+
+    _, out = trained
+    with safe_open(str(out / "demo.safetensors"), "pt") as fh:
+        recorded = json.loads(fh.metadata()["aitk_info"])
+    assert recorded == json.loads(json.dumps(provenance.collect()))
+    assert recorded["version"] and recorded["packages"]["torch"] == torch.__version__
+    report = audit_adapter(out / "demo.safetensors")
+    assert report.exit_code == 0, [f.line() for f in report.findings]
+    assert report.summary["arch"] == "example"
+    assert report.summary["layout"].startswith("ComfyUI / aitk")
+
+
 def test_loss_on_fixed_batches_falls(trained):
     loaded, out = trained
     model, network, proc = fresh(loaded)

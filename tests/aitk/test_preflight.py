@@ -1,94 +1,139 @@
-"""run.py and `python -m aitk` under a Python that lacks the trainer's packages: one line
-saying how to run it, exit 2, never a ModuleNotFoundError traceback. These run the real
-entry points under a real system interpreter (skipped where none lacks torch)."""
+"""Preflight: every problem knowable without weights, listed at once, before any model
+loads; `run.py --check` runs only that, without importing torch when nothing needs it."""
 
 from __future__ import annotations
 
-import os
-import shutil
+import importlib.util
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
-from aitk import preflight
+from aitk.audit.findings import Level
+from aitk.cli_run import main as run_main
+from aitk.config import load_config
+from aitk.preflight import preflight
+from tests.aitk.aitk_testing import REPO, job_config, write_config, write_image
 
-REPO = Path(__file__).resolve().parents[2]
-CONFIG = "config/examples/train_lora_example_cpu.yaml"
-
-
-def _lacks_torch(python: str) -> bool:
-    probe = subprocess.run([python, "-c", "import importlib.util as u, sys; "
-                            "sys.exit(u.find_spec('torch') is not None)"],
-                           env=_clean_env(), capture_output=True)
-    return probe.returncode == 0
+EXAMPLE = REPO / "config" / "examples" / "train_lora_example_cpu.yaml"
 
 
-def _clean_env() -> dict[str, str]:
-    return {k: v for k, v in os.environ.items()
-            if k not in ("PYTHONPATH", "VIRTUAL_ENV", "PYTHONHOME")}
+def _loaded(tmp_path: Path, training_folder: Path | None = None, **overrides):
+    model_dir = tmp_path / "model"
+    model_dir.mkdir(exist_ok=True)
+    cfg = job_config("pf", training_folder or tmp_path / "out", model_dir, **overrides)
+    return load_config(str(write_config(tmp_path / "pf.yml", cfg)))
 
 
-def _system_python() -> str:
-    for candidate in ("/usr/bin/python3", "/usr/local/bin/python3", shutil.which("python3")):
-        if (candidate and Path(candidate).exists()
-                and Path(candidate).resolve() != Path(sys.executable).resolve()
-                and _lacks_torch(candidate)):
-            return candidate
-    pytest.skip("no Python without torch on this machine")
+def _by_path(findings):
+    return {(f.level, f.path): f for f in findings}
 
 
-@pytest.fixture(scope="module")
-def system_python() -> str:
-    return _system_python()
+def test_the_bundled_example_passes_check_without_importing_torch(tmp_path):
+    code = ("import sys; from aitk.cli_run import main; rc = main([sys.argv[1], '--check']);"
+            "print('torch' in sys.modules, 'diffusers' in sys.modules); sys.exit(rc)")
+    done = subprocess.run([sys.executable, "-c", code, str(EXAMPLE)], cwd=REPO,
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["False", "False"]
+    assert done.stderr.strip().splitlines()[-1] == f"check passed: example_lora ({EXAMPLE})"
 
 
-def run(python: str, *args: str, cwd: Path = REPO) -> subprocess.CompletedProcess:
-    return subprocess.run([python, *args], cwd=cwd, env=_clean_env(), capture_output=True,
-                          text=True, timeout=60)
+def test_clean_job_has_no_error_and_check_exits_0(tmp_path, capsys):
+    loaded = _loaded(tmp_path)
+    assert [f for f in preflight(loaded) if f.level is Level.ERROR] == []
+    assert run_main([str(loaded.source), "--check"]) == 0
+    assert "check passed: pf" in capsys.readouterr().err
 
 
-def test_run_py_under_a_system_python_says_how_to_run_it(system_python):
-    done = run(system_python, "run.py", CONFIG)
-    assert done.returncode == 2, done.stderr
-    assert "Traceback" not in done.stderr
-    lines = done.stderr.strip().splitlines()
-    assert len(lines) == 1, lines
-    venv_python = os.path.join(".venv", "Scripts/python.exe" if os.name == "nt"
-                               else "bin/python")
-    assert f"{venv_python} run.py {CONFIG}" in lines[0]
-    assert f"python3 -m manager launch {CONFIG}" in lines[0]
+def test_every_problem_is_listed_at_once(tmp_path, capsys):
+    blocker = tmp_path / "not-a-folder"
+    blocker.write_text("a file where the output folder should go")
+    loaded = _loaded(
+        tmp_path, training_folder=blocker,
+        datasets=[{"folder_path": str(tmp_path / "missing")}],
+        model={"arch": "example", "name_or_path": str(tmp_path / "no-model")},
+        train={"optimizer": "adamw8bit"})
+    found = _by_path(preflight(loaded))
+    p = "config.process[0]"
+    expected = {f"{p}.datasets[0].folder_path", f"{p}.training_folder",
+                f"{p}.model.name_or_path"}
+    if importlib.util.find_spec("bitsandbytes") is None:
+        expected.add(f"{p}.train.optimizer")
+    assert {path for level, path in found if level is Level.ERROR} == expected
+    assert run_main([str(loaded.source), "--check"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"config errors in {loaded.source}:")
+    assert len(err.strip().splitlines()) == 1 + len(expected)
 
 
-def test_python_m_aitk_under_a_system_python_says_how_to_run_it(system_python):
-    done = run(system_python, "-m", "aitk", "models")
-    assert done.returncode == 2, done.stderr
-    assert "Traceback" not in done.stderr
-    assert len(done.stderr.strip().splitlines()) == 1
-    assert "-m aitk models" in done.stderr
+def test_quantizing_without_optimum_quanto(tmp_path, monkeypatch):
+    loaded = _loaded(tmp_path, model={"arch": "example", "name_or_path": str(tmp_path),
+                                      "quantize": True, "qtype": "qint8"})
+    assert not [f for f in preflight(loaded) if f.level is Level.ERROR]
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec",
+                        lambda name, *a: None if name == "optimum.quanto" else real(name, *a))
+    found = _by_path(preflight(loaded))
+    assert "optimum-quanto" in found[(Level.ERROR, "config.process[0].model.quantize")].message
 
 
-def test_without_a_venv_it_points_at_install(system_python, tmp_path):
-    """A checkout where ./install.sh never ran (run.py, aitk/, no .venv)."""
-    checkout = tmp_path / "checkout"
-    shutil.copytree(REPO / "aitk", checkout / "aitk",
-                    ignore=shutil.ignore_patterns("__pycache__"))
-    shutil.copy2(REPO / "run.py", checkout / "run.py")
-    done = run(system_python, "run.py", "job.yml", cwd=checkout)
-    assert done.returncode == 2, done.stderr
-    assert "Traceback" not in done.stderr
-    assert "./install.sh" in done.stderr and "no .venv" in done.stderr
+def test_cuda_asked_for_on_a_machine_without_it(tmp_path):
+    import torch
+
+    if torch.cuda.is_available():
+        pytest.skip("this machine has CUDA")
+    found = _by_path(preflight(_loaded(tmp_path, device="cuda:0")))
+    assert (Level.ERROR, "config.process[0].device") in found
+    assert "not available" in found[(Level.ERROR, "config.process[0].device")].message
 
 
-def test_the_managed_environment_passes_the_check():
-    assert preflight.missing_modules() == []
+def test_dataset_problems_are_summarised_per_kind(tmp_path):
+    folder = tmp_path / "imgs"
+    for i in range(4):
+        write_image(folder / f"{i}.png", (64, 64))  # no captions
+    (folder / "broken.png").write_bytes(b"not an image")
+    found = preflight(_loaded(tmp_path, datasets=[{"folder_path": str(folder),
+                                                   "resolution": [32]}]))
+    path = "config.process[0].datasets[0].folder_path"
+    kinds = {(f.level, f.code): f for f in found if f.path == path}
+    assert "4 files" in kinds[(Level.WARNING, "missing_caption")].message
+    # the trainer skips an unreadable image: a warning, not a reason to refuse the run
+    assert "broken.png" in kinds[(Level.WARNING, "unreadable")].message
+    assert not [f for f in found if f.level is Level.ERROR]
 
 
-def test_a_broken_managed_environment_is_told_to_sync(monkeypatch, tmp_path):
-    python = preflight.venv_python(tmp_path)
-    python.parent.mkdir(parents=True)
-    python.touch()
-    monkeypatch.setattr(sys, "prefix", str(tmp_path / ".venv"))
-    line = preflight.advice(["torch"], ["run.py"], ["job.yml"], root=tmp_path)
-    assert "python3 -m manager sync" in line and "\n" not in line
+def test_control_folders_must_pair(tmp_path):
+    """aitk ignores control_path (an upstream-only key), so a gap warns."""
+    folder, control = tmp_path / "imgs", tmp_path / "ctrl"
+    write_image(folder / "a.png", (64, 64), caption="a")
+    write_image(folder / "b.png", (64, 64), caption="b")
+    write_image(control / "a.jpg", (64, 64))
+    found = preflight(_loaded(tmp_path, datasets=[{"folder_path": str(folder),
+                                                   "control_path": str(control)}]))
+    pairs = [f for f in found if f.code == "missing_control"]
+    assert [f.level for f in pairs] == [Level.WARNING] and "b.png" in pairs[0].message
+    assert not [f for f in found if f.level is Level.ERROR]
+
+
+def test_output_folder_resume_and_overwrite_are_reported(tmp_path):
+    loaded = _loaded(tmp_path)
+    out = tmp_path / "out" / "pf"
+    (out / "checkpoints" / "step_000000003").mkdir(parents=True)
+    found = {f.code: f for f in preflight(loaded)}
+    assert found["resume"].level is Level.INFO and "step 3" in found["resume"].message
+    (out / "checkpoints" / "step_000000003").rmdir()
+    (out / "pf_000000003.safetensors").write_bytes(b"x")
+    found = {f.code: f for f in preflight(loaded)}
+    assert found["overwrite"].level is Level.WARNING
+    (out / "checkpoints" / "step_000000006").mkdir()  # steps: 6 -> finished
+    assert {f.code for f in preflight(loaded)} >= {"finished"}
+
+
+def test_check_reports_every_config_even_after_a_failure(tmp_path, capsys):
+    bad = tmp_path / "bad.yml"
+    bad.write_text("job: extract\nconfig: {name: x, process: []}\n")
+    assert run_main([str(bad), str(EXAMPLE), "--check"]) == 2
+    err = capsys.readouterr().err
+    assert "job: 'extract'" in err and "check passed: example_lora" in err

@@ -137,8 +137,8 @@ def takes_json(name: str) -> bool:
 
 def test_the_verb_list_is_known():
     """A new verb must be added here, and so gets the contract tests below."""
-    assert set(COMMANDS) == {"version", "detect", "spec", "install", "sync", "test", "tools",
-                             "update", "check", "doctor", "launch", "shortcut"}
+    assert set(COMMANDS) == {"version", "info", "detect", "spec", "install", "sync", "test",
+                             "tools", "update", "check", "doctor", "launch", "shortcut"}
 
 
 @pytest.mark.parametrize("name", sorted(set(COMMANDS) - PASS_THROUGH))
@@ -164,7 +164,7 @@ def test_every_json_verb_answers_a_usage_error_with_an_envelope(name, no_gpu_env
 
 def test_the_json_verbs_are_the_ones_scripts_call():
     assert {n for n in COMMANDS if takes_json(n)} >= {
-        "version", "detect", "spec", "sync", "check", "doctor", "tools", "shortcut"}
+        "version", "info", "detect", "spec", "sync", "check", "doctor", "tools", "shortcut"}
 
 
 def test_no_color_on_a_terminal(no_gpu_env):

@@ -71,7 +71,10 @@ def test_unknown_arch_lists_known_archs() -> None:
 
 def test_extensions_are_discovered_and_failures_isolated(ext_root: Path) -> None:
     registry = discover([ext_root], include_repo_extensions=False)
-    assert {"example", "tiny"} <= set(registry.models)  # built-ins (example, sdxl, ...) + ext
+    # every built-in arch (read without importing) plus the good extension's
+    from aitk.models import catalog
+
+    assert set(registry.models) == catalog.builtin_archs() | {"tiny"}
     assert registry.get("example") is ExampleModel  # the built-in wins the duplicate
     assert "good_ext" in registry.models["tiny"].source
     assert registry.get("tiny").__name__ == "TinyModel"

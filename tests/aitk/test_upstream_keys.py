@@ -1,0 +1,146 @@
+"""The upstream key tables and derivations (aitk/upstream_keys.py) and how load_config
+applies them: accepted keys, warnings only for values that change behaviour, once per
+key name; arch derivation; structured error records."""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+
+from aitk import upstream_keys as uk
+from aitk.config import ConfigError, parse_job, read_config_file, split_problem
+from tests.aitk.aitk_testing import REPO
+
+EXAMPLE = REPO / "config" / "examples" / "train_lora_example_cpu.yaml"
+
+
+def raw() -> dict:
+    return copy.deepcopy(read_config_file(EXAMPLE))
+
+
+def proc(r: dict) -> dict:
+    return r["config"]["process"][0]
+
+
+def parse(r: dict):
+    return parse_job(r, "job.yml", env={}, check_arch=lambda a: None)
+
+
+@pytest.mark.parametrize("model,arch", [
+    ({}, "sd1"), ({"is_flux": True}, "flux"), ({"is_xl": True}, "sdxl"),
+    ({"is_v3": True}, "sd3"), ({"is_lumina2": True}, "lumina2"), ({"is_v2": True}, "sd2"),
+    ({"is_v2": True, "is_flux": True}, "sd2"),  # upstream's order: the first flag wins
+    ({"arch": "wan22_14b:t2v"}, "wan22_14b"), ({"arch": "flex1"}, "flux"),
+    ({"arch": "qwen_image:2512", "is_flux": True}, "qwen_image"), ({"arch": "sd15"}, "sd1"),
+])
+def test_arch_derivation_follows_upstream(model, arch):
+    assert uk.derive_arch(model) == arch
+
+
+def test_derived_arch_is_what_the_job_gets():
+    r = raw()
+    del proc(r)["model"]["arch"]
+    proc(r)["model"]["is_flux"] = True
+    seen = []
+    parse_job(r, "job.yml", env={}, check_arch=lambda a: seen.append(a))
+    assert seen == ["flux"]
+    r = raw()
+    proc(r)["model"]["arch"] = "example:tiny"
+    assert parse(r).job.config.process[0].model.arch == "example"
+
+
+def test_switched_off_settings_stay_quiet_and_switched_on_ones_warn_once():
+    r = raw()
+    p = proc(r)
+    p["train"]["ema_config"] = {"use_ema": False, "ema_decay": 0.99}
+    p["sample"]["sample_start_step"] = 0
+    p["sqlite_db_path"] = "./aitk_db.db"
+    p["performance_log_every"] = 10
+    p["datasets"][0]["flip_x"] = False
+    p["datasets"].append({**p["datasets"][0], "flip_y": True})
+    p["datasets"][0]["flip_y"] = True
+    assert parse(copy.deepcopy(r)).warnings == [
+        "config.process[0].datasets[0].flip_y: valid upstream but not supported by aitk; "
+        "ignored"]  # once, though both datasets set it
+    p["train"]["ema_config"]["use_ema"] = True
+    assert "config.process[0].train.ema_config: valid upstream but not supported by aitk; " \
+           "ignored" in parse(r).warnings
+
+
+def test_upstream_keys_are_accepted_not_suggested():
+    r = raw()
+    proc(r)["sample"]["sample_start_step"] = 100  # once "did you mean 'sample_steps'?"
+    proc(r)["save"]["save_format"] = "diffusers"
+    proc(r)["model"]["layer_offloading"] = True
+    loaded = parse(r)
+    assert loaded.warnings == ["config.process[0].sample.sample_start_step: valid upstream "
+                               "but not supported by aitk; ignored"]
+
+
+def test_a_near_miss_of_an_upstream_key_still_gets_a_suggestion():
+    r = raw()
+    proc(r)["datasets"][0]["shufle_tokens"] = True
+    with pytest.raises(ConfigError) as info:
+        parse(r)
+    assert info.value.problems == ["config.process[0].datasets[0].shufle_tokens: unknown key "
+                                   "(did you mean 'shuffle_tokens'?)"]
+
+
+def test_training_seed_and_locon_follow_upstream():
+    r = raw()
+    del proc(r)["train"]["seed"]
+    proc(r)["training_seed"] = 1234
+    proc(r)["network"]["type"] = "locon"
+    p = parse(r).job.config.process[0]
+    assert p.train.seed == 1234 and p.network.type == "lora"
+    r = raw()
+    r["config"]["training_seed"] = 99  # job level, as upstream's jobs pass it down
+    assert parse(r).job.config.process[0].train.seed == 42  # an explicit train.seed wins
+
+
+@pytest.mark.parametrize("mutate,start", [
+    (lambda r: r.update(job="generate"), "job: 'generate' (image generation)"),
+    (lambda r: proc(r).update(type="concept_slider"),
+     "config.process[0].type: process type 'concept_slider'"),
+    (lambda r: proc(r).pop("network"), "config.process[0]: a full fine-tune"),
+])
+def test_jobs_aitk_does_not_run_stop_with_one_line(mutate, start):
+    r = raw()
+    proc(r)["train"]["stpes"] = 1  # not listed: the refusal is the only line
+    mutate(r)
+    with pytest.raises(ConfigError) as info:
+        parse(r)
+    assert len(info.value.problems) == 1 and info.value.problems[0].startswith(start)
+
+
+def test_an_upstream_arch_aitk_lacks_stops_with_one_line():
+    r = raw()
+    proc(r)["model"]["arch"] = "hidream"
+    proc(r)["train"]["stpes"] = 1
+    with pytest.raises(ConfigError) as info:
+        parse_job(r, "job.yml", env={}, check_arch=lambda a: f"arch {a!r} is not supported "
+                  "yet; supported: example")
+    assert info.value.problems == ["config.process[0].model.arch: arch 'hidream' is not "
+                                   "supported yet; supported: example"]
+
+
+def test_config_errors_carry_path_message_records():
+    r = raw()
+    proc(r)["train"]["lr"] = "fast"
+    proc(r)["zzzz"] = 1
+    with pytest.raises(ConfigError) as info:
+        parse(r)
+    records = dict(info.value.records)
+    assert set(records) == {"config.process[0].train.lr", "config.process[0].zzzz"}
+    assert records["config.process[0].zzzz"] == "unknown key"
+    assert split_problem("no such config file") == ("", "no such config file")
+
+
+def test_every_upstream_section_maps_to_a_schema_class():
+    from aitk.config import SECTION_NAMES
+
+    mapped = set(SECTION_NAMES.values())
+    assert {"job", "config", "process", "network", "save", "sample", "sample.samples",
+            "train", "model", "datasets"} <= mapped
+    assert set(uk.SECTIONS) - mapped <= {"logging", "train.ema_config"}  # whole sections
