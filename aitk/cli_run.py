@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import TextIO
 
 from aitk.config import ConfigError, load_config
+from aitk.status import StatusFile, status_path
 
 
 class _Tee:
@@ -79,6 +80,9 @@ def main(argv: list[str] | None = None) -> int:
                 code = run_job(loaded)
             except ConfigError as exc:
                 print(exc.render(), file=sys.stderr)
+                # A watcher (the web UI) gets the problems as data, field by field.
+                StatusFile(status_path(None), name).finish(
+                    ConfigError.exit_code, error=exc.render(), problems=exc.problems)
                 code = ConfigError.exit_code
             except KeyboardInterrupt:  # Ctrl+C while loading, before handlers exist
                 code = EXIT_INTERRUPTED

@@ -41,6 +41,7 @@ from aitk.files import atomic_write_json, atomic_write_text
 from aitk.flow_matching import NonFiniteLoss
 from aitk.metrics import Metrics
 from aitk.optim import OptimizerUnavailable, Schedule, build_optimizer, lr_at
+from aitk.status import StatusFile, status_path
 from aitk.train import LoopSettings, Outcome, Run, train
 
 EXIT_OK, EXIT_FAILED, EXIT_CONFIG, EXIT_INTERRUPTED = 0, 1, 2, 130
@@ -321,7 +322,7 @@ def restore(found: ckpt.Checkpoint, network: Any, optimizer: torch.optim.Optimiz
 
 # ---- one process ----------------------------------------------------------------------
 def run_process(loaded: LoadedConfig, proc: ProcessConfig, stop: StopFlag,
-                stream: TextIO) -> Outcome:
+                stream: TextIO, status: StatusFile | None = None) -> Outcome:
     from aitk.sampling import image_configs, write_samples
 
     say = Reporter(stream)
@@ -336,6 +337,8 @@ def run_process(loaded: LoadedConfig, proc: ProcessConfig, stop: StopFlag,
     items = scan_datasets(proc, model.get_bucket_divisibility(), say)
     tr = proc.train
     samples = [] if tr.disable_sampling else image_configs(proc.sample, proc.trigger_word)
+    status = status or StatusFile(None)
+    status.phase("caching")
     latents = cached_latents(proc, model, items, stop, say, stream)
     embeds, sample_embeds = text_embeddings(proc, model, items, samples, stop, say)
 
@@ -365,7 +368,9 @@ def run_process(loaded: LoadedConfig, proc: ProcessConfig, stop: StopFlag,
           f"resolutions and repeats), {tr.steps} steps on {device.type}; outputs in {out_dir}",
           file=stream, flush=True)
     trained.train()  # adapter dropout active; previews switch to eval and back
-    metrics = Metrics(out_dir / "loss_log.jsonl", tr.steps, start, name, stream=stream)
+    status.phase("training", step=start, total_steps=tr.steps)
+    metrics = Metrics(out_dir / "loss_log.jsonl", tr.steps, start, name, stream=stream,
+                      status=status)
     save_dtype = SAVE_DTYPES[proc.save.dtype]
 
     def lora_path(step: int) -> Path:
@@ -373,6 +378,7 @@ def run_process(loaded: LoadedConfig, proc: ProcessConfig, stop: StopFlag,
                           else step_lora_name(name, step))
 
     def save(step: int) -> None:
+        status.phase("saving")
         meta = lora_metadata(loaded, proc, step, data.epoch)
         ckpt.save_checkpoint(ckpt_root, step,
                              checkpoint_files(network, optimizer, data, step, schedule, loaded))
@@ -381,11 +387,14 @@ def run_process(loaded: LoadedConfig, proc: ProcessConfig, stop: StopFlag,
         ckpt.prune(ckpt_root, proc.save.max_step_saves_to_keep)
         prune_step_loras(out_dir, name, proc.save.max_step_saves_to_keep)
         metrics.message(f"saved {lora.name} and checkpoint {ckpt.dir_name(step)}")
+        status.phase("training")
 
     def sample(step: int) -> None:
+        status.phase("sampling")
         paths = write_samples(model, samples, out_dir / "samples", step, proc.sample.format,
                               sample_embeds)
         metrics.message(f"wrote {len(paths)} samples for step {step}")
+        status.phase("training")
 
     if start > 0 and not lora_path(start).exists():
         # A save cut between its checkpoint and its LoRA file (second Ctrl+C, crash):
@@ -431,13 +440,23 @@ def _known_error_code(exc: BaseException) -> int | None:
 def run_job(loaded: LoadedConfig, stream: TextIO | None = None) -> int:
     """Run every process of one config; returns the exit code (never raises)."""
     stream = stream or sys.stderr  # looked up now: --log swaps sys.stderr for a tee
+    first = loaded.job.config.process[0]
+    status = StatusFile(status_path(Path(first.training_folder).expanduser() / loaded.name),
+                        loaded.name)
+    status.phase("loading")
+    code = _run_job(loaded, stream, status)
+    status.finish(code, error=status.fields["error"], problems=status.fields["errors"])
+    return code
+
+
+def _run_job(loaded: LoadedConfig, stream: TextIO, status: StatusFile) -> int:
     for warning in loaded.warnings:
         print(f"warning: {warning}", file=stream)
     stop = StopFlag(say=lambda m: print(m, file=stream, flush=True))
     try:
         with stop.installed(), registered(loaded.name, loaded.source):
             for proc in loaded.job.config.process:
-                if run_process(loaded, proc, stop, stream) is Outcome.STOPPED:
+                if run_process(loaded, proc, stop, stream, status) is Outcome.STOPPED:
                     print(f"stopped; run the same config again to resume {loaded.name}",
                           file=stream)
                     return EXIT_INTERRUPTED
@@ -453,6 +472,10 @@ def run_job(loaded: LoadedConfig, stream: TextIO | None = None) -> int:
             traceback.print_exc(file=stream)
             print(f"error: {loaded.name} failed: {exc.__class__.__name__}: {exc}",
                   file=stream)
+            status.fields["error"] = f"{exc.__class__.__name__}: {exc}"
             return EXIT_FAILED
         print(f"error: {exc}", file=stream)
+        status.fields["error"] = str(exc)
+        if isinstance(exc, ConfigError):
+            status.fields["errors"] = exc.problems
         return code
