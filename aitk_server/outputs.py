@@ -1,0 +1,58 @@
+"""What a job wrote in its output folder, read for the page: the loss log as points,
+the sample gallery by step, the LoRA files."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+from typing import Any
+
+SAMPLE = re.compile(r"^(\d{9})_(\d+)\.(png|jpg|jpeg|webp)$")
+STEP_LORA = re.compile(r"_(\d{9})\.safetensors$")
+MAX_LOG_BYTES = 64 * 1024 * 1024
+
+
+def loss_points(out_dir: Path, max_points: int = 1000) -> list[list[float]]:
+    """[[step, loss], ...], evenly thinned to at most max_points (the last kept).
+    A torn last line (a killed trainer) is skipped."""
+    path = out_dir / "loss_log.jsonl"
+    try:
+        with open(path, "rb") as fh:
+            data = fh.read(MAX_LOG_BYTES)
+    except OSError:
+        return []
+    points = []
+    for line in data.decode("utf-8", errors="replace").splitlines():
+        try:
+            entry = json.loads(line)
+            points.append([int(entry["step"]), float(entry["loss"])])
+        except (ValueError, KeyError, TypeError):
+            continue
+    if len(points) > max_points > 0:
+        stride = len(points) / max_points
+        thinned = [points[int(i * stride)] for i in range(max_points - 1)]
+        points = [*thinned, points[-1]]
+    return points
+
+
+def samples(out_dir: Path) -> list[dict[str, Any]]:
+    folder = out_dir / "samples"
+    by_step: dict[int, list[str]] = {}
+    for path in sorted(folder.iterdir()) if folder.is_dir() else []:
+        found = SAMPLE.match(path.name)
+        if found:
+            by_step.setdefault(int(found.group(1)), []).append(f"samples/{path.name}")
+    return [{"step": step, "files": files} for step, files in sorted(by_step.items())]
+
+
+def loras(out_dir: Path, name: str) -> list[dict[str, Any]]:
+    out = []
+    for path in sorted(out_dir.glob("*.safetensors")) if out_dir.is_dir() else []:
+        if not path.name.startswith(name):
+            continue
+        step = STEP_LORA.search(path.name)
+        out.append({"file": path.name, "size": path.stat().st_size,
+                    "step": int(step.group(1)) if step else None,
+                    "final": path.name == f"{name}.safetensors"})
+    return out
