@@ -97,6 +97,7 @@ def run(options: Options) -> Result:
         data.update(in_sync=plan.empty, installer="uv" if uv else "pip", changes=[],
                     package_changes=[], warnings=list(spec.warnings))
         _outcomes(data, read.state)
+        web_ui(where, options, data)
         return Result(data=data, messages=tuple(messages))
     from manager.apply import Context, apply  # only when there is work: keeps no-ops fast
 
@@ -110,7 +111,28 @@ def run(options: Options) -> Result:
                 package_changes=list(applied.package_changes),
                 warnings=[*spec.warnings, *applied.warnings])
     _outcomes(data, applied.state)
+    web_ui(where, options, data)
     return Result(data=data, messages=tuple(messages))
+
+
+def web_ui(where: Paths, options: Options, data: dict[str, Any]) -> None:
+    """Build the web UI when its lockfile or sources changed (manager/ui_build.py). A
+    failure is a warning: training works without it. Skipped with AITK_SKIP_TOOLS=1
+    (it needs the local tools)."""
+    from manager import ui_build
+    from manager.envstatus import SKIP_TOOLS_ENV
+
+    todo = ui_build.plan(ui_build.gather(where), options.force)
+    data["ui"] = {"todo": not todo.empty, "reason": todo.reason, "changes": []}
+    if todo.empty or options.dry_run or os.environ.get(SKIP_TOOLS_ENV) == "1":
+        return
+    try:
+        data["ui"]["changes"] = ui_build.ensure_built(where, _say, options.force)
+        data["ui"]["todo"] = False
+    except (ui_build.UiBuildError, errors.ManagerError, OSError) as exc:
+        text = getattr(exc, "message", None) or str(exc)
+        _say(f"warning: the web UI was not built: {text}")
+        data.setdefault("warnings", []).append(f"the web UI was not built: {text}")
 
 
 def _outcomes(data: dict[str, Any], state: Any) -> None:
@@ -157,5 +179,8 @@ def render(console: Console, data: Mapping[str, Any]) -> None:
             detail = (str(record.get("detail") or "").strip().splitlines() or [""])[0]
             table.add_row(name, str(record.get("status")), detail)
         console.print(table)
+    ui = data.get("ui") or {}
+    for change in ui.get("changes") or []:
+        console.print(f"  - {change}", markup=False)
     for warning in data.get("warnings") or []:
         console.print(f"warning: {warning}", markup=False)
