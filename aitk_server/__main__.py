@@ -125,21 +125,24 @@ def main(argv: list[str] | None = None) -> int:
     settings = Settings.for_checkout(ROOT, data_dir=data_dir, examples_dir=args.examples_dir,
                                      datasets_dir=args.datasets_dir, ui_dir=args.ui_dir,
                                      token=token, **({"db_path": args.db} if args.db else {}))
-    app = create_app(settings)
+    info_path = data_dir / "server.json"
+
+    def ready() -> None:
+        data_dir.mkdir(parents=True, exist_ok=True)
+        tmp = info_path.with_name(f".server.json.{os.getpid()}.tmp")
+        tmp.write_text(json.dumps({"pid": os.getpid(), "url": url, "host": host,
+                                   "port": port, "started": time.time()}), encoding="utf-8")
+        os.replace(tmp, info_path)
+        say(f"serving the web UI at {url}" + (" (listening on every interface; the API "
+                                              "needs the token)" if token else ""))
+        say("press Ctrl+C to stop the server (running jobs save and stop)")
+        if not args.no_browser and has_display():
+            opened = url + (f"?token={token}" if token else "")
+            threading.Timer(0.5, lambda: webbrowser.open(opened)).start()
+
+    app = create_app(settings, on_ready=ready)
     server = uvicorn.Server(uvicorn.Config(app, log_level="warning",
                                            timeout_graceful_shutdown=3))
-    info_path = data_dir / "server.json"
-    data_dir.mkdir(parents=True, exist_ok=True)
-    tmp = info_path.with_name(f".server.json.{os.getpid()}.tmp")
-    tmp.write_text(json.dumps({"pid": os.getpid(), "url": url, "host": host, "port": port,
-                               "started": time.time()}), encoding="utf-8")
-    os.replace(tmp, info_path)
-    say(f"serving the web UI at {url}" + (" (listening on every interface; the API needs "
-                                          "the token)" if token else ""))
-    say("press Ctrl+C to stop the server (running jobs save and stop)")
-    if not args.no_browser and has_display():
-        opened = url + (f"?token={token}" if token else "")
-        threading.Timer(1.0, lambda: webbrowser.open(opened)).start()
     try:
         try:
             server.run(sockets=[sock])

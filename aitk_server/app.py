@@ -383,7 +383,8 @@ def not_built_page(ui_dir: Path) -> HTMLResponse:
         "<p>The JSON API is at <code>/api/jobs</code>.</p>", status_code=503)
 
 
-def create_app(settings: Settings) -> Starlette:
+def create_app(settings: Settings, on_ready: Any = None) -> Starlette:
+    """`on_ready()` runs once the app has started (the server then accepts requests)."""
     api = Api(settings)
 
     @contextlib.asynccontextmanager
@@ -397,6 +398,8 @@ def create_app(settings: Settings) -> Starlette:
                 await run_in_threadpool(api.runner.reconcile)
 
         task = asyncio.create_task(monitor())
+        if on_ready is not None:
+            on_ready()
         try:
             yield
         finally:

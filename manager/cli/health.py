@@ -19,13 +19,15 @@ def doctor(as_json: JsonFlag = False) -> None:
 
 
 @app.command(context_settings={"allow_extra_args": True, "ignore_unknown_options": True},
-             options_metavar="[CONFIG ...] [RUN.PY OPTIONS]")
+             options_metavar="[--listen] [--port N] [--no-browser] | --example | CONFIG ...")
 def launch(ctx: typer.Context) -> None:
-    """Run the trainer on CONFIG... (default: the bundled example job) in the managed
-    environment, like `python run.py CONFIG...`; exits with the trainer's code."""
+    """Without arguments, serve the web UI (127.0.0.1:8675 or the next free port;
+    --listen: the LAN, with a token). With CONFIG... run the trainer in this terminal,
+    like `python run.py CONFIG...`; --example runs the bundled example job. Exits with
+    the server's or the trainer's code."""
     from manager.commands import launch as cmd
 
-    raise _Exit(cmd.run(cmd.Options(configs=tuple(ctx.args))))
+    raise _Exit(cmd.run(cmd.parse_args(tuple(ctx.args))))
 
 
 @app.command()
