@@ -22,10 +22,14 @@ export function LossChart({ points }) {
   const x = (s) => PAD + ((s - x0) / (x1 - x0)) * (W - 2 * PAD);
   const y = (l) => H - PAD + 8 - ((l - y0) / (y1 - y0)) * (H - 2 * PAD);
   const line = (pts) => pts.map((p) => `${x(p[0]).toFixed(1)},${y(p[1]).toFixed(1)}`).join(" ");
-  return html`<svg class="chart" id="loss-chart" viewBox=${`0 0 ${W} ${H}`} preserveAspectRatio="none">
-    <polyline points=${line(points)} fill="none" stroke="#9db7ea" stroke-width="1" />
-    <polyline points=${line(smooth(points))} fill="none" stroke="#2f6fde" stroke-width="2" />
-    <text x=${PAD} y="14" font-size="11" fill="#677085">${y1.toFixed(3)}</text>
-    <text x=${PAD} y=${H - 4} font-size="11" fill="#677085">${y0.toFixed(3)} · step ${x0}–${x1}</text>
-  </svg>`;
+  return html`<div class="chart-box">
+    <svg class="chart" id="loss-chart" viewBox=${`0 0 ${W} ${H}`} preserveAspectRatio="none">
+      <polyline points=${line(points)} fill="none" stroke="#9db7ea" stroke-width="1"
+        vector-effect="non-scaling-stroke" />
+      <polyline points=${line(smooth(points))} fill="none" stroke="#2f6fde" stroke-width="2"
+        vector-effect="non-scaling-stroke" />
+    </svg>
+    <div class="muted chart-axis">loss ${y0.toFixed(3)}–${y1.toFixed(3)} · steps ${x0}–${x1}
+      · ${points.length} points (light: raw, dark: moving average)</div>
+  </div>`;
 }

@@ -171,10 +171,9 @@ function JobDetail({ job, onDeleted }) {
     <section class="grid2">
       <div><h2>Samples</h2>
         ${recent.length === 0 && html`<p class="muted">No samples yet.</p>`}
-        ${recent.map((s) => html`<div class="gallery">
-          ${s.files.map((f) => html`<figure><img class="sample" src=${fileUrl(job.id, f)}
-            alt=${`step ${s.step}`} /><figcaption>step ${s.step}</figcaption></figure>`)}
-        </div>`)}
+        <div class="gallery">${recent.flatMap((s) => s.files.map((f) => html`<figure>
+          <img class="sample" src=${fileUrl(job.id, f)} alt=${`step ${s.step}`} />
+          <figcaption>step ${s.step}</figcaption></figure>`))}</div>
       </div>
       <div><h2>LoRA files</h2>
         ${loras.length === 0 && html`<p class="muted">None saved yet.</p>`}
