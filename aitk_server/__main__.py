@@ -12,8 +12,10 @@ Exit codes: 0 stopped normally (or already running), 1 no free port, 2 bad usage
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
+import signal
 import socket
 import sys
 import threading
@@ -80,6 +82,28 @@ def running_server(data_dir: Path) -> dict | None:
     return None
 
 
+def make_server(app: object) -> object:
+    import uvicorn
+
+    class Server(uvicorn.Server):
+        """uvicorn re-raises the Ctrl+C or SIGTERM it handled once it has shut down; a
+        re-raised SIGTERM would end this process before the running jobs are asked to
+        save. Here both just stop the server; the code after run() does the rest."""
+
+        @contextlib.contextmanager
+        def capture_signals(self):  # type: ignore[override]
+            handled = [signal.SIGINT, signal.SIGTERM] + (
+                [signal.SIGHUP] if hasattr(signal, "SIGHUP") else [])
+            old = {s: signal.signal(s, self.handle_exit) for s in handled}
+            try:
+                yield
+            finally:
+                for sig, handler in old.items():
+                    signal.signal(sig, handler)
+
+    return Server(uvicorn.Config(app, log_level="warning", timeout_graceful_shutdown=3))
+
+
 def has_display() -> bool:
     if sys.platform in ("darwin", "win32"):
         return True
@@ -91,8 +115,6 @@ def main(argv: list[str] | None = None) -> int:
         args = parse_args(sys.argv[1:] if argv is None else argv)
     except SystemExit as exc:
         return int(exc.code or 0)
-    import uvicorn
-
     from aitk_server import auth
     from aitk_server.app import Settings, create_app
 
@@ -141,13 +163,11 @@ def main(argv: list[str] | None = None) -> int:
             threading.Timer(0.5, lambda: webbrowser.open(opened)).start()
 
     app = create_app(settings, on_ready=ready)
-    server = uvicorn.Server(uvicorn.Config(app, log_level="warning",
-                                           timeout_graceful_shutdown=3))
+    server = make_server(app)
     try:
-        try:
-            server.run(sockets=[sock])
-        except KeyboardInterrupt:
-            pass  # uvicorn re-raises the Ctrl+C it handled, after shutting down
+        server.run(sockets=[sock])
+        # A second Ctrl+C or SIGTERM while the jobs save: stop waiting for them.
+        signal.signal(signal.SIGTERM, signal.default_int_handler)
         try:
             running = [j.name for j in app.state.api.db.all() if j.state == "running"]
             if running:

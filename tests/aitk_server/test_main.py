@@ -112,3 +112,30 @@ def test_bad_arguments_exit_2(argv):
     done = subprocess.run([sys.executable, "-m", "aitk_server", *argv], cwd=REPO,
                           capture_output=True, text=True, timeout=120)
     assert done.returncode == 2 and "Traceback" not in done.stderr
+
+
+def test_ctrl_c_and_sigterm_ask_running_jobs_to_save_and_stop(tmp_path, job_yaml):
+    """The job has far more steps than it can run here: it is mid-training when the
+    server is told to stop, whatever the machine's speed."""
+    import json
+    import time
+
+    server = Server(tmp_path, "--port", "0", env={"AITK_CACHE_DIR": str(tmp_path / "c")})
+    try:
+        job = httpx.post(server.url + "api/jobs", json={"yaml": job_yaml("long", 100000)},
+                         timeout=60).json()
+        httpx.post(server.url + f"api/jobs/{job['id']}/start", timeout=60)
+        deadline = time.monotonic() + 300
+        while (httpx.get(server.url + f"api/jobs/{job['id']}", timeout=60).json()
+               ["progress"]["step"] or 0) < 1:
+            assert time.monotonic() < deadline, "the job never started training"
+            time.sleep(0.2)
+    finally:
+        server.proc.send_signal(signal.SIGTERM)
+        said = "".join(server.lines) + server.proc.stderr.read()
+        assert server.proc.wait(timeout=300) == 0, said
+    assert "asking running jobs to save and stop: long" in said
+    status = json.loads((tmp_path / "data" / "jobs" / str(job["id"]) / "status.json")
+                        .read_text())
+    assert (status["phase"], status["exit_code"]) == ("stopped", 130)
+    assert not (tmp_path / "data" / "server.json").exists()
