@@ -39,9 +39,6 @@ GROUP_GRACE_S = 5.0
 _FORWARDED = ("SIGINT", "SIGTERM", "SIGHUP")
 
 
-UI_FLAGS = ("--listen", "--no-browser")  # and --port N
-
-
 @dataclass(frozen=True)
 class Options:
     configs: tuple[str, ...] = ()  # run.py's arguments: configs (and its flags)
@@ -55,25 +52,21 @@ def say(message: str) -> None:
     print(f"aitk: {message}", file=sys.stderr, flush=True)
 
 
-def parse_args(args: tuple[str, ...]) -> Options:
-    """`launch`'s free-form arguments: the UI's flags alone (or nothing) serve the UI;
-    `--example` runs the bundled job; anything else goes to run.py."""
-    rest = [a for a in args if a != "--example"]
-    if len(rest) != len(args):
-        return Options(configs=tuple(rest), example=True)
-    ui: list[str] = []
-    it = iter(rest)
-    for arg in it:
-        if arg in UI_FLAGS:
-            ui.append(arg)
-        elif arg == "--port" or arg.startswith("--port="):
-            value = arg.partition("=")[2] if "=" in arg else next(it, "")
-            if not value.isdigit() or not 0 <= int(value) < 65536:
-                raise errors.UsageError(f"launch --port needs a port number, got {value!r}")
-            ui += ["--port", value]
-        else:
-            return Options(configs=tuple(args))
-    return Options(ui_args=tuple(ui))
+def choose(args: tuple[str, ...], *, example: bool = False, listen: bool = False,
+           port: int | None = None, no_browser: bool = False) -> Options:
+    """`launch`'s flags and free arguments -> what to run. The UI's flags do not go with
+    a job (it runs in the terminal)."""
+    ui = [*(["--listen"] if listen else []), *(["--port", str(port)] if port is not None
+                                               else []),
+          *(["--no-browser"] if no_browser else [])]
+    if ui and (example or args):
+        raise errors.UsageError("--listen, --port and --no-browser are for the web UI (launch "
+                                "without a config); they do not go with --example or CONFIG")
+    if port is not None and not 0 <= port < 65536:
+        raise errors.UsageError(f"launch --port needs a port number (0-65535), got {port}")
+    if example:
+        return Options(configs=args, example=True)
+    return Options(configs=args) if args else Options(ui_args=tuple(ui))
 
 
 def server_argv(where: Paths, ui_args: tuple[str, ...]) -> list[str]:

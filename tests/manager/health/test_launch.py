@@ -117,9 +117,12 @@ def test_without_configs_serves_the_web_ui(healthy, trainer, run_cli, args, serv
     assert seen["pgid"] != os.getpgid(0)  # its own group: Ctrl+C is forwarded once
 
 
-def test_a_bad_port_is_a_usage_error(healthy, trainer, run_cli):
-    code, _, err = run_cli("launch", "--port", "http")
-    assert code == 2 and "launch --port needs a port number" in err
+@pytest.mark.parametrize("args", [("--port", "http"), ("--port", "70000"),
+                                  ("--listen", "job.yaml"), ("--example", "--no-browser")])
+def test_bad_ui_flags_are_usage_errors(healthy, trainer, run_cli, args):
+    code, _, err = run_cli("launch", *args)
+    assert code == 2 and "--port" in err and "Traceback" not in err
+    assert not (trainer / "argv.json").exists()  # nothing was started
 
 
 def test_out_of_sync_warns_and_starts(healthy, trainer, tmp_path, run_cli, monkeypatch):
