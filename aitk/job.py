@@ -12,6 +12,7 @@ Outputs, in `training_folder/NAME/`:
     samples/000000250_0.jpg          previews
     config.yaml                      the config as run ([name] and ${VAR} replaced)
     loss_log.jsonl                   one JSON object per step: step, loss, lr, time
+    status.json                      phase, step, totals, exit code (aitk.status)
 """
 
 from __future__ import annotations

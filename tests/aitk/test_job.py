@@ -69,7 +69,7 @@ def test_outputs_have_the_upstream_names(trained):
     _, out = trained
     assert sorted(p.name for p in out.iterdir()) == [
         "checkpoints", "config.yaml", "demo.safetensors", "demo_000000010.safetensors",
-        "demo_000000020.safetensors", "loss_log.jsonl", "samples"]
+        "demo_000000020.safetensors", "loss_log.jsonl", "samples", "status.json"]
     # max_step_saves_to_keep: 2 -> the newest two of each kind
     assert sorted(p.name for p in (out / "checkpoints").iterdir()) == ["step_000000020",
                                                                        "step_000000024"]
