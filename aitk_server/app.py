@@ -12,7 +12,8 @@ Routes (all under /api need the token when one is set, i.e. beyond loopback):
     POST   /api/jobs/{id}/resume               the same, from its last checkpoint
     POST   /api/jobs/{id}/stop                 the trainer saves and exits (130)
     POST   /api/queue                          {"ids": [...]}: run them one after another
-    DELETE /api/jobs/{id}/outputs              {"confirm": NAME}: delete its output folder
+    DELETE /api/jobs/{id}/outputs              {"confirm": NAME}: delete what the trainer
+                                               wrote in its output folder
     GET    /api/jobs/{id}/loss                 [[step, loss], ...]
     GET    /api/jobs/{id}/samples              [{step, files}]
     GET    /api/jobs/{id}/loras                [{file, size, step, final}]
@@ -264,15 +265,11 @@ class Api:
                            f"{job.out_dir} (LoRA files, checkpoints, samples)")
         if job.state in ACTIVE or job.state == "queued":
             raise ApiError(409, f"{job.name} is {job.state}; stop it first")
-        target = Path(job.out_dir)
-        if target.is_symlink():
-            target.unlink()
-        elif target.is_dir():
-            shutil.rmtree(target)
-        self.db.update(job.id, "outputs deleted", state="created", exit_code=None,
-                       error=None)
+        removed = outputs.delete_outputs(Path(job.out_dir), job.name)
+        self.db.update(job.id, f"outputs deleted ({len(removed)} entries)", state="created",
+                       exit_code=None, error=None)
         self.runner.status_path(job.id).unlink(missing_ok=True)
-        return JSONResponse(self.view(self.job(request)))
+        return JSONResponse({**self.view(self.job(request)), "removed": removed})
 
     async def loss(self, request: Request) -> Response:
         job = self.job(request)

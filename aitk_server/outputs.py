@@ -56,3 +56,42 @@ def loras(out_dir: Path, name: str) -> list[dict[str, Any]]:
                     "step": int(step.group(1)) if step else None,
                     "final": path.name == f"{name}.safetensors"})
     return out
+
+
+TRAINER_FILES = ("config.yaml", "loss_log.jsonl", "status.json")
+TRAINER_DIRS = ("checkpoints", "samples")
+
+
+def trainer_written(out_dir: Path, name: str) -> list[Path]:
+    """What the trainer writes in its output folder, and nothing else: a config may
+    point `training_folder` anywhere, so deleting outputs never means deleting a folder
+    wholesale."""
+    if not out_dir.is_dir() or out_dir.is_symlink():
+        return []
+    found = []
+    for entry in out_dir.iterdir():
+        lora = re.fullmatch(re.escape(name) + r"(_\d{9})?\.safetensors", entry.name)
+        if entry.is_symlink():
+            continue
+        if (entry.is_file() and (entry.name in TRAINER_FILES or lora)) or (
+                entry.is_dir() and entry.name in TRAINER_DIRS):
+            found.append(entry)
+    return sorted(found)
+
+
+def delete_outputs(out_dir: Path, name: str) -> list[str]:
+    """Remove what the trainer wrote; the folder too when nothing else is left."""
+    import shutil
+
+    removed = []
+    for entry in trainer_written(out_dir, name):
+        if entry.is_dir():
+            shutil.rmtree(entry)
+        else:
+            entry.unlink()
+        removed.append(entry.name)
+    try:
+        out_dir.rmdir()  # only when empty: someone else's files stay
+    except OSError:
+        pass
+    return removed

@@ -184,6 +184,20 @@ def test_deleting_outputs_needs_the_name_as_confirmation(client, job_yaml):
     assert not out.exists()
 
 
+def test_deleting_outputs_removes_only_what_the_trainer_wrote(client, job_yaml):
+    """`training_folder` may point anywhere: a user's own files beside the outputs stay."""
+    job = create(client, job_yaml("mixed"))
+    out = Path(job["out_dir"])
+    fake_outputs(out, "mixed")
+    (out / "notes.txt").write_text("mine")
+    (out / "mixed_final_v2.safetensors").write_bytes(b"mine too")
+    r = client.request("DELETE", f"/api/jobs/{job['id']}/outputs", json={"confirm": "mixed"})
+    assert sorted(r.json()["removed"]) == ["loss_log.jsonl", "mixed.safetensors",
+                                           "mixed_000000002.safetensors", "samples"]
+    assert sorted(p.name for p in out.iterdir()) == ["mixed_final_v2.safetensors",
+                                                     "notes.txt"]
+
+
 def test_queue_needs_known_job_ids(client):
     assert client.post("/api/queue", json={"ids": "x"}).status_code == 400
     assert client.post("/api/queue", json={"ids": [42]}).status_code == 404

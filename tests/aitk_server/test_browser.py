@@ -121,7 +121,14 @@ def shoot(driver, name: str) -> Path:
 
 def test_create_start_watch_stop_resume_download(served, browser, settings, monkeypatch):
     driver = browser
+    cats = settings.datasets_dir / "cats"
+    cats.mkdir()
+    shutil.copy(next((REPO / "datasets" / "example").glob("*.png")), cats / "a.png")
     driver.get(served)
+    until(driver, lambda d: d.find_elements("css selector", "#datasets li"), "the datasets")
+    driver.find_element("css selector", "#datasets li").click()
+    until(driver, lambda d: "1 images · 1 without a caption" in text_of(d, "#audit"),
+          "the dataset audit")
     until(driver, lambda d: d.find_elements("css selector", "#create"), "the new-job form")
     until(driver, lambda d: "example_lora" in d.find_element("id", "yaml").get_attribute(
         "value"), "the example's YAML in the editor")

@@ -16,9 +16,10 @@ const withToken = (url) => (token() ? `${url}${url.includes("?") ? "&" : "?"}tok
 export async function api(method, url, body) {
   const headers = {};
   if (token()) headers.Authorization = `Bearer ${token()}`;
-  if (body !== undefined) headers["Content-Type"] = "application/json";
+  const raw = body instanceof Blob;  // an upload goes as it is
+  if (body !== undefined && !raw) headers["Content-Type"] = "application/json";
   const response = await fetch(url, { method, headers,
-    body: body === undefined ? undefined : JSON.stringify(body) });
+    body: body === undefined ? undefined : raw ? body : JSON.stringify(body) });
   const data = await response.json().catch(() => ({}));
   if (!response.ok) {
     const err = new Error(data.error || `${response.status} ${response.statusText}`);

@@ -186,6 +186,46 @@ function JobDetail({ job, onDeleted }) {
   </div>`;
 }
 
+function Datasets() {
+  const [list, setList] = useState(null);
+  const [audit, setAudit] = useState(null);
+  const [message, setMessage] = useState("");
+  const load = () => api("GET", "/api/datasets").then(setList).catch((e) => setMessage(e.message));
+  useEffect(() => { load(); }, []);
+  const inspect = (name) => api("GET", `/api/datasets/${encodeURIComponent(name)}/audit`)
+    .then((a) => setAudit({ name, ...a })).catch((e) => setMessage(e.message));
+  const upload = async (event) => {
+    const name = window.prompt("Upload into which dataset folder (a new name makes one)?",
+      audit?.name || "");
+    if (!name) return;
+    for (const file of event.target.files) {
+      try {
+        await api("PUT", `/api/datasets/${encodeURIComponent(name)}/files/${encodeURIComponent(file.name)}`, file);
+      } catch (err) { setMessage(`${file.name}: ${err.message}`); }
+    }
+    event.target.value = "";
+    load();
+    inspect(name);
+  };
+  return html`<div class="card" id="datasets" style="margin-top:1rem">
+    <h2>Datasets</h2>
+    ${list && html`<p class="muted">in ${list.folder}</p>`}
+    <ul class="jobs">${(list?.datasets || []).map((d) => html`<li onClick=${() => inspect(d.name)}>
+      <div class="row"><b>${d.name}</b><span class="muted">${d.images} images</span></div></li>`)}
+    </ul>
+    <label class="muted">Upload images and captions
+      <input type="file" multiple accept=".png,.jpg,.jpeg,.webp,.txt" onChange=${upload} /></label>
+    ${message && html`<p class="problems">${message}</p>`}
+    ${audit && html`<div id="audit"><h2>${audit.name}</h2>
+      <p>${audit.images.length} images · ${audit.missing_captions.length} without a caption ·
+        ${audit.unreadable.length} unreadable</p>
+      ${audit.unreadable.map((u) => html`<p class="problems">${u.file}: ${u.reason}</p>`)}
+      ${audit.missing_captions.length > 0 && html`<p class="muted">No caption:
+        ${audit.missing_captions.join(", ")}</p>`}
+    </div>`}
+  </div>`;
+}
+
 function App() {
   const [jobs, setJobs] = useState([]);
   const [selected, setSelected] = useState(null);
@@ -205,9 +245,12 @@ function App() {
   return html`<header><h1>aitk</h1><span>LoRA training</span>
       <span class="conn" id="conn">${conn}</span></header>
     <main>
-      <${JobList} jobs=${jobs} selected=${creating ? null : selected}
-        onSelect=${(id) => { setSelected(id); setCreating(false); }}
-        onNew=${() => setCreating(true)} />
+      <div>
+        <${JobList} jobs=${jobs} selected=${creating ? null : selected}
+          onSelect=${(id) => { setSelected(id); setCreating(false); }}
+          onNew=${() => setCreating(true)} />
+        <${Datasets} />
+      </div>
       <div>
         ${creating || !job
           ? (creating || jobs.length === 0
