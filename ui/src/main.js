@@ -217,11 +217,11 @@ function Datasets() {
       <input type="file" multiple accept=".png,.jpg,.jpeg,.webp,.txt" onChange=${upload} /></label>
     ${message && html`<p class="problems">${message}</p>`}
     ${audit && html`<div id="audit"><h2>${audit.name}</h2>
-      <p>${audit.images.length} images · ${audit.missing_captions.length} without a caption ·
-        ${audit.unreadable.length} unreadable</p>
+      <p>${`${audit.images.length} images · ${audit.missing_captions.length} without a ` +
+        `caption · ${audit.unreadable.length} unreadable`}</p>
       ${audit.unreadable.map((u) => html`<p class="problems">${u.file}: ${u.reason}</p>`)}
-      ${audit.missing_captions.length > 0 && html`<p class="muted">No caption:
-        ${audit.missing_captions.join(", ")}</p>`}
+      ${audit.missing_captions.length > 0 && html`<p class="muted">${
+        `No caption: ${audit.missing_captions.join(", ")}`}</p>`}
     </div>`}
   </div>`;
 }
@@ -261,4 +261,6 @@ function App() {
     </main>`;
 }
 
-render(html`<${App} />`, document.getElementById("app"));
+const root = document.getElementById("app");
+root.textContent = "";  // the "Loading" placeholder: render() adds, it does not replace
+render(html`<${App} />`, root);
