@@ -34,7 +34,7 @@ import os
 import shutil
 import tempfile
 from collections.abc import AsyncIterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -77,7 +77,6 @@ class Settings:
     max_upload_bytes: int = MAX_UPLOAD_BYTES
     monitor_interval_s: float = 1.0
     stop_timeout_s: float = 120.0
-    extra: dict[str, Any] = field(default_factory=dict)
 
     @classmethod
     def for_checkout(cls, root: Path, **overrides: Any) -> Settings:
