@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import TextIO
 
 from aitk.config import ConfigError, LoadedConfig, load_config
+from aitk.status import StatusFile, status_path
 
 # aitk.job's codes; that module imports torch, so it is imported only to run a job.
 EXIT_OK, EXIT_INTERRUPTED = 0, 130
@@ -156,6 +157,9 @@ def main(argv: list[str] | None = None) -> int:
                 code = check_passed(loaded) if args.check else _run(loaded)
             except ConfigError as exc:
                 print(exc.render(), file=sys.stderr)
+                # A watcher (the web UI) gets the problems as data, field by field.
+                StatusFile(status_path(None), name).finish(
+                    ConfigError.exit_code, error=exc.render(), problems=exc.problems)
                 code = ConfigError.exit_code
             except KeyboardInterrupt:  # Ctrl+C while loading, before handlers exist
                 code = EXIT_INTERRUPTED

@@ -15,6 +15,7 @@ Outputs, in `training_folder/NAME/`:
     config.yaml                      the config as run ([name] replaced, ${VAR} kept)
     loss_log.jsonl                   one JSON object per step: step, loss, lr, time
     .aitk.lock, .aitk.lock.json      one trainer per output folder; who holds it
+    status.json                      phase, step, totals, exit code (aitk.status)
 
 The trainer only removes or overwrites files it recognises as its own: checkpoints by
 their manifest (aitk.checkpoint), LoRA files by their `software` metadata, config.yaml
@@ -56,6 +57,7 @@ from aitk.files import (
 from aitk.metrics import Metrics
 from aitk.noise import NonFiniteLoss
 from aitk.optim import OptimizerUnavailable, Schedule, build_optimizer, lr_at
+from aitk.status import StatusFile, status_path
 from aitk.train import LoopSettings, Outcome, Run, train
 
 EXIT_OK, EXIT_FAILED, EXIT_CONFIG, EXIT_INTERRUPTED = 0, 1, 2, 130
@@ -514,19 +516,21 @@ def restore(found: ckpt.Checkpoint, network: Any, optimizer: torch.optim.Optimiz
 
 # ---- one process ----------------------------------------------------------------------
 def run_process(loaded: LoadedConfig, proc: ProcessConfig, stop: StopFlag,
-                stream: TextIO, world: distributed.World = distributed.SINGLE) -> Outcome:
+                stream: TextIO, world: distributed.World = distributed.SINGLE,
+                status: StatusFile | None = None) -> Outcome:
     """One process of a job. Under torchrun every rank runs this; rank 0 alone writes
     (outputs, checkpoints, samples, logs) and holds the output folder's lock, and the
     others train their shard."""
     out_dir = Path(proc.training_folder).expanduser() / loaded.name
     if not world.is_main:
-        return train_process(loaded, proc, out_dir, stop, stream, world)
+        return train_process(loaded, proc, out_dir, stop, stream, world, status)
     with output_lock(out_dir, loaded.source):
-        return train_process(loaded, proc, out_dir, stop, stream, world)
+        return train_process(loaded, proc, out_dir, stop, stream, world, status)
 
 
 def train_process(loaded: LoadedConfig, proc: ProcessConfig, out_dir: Path, stop: StopFlag,
-                  stream: TextIO, world: distributed.World) -> Outcome:
+                  stream: TextIO, world: distributed.World,
+                  status: StatusFile | None = None) -> Outcome:
     from aitk.sampling import image_configs, write_samples
 
     main = world.is_main
@@ -553,6 +557,8 @@ def train_process(loaded: LoadedConfig, proc: ProcessConfig, out_dir: Path, stop
     items = scan_datasets(proc, model.get_bucket_divisibility(), say)
     tr = proc.train
     samples = [] if tr.disable_sampling else image_configs(proc.sample, proc.trigger_word)
+    status = status or StatusFile(None)
+    status.phase("caching")
     cache_dir = usable_cache_dir(say)
     latents = cached_latents(proc, model, items, stop, say, stream, cache_dir, world)
     embeds, sample_embeds = text_embeddings(proc, model, items, samples, stop, say,
@@ -590,8 +596,9 @@ def train_process(loaded: LoadedConfig, proc: ProcessConfig, out_dir: Path, stop
           f"resolutions and repeats), {tr.steps} steps on {device.type}{ranks}; outputs in "
           f"{out_dir}", file=stream, flush=True)
     trained.train()  # adapter dropout active; previews switch to eval and back
+    status.phase("training", step=start, total_steps=tr.steps)
     metrics = Metrics(out_dir / "loss_log.jsonl" if main else None, tr.steps, start, name,
-                      stream=stream)
+                      stream=stream, status=status)
     save_dtype = SAVE_DTYPES[proc.save.dtype]
 
     def lora_path(step: int) -> Path:
@@ -601,6 +608,7 @@ def train_process(loaded: LoadedConfig, proc: ProcessConfig, out_dir: Path, stop
     def save(step: int) -> None:
         if not main:
             return
+        status.phase("saving")
         meta = lora_metadata(loaded, proc, step, data.epoch)
         files = checkpoint_files(network, optimizer, data, step, schedule, loaded)
         # The checkpoint, then the LoRA (at most the adapter's full-precision size).
@@ -612,13 +620,16 @@ def train_process(loaded: LoadedConfig, proc: ProcessConfig, out_dir: Path, stop
         ckpt.prune(ckpt_root, proc.save.max_step_saves_to_keep)
         prune_step_loras(out_dir, name, proc.save.max_step_saves_to_keep)
         metrics.message(f"saved {lora.name} and checkpoint {ckpt.dir_name(step)}")
+        status.phase("training")
 
     def sample(step: int) -> None:
         if not main:
             return
+        status.phase("sampling")
         paths = write_samples(model, samples, out_dir / "samples", step, proc.sample.format,
                               sample_embeds)
         metrics.message(f"wrote {len(paths)} samples for step {step}")
+        status.phase("training")
 
     if main and start > 0 and not lora_path(start).exists():
         # A save cut between its checkpoint and its LoRA file (second Ctrl+C, crash):
@@ -672,8 +683,19 @@ def _known_error_code(exc: BaseException) -> int | None:
 
 def run_job(loaded: LoadedConfig, stream: TextIO | None = None) -> int:
     """Run every process of one config; returns the exit code (never raises)."""
-    # Looked up now: --log swaps sys.stderr for a tee.
     stream = LenientStream(stream or sys.stderr)  # type: ignore[assignment]
+    first = loaded.job.config.process[0]
+    # Under torchrun rank 0 alone writes the status file (aitk.distributed).
+    writes = os.environ.get("RANK", "0") == "0"
+    status = StatusFile(status_path(Path(first.training_folder).expanduser() / loaded.name)
+                        if writes else None, loaded.name)
+    status.phase("loading")
+    code = _run_job(loaded, stream, status)
+    status.finish(code, error=status.fields["error"], problems=status.fields["errors"])
+    return code
+
+
+def _run_job(loaded: LoadedConfig, stream: TextIO, status: StatusFile) -> int:
     for warning in loaded.warnings:
         print(f"warning: {warning}", file=stream)
     stop = StopFlag(say=lambda m: print(m, file=stream, flush=True))
@@ -682,7 +704,7 @@ def run_job(loaded: LoadedConfig, stream: TextIO | None = None) -> int:
         world = distributed.World.from_env()
         with stop.installed(), registered(loaded.name, loaded.source):
             for proc in loaded.job.config.process:
-                if run_process(loaded, proc, stop, stream, world) is Outcome.STOPPED:
+                if run_process(loaded, proc, stop, stream, world, status) is Outcome.STOPPED:
                     if world.is_main:
                         print(f"stopped; run the same config again to resume "
                               f"{loaded.name}", file=stream)
@@ -699,6 +721,7 @@ def run_job(loaded: LoadedConfig, stream: TextIO | None = None) -> int:
             traceback.print_exc(file=stream)
             print(f"error: {loaded.name} failed: {exc.__class__.__name__}: {exc}",
                   file=stream)
+            status.fields["error"] = f"{exc.__class__.__name__}: {exc}"
             return EXIT_FAILED
         if is_disk_full(exc):  # one line: what is full, how much, what to do
             where = exc if isinstance(exc, DiskFull) else \
@@ -707,6 +730,9 @@ def run_job(loaded: LoadedConfig, stream: TextIO | None = None) -> int:
                   f"then run the same config again to resume {loaded.name}", file=stream)
             return code
         print(f"error: {exc}", file=stream)
+        status.fields["error"] = str(exc)
+        if isinstance(exc, ConfigError):
+            status.fields["errors"] = exc.problems
         return code
     finally:
         distributed.shutdown(world)

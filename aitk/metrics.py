@@ -21,6 +21,7 @@ from rich.progress import (
 )
 
 from aitk.files import atomic_write_text
+from aitk.status import StatusFile
 
 
 def trim_log(path: Path, upto_step: int) -> None:
@@ -39,9 +40,10 @@ def trim_log(path: Path, upto_step: int) -> None:
 
 class Metrics:
     def __init__(self, log_path: Path | None, total_steps: int, start_step: int, name: str,
-                 stream: TextIO | None = None) -> None:
+                 stream: TextIO | None = None, status: StatusFile | None = None) -> None:
         """`log_path` None: console only (the non-writing ranks of a distributed run)."""
         self.stream = stream or sys.stderr
+        self.status = status
         self.total = total_steps
         self.start_step = start_step
         self._log: TextIO | None = None
@@ -76,6 +78,8 @@ class Metrics:
             self._log.flush()
         self._times.append(now)
         rate = (len(self._times) - 1) / max(now - self._times[0], 1e-9)
+        if self.status is not None:
+            self.status.progress(step, loss, rate, (self.total - step) / rate if rate else 0.0)
         if self._progress is not None:
             self._progress.update(self._task, completed=step, loss=f"{loss:.4f}",
                                   speed=f"{rate:.2f} it/s")

@@ -19,13 +19,29 @@ def doctor(as_json: JsonFlag = False) -> None:
 
 
 @app.command(context_settings={"allow_extra_args": True, "ignore_unknown_options": True},
-             options_metavar="[CONFIG ...] [RUN.PY OPTIONS]")
-def launch(ctx: typer.Context) -> None:
-    """Run the trainer on CONFIG... (default: the bundled example job) in the managed
-    environment, like `python run.py CONFIG...`; exits with the trainer's code."""
+             options_metavar="[--listen] [--port N] [--no-browser] | --example | CONFIG ...")
+def launch(
+    ctx: typer.Context,
+    listen: Annotated[bool, typer.Option(
+        "--listen", help="Web UI: listen on every interface (LAN); the API needs a token.")
+    ] = False,
+    port: Annotated[int | None, typer.Option(
+        "--port", help="Web UI: first port to try (default 8675; 0 = any free port).",
+        show_default=False)] = None,
+    no_browser: Annotated[bool, typer.Option(
+        "--no-browser", help="Web UI: do not open a browser.")] = False,
+    example: Annotated[bool, typer.Option(
+        "--example", help="Run the bundled example job in this terminal.")] = False,
+) -> None:
+    """Without a config, serve the web UI (127.0.0.1:8675 or the next free port). With
+    CONFIG... run the trainer in this terminal, like `python run.py CONFIG...` (other
+    arguments go to run.py); --example runs the bundled example job. Exits with the
+    server's or the trainer's code."""
     from manager.commands import launch as cmd
 
-    raise _Exit(cmd.run(cmd.Options(configs=tuple(ctx.args))))
+    options = cmd.choose(tuple(ctx.args), example=example, listen=listen, port=port,
+                         no_browser=no_browser)
+    raise _Exit(cmd.run(options))
 
 
 @app.command()

@@ -14,7 +14,15 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
-from manager.health import checkout, hazards, install, interpreter, tooling, torchstack
+from manager.health import (
+    checkout,
+    hazards,
+    install,
+    interpreter,
+    tooling,
+    torchstack,
+    webui,
+)
 from manager.health.check import Check, Probe, Status, redact_checks, run_probes, worst
 from manager.output import Result
 from manager.paths import Paths, paths
@@ -35,6 +43,7 @@ def all_probes(where: Paths, environ: Mapping[str, str]) -> list[Probe]:
         *torchstack.probes(where),
         *install.probes(where),
         *tooling.probes(where),
+        *webui.probes(where),
         *checkout.probes(where, env),
         *hazards.probes(where, env),
     ]

@@ -1,9 +1,11 @@
-"""`manager launch [CONFIG ...]`: run the trainer in the managed environment.
+"""`manager launch [--listen] [--port N] [--no-browser] | --example | CONFIG ...`.
 
-The trainer runs as `.venv`'s Python `run.py CONFIG...` from the checkout, with the local
-tools on PATH (manager.tools.child_env) and a cleaned environment. Without configs it
-runs the bundled example job. Returns the trainer's exit code (128+N if signal N killed
-it); the install verb calls `run` too.
+Without configs it serves the web UI (`.venv`'s Python `-m aitk_server`: 127.0.0.1:8675
+or the next free port; a second launch says where the running one is). With configs the
+trainer runs as `.venv`'s Python `run.py CONFIG...` in this terminal; `--example` runs
+the bundled example job. Both run from the checkout, with the local tools on PATH
+(manager.tools.child_env) and a cleaned environment. Returns the child's exit code
+(128+N if signal N killed it); the install verb calls `run` too.
 
 Before starting, a fast in-sync check: when the venv is out of sync we warn, say how to
 fix it and start anyway (a stale optional package should not block a training run; the
@@ -47,6 +49,8 @@ _FORWARDED = ("SIGINT", "SIGTERM", "SIGHUP", "SIGBREAK")  # those this OS has
 @dataclass(frozen=True)
 class Options:
     configs: tuple[str, ...] = ()  # run.py's arguments: configs (and its flags)
+    example: bool = False  # run the bundled example job in the terminal
+    ui_args: tuple[str, ...] = ()  # the web UI server's flags
     # `install --json` launches after printing its envelope: stdout must stay JSON only.
     stdout_to_stderr: bool = False
 
@@ -56,6 +60,27 @@ def say(message: str) -> None:
         print(f"aitk: {message}", file=sys.stderr, flush=True)
     except (OSError, ValueError):  # the terminal is gone (SIGHUP): nobody to tell
         pass
+
+
+def choose(args: tuple[str, ...], *, example: bool = False, listen: bool = False,
+           port: int | None = None, no_browser: bool = False) -> Options:
+    """`launch`'s flags and free arguments -> what to run. The UI's flags do not go with
+    a job (it runs in the terminal)."""
+    ui = [*(["--listen"] if listen else []), *(["--port", str(port)] if port is not None
+                                               else []),
+          *(["--no-browser"] if no_browser else [])]
+    if ui and (example or args):
+        raise errors.UsageError("--listen, --port and --no-browser are for the web UI (launch "
+                                "without a config); they do not go with --example or CONFIG")
+    if port is not None and not 0 <= port < 65536:
+        raise errors.UsageError(f"launch --port needs a port number (0-65535), got {port}")
+    if example:
+        return Options(configs=args, example=True)
+    return Options(configs=args) if args else Options(ui_args=tuple(ui))
+
+
+def server_argv(where: Paths, ui_args: tuple[str, ...]) -> list[str]:
+    return [str(where.venv_python), "-m", "aitk_server", *ui_args]
 
 
 def trainer_argv(where: Paths, args: tuple[str, ...], cwd: Path) -> list[str]:
@@ -117,7 +142,12 @@ def child_environment(where: Paths) -> dict[str, str]:
 def run(options: Options) -> int:
     where = paths()
     check_installed(where)
-    argv = trainer_argv(where, options.configs, Path.cwd())
+    if options.example:
+        argv = trainer_argv(where, (), Path.cwd()) + list(options.configs)
+    elif options.configs:
+        argv = trainer_argv(where, options.configs, Path.cwd())
+    else:
+        argv = server_argv(where, options.ui_args)
     warn_if_out_of_sync(where)
     return supervise(argv, child_environment(where), where.root,
                      stdout_to_stderr=options.stdout_to_stderr)

@@ -99,6 +99,7 @@ def run(options: Options) -> Result:
         data.update(in_sync=plan.empty, installer="uv" if uv else "pip", changes=[],
                     package_changes=[], warnings=list(spec.warnings))
         _outcomes(data, read.state)
+        web_ui(where, options, data)
         return Result(data=data, messages=tuple(messages))
     messages += _job_check(where, options)
     from manager.apply import Context, apply  # only when there is work: keeps no-ops fast
@@ -125,6 +126,7 @@ def run(options: Options) -> Result:
                 package_changes=list(applied.package_changes), warnings=warnings,
                 log=str(log.path) if log.path else None)
     _outcomes(data, applied.state)
+    web_ui(where, options, data)
     return Result(data=data, messages=tuple(messages))
 
 
@@ -152,6 +154,26 @@ def _job_check(where: Paths, options: Options) -> list[str]:
     return [f"aitk: {text}"]
 
 
+def web_ui(where: Paths, options: Options, data: dict[str, Any]) -> None:
+    """Build the web UI when its lockfile or sources changed (manager/ui_build.py). A
+    failure is a warning: training works without it. Skipped with AITK_SKIP_TOOLS=1
+    (it needs the local tools)."""
+    from manager import ui_build
+    from manager.envstatus import SKIP_TOOLS_ENV
+
+    todo = ui_build.plan(ui_build.gather(where), options.force)
+    data["ui"] = {"todo": not todo.empty, "reason": todo.reason, "changes": []}
+    if todo.empty or options.dry_run or os.environ.get(SKIP_TOOLS_ENV) == "1":
+        return
+    try:
+        data["ui"]["changes"] = ui_build.ensure_built(where, _say, options.force)
+        data["ui"]["todo"] = False
+    except (ui_build.UiBuildError, errors.ManagerError, OSError) as exc:
+        text = getattr(exc, "message", None) or str(exc)
+        _say(f"warning: the web UI was not built: {text}")
+        data.setdefault("warnings", []).append(f"the web UI was not built: {text}")
+
+
 def _outcomes(data: dict[str, Any], state: Any) -> None:
     data["torch"] = dict(state.torch)
     data["companions"] = {k: dict(v) for k, v in state.companions.items()}
@@ -172,6 +194,8 @@ def render(console: Console, data: Mapping[str, Any], next_step: str = NEXT_LAUN
             for number, step in enumerate(plan, 1):
                 console.print(f"  {number}. {step['description']}", markup=False)
         return
+    for change in (data.get("ui") or {}).get("changes") or []:  # the web UI build
+        console.print(f"  - {change}", markup=False)
     if not plan:
         console.print("Nothing to do: .venv matches the spec.")
         _not_in_use(console, data)

@@ -9,7 +9,7 @@ import re
 from collections.abc import Iterable, Mapping
 
 # Always listed (set/unset) so a bug report says whether they were present.
-KNOWN = ("HF_TOKEN", "HUGGING_FACE_HUB_TOKEN", "AITK_AUTH")
+KNOWN = ("HF_TOKEN", "HUGGING_FACE_HUB_TOKEN", "AITK_AUTH", "AI_TOOLKIT_AUTH")
 _SECRET_NAME = re.compile(r"TOKEN|SECRET|PASSWORD|PASSWD|API_?KEY|CREDENTIAL|(^|_)AUTH(_|$)", re.I)
 # Credentials inside URLs (https://user:token@host/...), e.g. a git remote or an index.
 _URL_CREDENTIALS = re.compile(r"(?P<scheme>[a-z][a-z0-9+.-]*://)[^/@\s]+@", re.I)

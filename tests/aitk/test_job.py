@@ -70,7 +70,7 @@ def test_outputs_have_the_upstream_names(trained):
     assert sorted(p.name for p in out.iterdir()) == [
         ".aitk.lock", "checkpoints", "config.yaml", "demo.safetensors",
         "demo_000000010.safetensors", "demo_000000020.safetensors", "loss_log.jsonl",
-        "samples"]  # the lock's holder file (.aitk.lock.json) goes when the run ends
+        "samples", "status.json"]  # the lock's holder file (.aitk.lock.json) goes at the end
     # max_step_saves_to_keep: 2 -> the newest two of each kind
     assert sorted(p.name for p in (out / "checkpoints").iterdir()) == ["step_000000020",
                                                                        "step_000000024"]

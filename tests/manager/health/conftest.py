@@ -129,6 +129,11 @@ def healthy(checkout: Checkout, monkeypatch: pytest.MonkeyPatch) -> Checkout:
                         envstatus.SyncStatus(True))
     monkeypatch.setattr(tools, "report_tools", lambda paths: tools_report)
     monkeypatch.setattr(checkout_health, "free_bytes", lambda path: 500 * 1024**3)
+    from manager import ui_build
+    from manager.health import webui
+
+    monkeypatch.setattr(ui_build, "state_line", lambda facts: (True, "built, up to date"))
+    monkeypatch.setattr(webui, "port_free", lambda host, port: True)
     if not _repo_status_implemented():
         monkeypatch.setattr(repo, "status", git_status_stand_in)
     return checkout

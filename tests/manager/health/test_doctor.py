@@ -14,6 +14,7 @@ from tests.manager.health.conftest import REPO, base_python
 IDS = [
     "python", "venv", "spec", "torch", "torchvision", "torchaudio", "gpu", "requirements",
     "accelerators", "state", "migrations", "tool.uv", "tool.node", "tool.ffmpeg", "tool.git",
+    "webui.build", "webui.port",
     "checkout", "disk", "env.pythonpath", "env.conda", "env.venv", "env.path", "env.secrets",
 ]
 

@@ -85,13 +85,44 @@ def test_environment_is_clean_and_has_the_tools(healthy, trainer, tmp_path, run_
     assert seen["tool_var"] == "ffmpeg-here"
 
 
-def test_without_configs_runs_the_bundled_example(healthy, trainer, run_cli):
+def test_example_runs_the_bundled_example_job(healthy, trainer, run_cli):
     example = healthy.root / "config" / "examples" / "train_lora_example_cpu.yaml"
     example.parent.mkdir(parents=True)
     example.write_text(json.dumps({"exit": 0}), encoding="utf-8")
-    code, _, _ = run_cli("launch")
+    code, _, _ = run_cli("launch", "--example")
     assert code == 0
     assert recorded(trainer)["argv"][-1] == str(example)
+
+
+SERVER_STAND_IN = r'''
+import json, os, sys
+with open(os.path.join(os.environ["AITK_TEST_OUT"], "server.json"), "w") as fh:
+    json.dump({"argv": sys.argv[1:], "cwd": os.getcwd(), "pgid": os.getpgid(0)}, fh)
+sys.exit(0)
+'''
+
+
+@pytest.mark.parametrize(("args", "server_args"), [
+    ((), []), (("--listen", "--port", "9000", "--no-browser"),
+               ["--listen", "--port", "9000", "--no-browser"]),
+    (("--port=0",), ["--port", "0"])])
+def test_without_configs_serves_the_web_ui(healthy, trainer, run_cli, args, server_args):
+    (healthy.root / "aitk_server").mkdir()
+    (healthy.root / "aitk_server" / "__init__.py").write_text("")
+    (healthy.root / "aitk_server" / "__main__.py").write_text(SERVER_STAND_IN)
+    code, _, err = run_cli("launch", *args)
+    assert code == 0, err
+    seen = json.loads((trainer / "server.json").read_text())
+    assert seen["argv"] == server_args and seen["cwd"] == str(healthy.root)
+    assert seen["pgid"] != os.getpgid(0)  # its own group: Ctrl+C is forwarded once
+
+
+@pytest.mark.parametrize("args", [("--port", "http"), ("--port", "70000"),
+                                  ("--listen", "job.yaml"), ("--example", "--no-browser")])
+def test_bad_ui_flags_are_usage_errors(healthy, trainer, run_cli, args):
+    code, _, err = run_cli("launch", *args)
+    assert code == 2 and "--port" in err and "Traceback" not in err
+    assert not (trainer / "argv.json").exists()  # nothing was started
 
 
 def test_out_of_sync_warns_and_starts(healthy, trainer, tmp_path, run_cli, monkeypatch):

@@ -1,0 +1,168 @@
+"""End to end in a real headless browser (Debian's chromium through chromedriver): open
+the page, create a job from the example, start it, see progress, the loss chart and a
+sample image, stop it, resume it to completion, download the LoRA. Screenshots are kept
+in logs/test-artifacts/ (git-ignored).
+
+The trainer is tests/aitk/paused_run.py: it pauses mid-step until the stop arrives, so
+the test never races the trainer's speed."""
+
+from __future__ import annotations
+
+import shutil
+import socket
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import uvicorn
+import yaml
+
+from aitk_server.app import create_app
+from tests.aitk_server.conftest import (
+    REPO,
+    WAIT_S,
+    no_pause,
+    pause_at,
+    short_job,
+    wait_marker,
+)
+
+ARTIFACTS = REPO / "logs" / "test-artifacts"
+UI = REPO / "ui" / "dist"
+CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
+CHROMEDRIVER = shutil.which("chromedriver")
+
+pytestmark = [
+    pytest.mark.skipif(not (CHROMIUM and CHROMEDRIVER),
+                       reason="needs Debian's chromium and chromium-driver (.ci/run installs "
+                              "them)"),
+    pytest.mark.skipif(not (UI / "index.html").exists(),
+                       reason="the web UI is not built (python3 -m manager sync builds it)"),
+]
+
+
+@pytest.fixture
+def served(settings, tmp_path, example_model) -> Iterator[str]:
+    """The app on an ephemeral 127.0.0.1 port, in this process (the trainer it starts
+    is a real child), serving the built front end."""
+    from dataclasses import replace
+
+    example = short_job("example_lora", tmp_path / "out", example_model, steps=6)
+    (settings.examples_dir / "train_lora_example_cpu.yaml").write_text(yaml.safe_dump(
+        example, sort_keys=False))
+    app = create_app(replace(settings, ui_dir=UI))
+    sock = socket.socket()
+    sock.bind(("127.0.0.1", 0))
+    sock.listen(64)
+    server = uvicorn.Server(uvicorn.Config(app, log_level="warning",
+                                           timeout_graceful_shutdown=1))
+    server.install_signal_handlers = lambda: None  # type: ignore[method-assign]
+    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
+    thread.start()
+    while not server.started:
+        time.sleep(0.05)
+    try:
+        yield f"http://127.0.0.1:{sock.getsockname()[1]}/"
+    finally:
+        server.should_exit = True
+        thread.join(timeout=30)
+        app.state.api.runner.stop_all(60)
+
+
+@pytest.fixture
+def browser(tmp_path) -> Iterator[object]:
+    from selenium import webdriver
+    from selenium.webdriver.chrome.service import Service
+
+    options = webdriver.ChromeOptions()
+    options.binary_location = CHROMIUM
+    for arg in ("--headless=new", "--no-sandbox", "--disable-dev-shm-usage",
+                "--disable-gpu", "--window-size=1400,1100", "--no-first-run",
+                "--disable-background-networking", "--disable-component-update"):
+        options.add_argument(arg)
+    downloads = tmp_path / "downloads"
+    downloads.mkdir()
+    options.add_experimental_option("prefs", {"download.default_directory": str(downloads),
+                                              "download.prompt_for_download": False})
+    driver = webdriver.Chrome(service=Service(executable_path=CHROMEDRIVER), options=options)
+    driver.execute_cdp_cmd("Browser.setDownloadBehavior",
+                           {"behavior": "allow", "downloadPath": str(downloads)})
+    driver.downloads = downloads
+    try:
+        yield driver
+    finally:
+        driver.quit()
+
+
+def until(driver, condition, what: str):
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    return WebDriverWait(driver, WAIT_S, poll_frequency=0.1).until(
+        condition, message=f"waited for {what}")
+
+
+def text_of(driver, css: str) -> str:
+    from selenium.common.exceptions import NoSuchElementException, StaleElementReferenceException
+
+    try:
+        return driver.find_element("css selector", css).text
+    except (NoSuchElementException, StaleElementReferenceException):
+        return ""
+
+
+def shoot(driver, name: str) -> Path:
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    path = ARTIFACTS / f"webui-{name}.png"
+    driver.save_screenshot(str(path))
+    return path
+
+
+def test_create_start_watch_stop_resume_download(served, browser, settings, monkeypatch):
+    driver = browser
+    cats = settings.datasets_dir / "cats"
+    cats.mkdir()
+    shutil.copy(next((REPO / "datasets" / "example").glob("*.png")), cats / "a.png")
+    driver.get(served)
+    until(driver, lambda d: d.find_elements("css selector", "#datasets li"), "the datasets")
+    driver.find_element("css selector", "#datasets li").click()
+    until(driver, lambda d: "1 images · 1 without a caption" in text_of(d, "#audit"),
+          "the dataset audit")
+    until(driver, lambda d: d.find_elements("css selector", "#create"), "the new-job form")
+    until(driver, lambda d: "example_lora" in d.find_element("id", "yaml").get_attribute(
+        "value"), "the example's YAML in the editor")
+    driver.find_element("id", "job-name").send_keys("browser_lora")
+    driver.find_element("id", "create").click()
+    until(driver, lambda d: text_of(d, "#job-state") == "created", "the created job")
+    assert "browser_lora" in text_of(driver, "#job-detail h2")
+
+    pause_at(monkeypatch, 3)  # mid-step 3: a save and samples at step 2 are on disk
+    driver.find_element("id", "start").click()
+    wait_marker(settings.data_dir.parent / "markers")
+    until(driver, lambda d: text_of(d, "#step") == "2 / 6", "progress at step 2")
+    assert text_of(driver, "#job-state") == "running"
+    assert text_of(driver, "#phase") == "training"
+    until(driver, lambda d: d.find_elements("css selector", "#loss-chart polyline"),
+          "the loss chart")
+    until(driver, lambda d: d.execute_script(
+        "const i = document.querySelector('img.sample');"
+        "return i && i.complete && i.naturalWidth > 0;"), "a sample image")
+    shoot(driver, "running")
+
+    driver.find_element("id", "stop").click()
+    until(driver, lambda d: text_of(d, "#job-state") == "stopped", "the stopped job")
+
+    no_pause(monkeypatch)
+    driver.find_element("id", "resume").click()
+    until(driver, lambda d: text_of(d, "#job-state") == "finished", "the finished job")
+    assert text_of(driver, "#step") == "6 / 6"
+    link = until(driver, lambda d: d.find_elements("css selector", "a.lora.final"),
+                 "the final LoRA link")[0]
+    assert link.text == "browser_lora.safetensors"
+    shoot(driver, "finished")
+    link.click()
+    target = driver.downloads / "browser_lora.safetensors"
+    until(driver, lambda d: target.exists(), "the downloaded LoRA")
+    out = Path(settings.examples_dir.parent / "out" / "browser_lora")
+    assert target.read_bytes() == (out / "browser_lora.safetensors").read_bytes()

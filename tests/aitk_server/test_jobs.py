@@ -1,0 +1,116 @@
+"""Jobs as real `run.py` children (tests/aitk/paused_run.py: a run.py that pauses at a
+chosen step until a signal arrives, so no test races the trainer's speed)."""
+
+from __future__ import annotations
+
+import json
+
+from starlette.testclient import TestClient
+
+from aitk_server.app import create_app
+from aitk_server.reconcile import ended
+from tests.aitk_server.conftest import (
+    kill_hard,
+    no_pause,
+    pause_at,
+    wait_marker,
+    wait_state,
+)
+
+
+def new_job(client: TestClient, text: str) -> int:
+    r = client.post("/api/jobs", json={"yaml": text})
+    assert r.status_code == 201, r.text
+    return r.json()["id"]
+
+
+def test_killed_then_stopped_then_resumed_to_the_end(client, job_yaml, settings,
+                                                     monkeypatch):
+    """One job through every way a run ends: SIGKILL (failed, resumable), stop (the
+    trainer saves, 130), resume to the end; then its outputs through the API."""
+    markers = settings.data_dir.parent / "markers"
+    job_id = new_job(client, job_yaml("cycle", steps=4))
+    pause_at(monkeypatch, 3)  # mid-step 3: steps 1-2 done, a save and samples written
+    assert client.post(f"/api/jobs/{job_id}/start").json()["state"] == "running"
+    wait_marker(markers)
+    job = client.get(f"/api/jobs/{job_id}").json()
+    assert job["state"] == "running" and job["progress"]["phase"] == "training"
+    assert job["progress"]["total_steps"] == 4
+    kill_hard(_pid(settings, job_id))
+    job = wait_state(client, job_id, "failed", "finished", "stopped")
+    assert job["state"] == "failed" and "SIGKILL" in job["error"], job
+    assert job["exit_code"] == 137
+
+    (markers / "step").unlink()
+    pause_at(monkeypatch, 1)  # resumed from step 2: pause in step 3 again
+    assert client.post(f"/api/jobs/{job_id}/resume").json()["state"] == "running"
+    wait_marker(markers)
+    assert client.post(f"/api/jobs/{job_id}/stop").json()["state"] == "stopping"
+    job = wait_state(client, job_id, "stopped", "failed")
+    assert (job["state"], job["exit_code"]) == ("stopped", 130), job
+    assert [f["step"] for f in client.get(f"/api/jobs/{job_id}/loras").json()] == [2, 3]
+
+    no_pause(monkeypatch)
+    assert client.post(f"/api/jobs/{job_id}/resume").json()["state"] == "running"
+    job = wait_state(client, job_id, "finished", "failed")
+    assert (job["state"], job["exit_code"], job["progress"]["step"]) == ("finished", 0, 4)
+    assert [e["event"] for e in job["history"]][-1] == "finished (exit 0)"
+    loss = client.get(f"/api/jobs/{job_id}/loss").json()
+    assert [p[0] for p in loss] == [1, 2, 3, 4]  # each step once across the resumes
+    steps = [s["step"] for s in client.get(f"/api/jobs/{job_id}/samples").json()]
+    assert steps[0] == 0 and 4 in steps
+    final = [f for f in client.get(f"/api/jobs/{job_id}/loras").json() if f["final"]]
+    assert final[0]["file"] == "cycle.safetensors"
+    lora = client.get(f"/api/jobs/{job_id}/files/cycle.safetensors?download=1")
+    assert lora.status_code == 200 and len(lora.content) == final[0]["size"]
+    log = client.get(f"/api/jobs/{job_id}/log").json()["log"]
+    assert "resuming cycle from step 2" in log and "resuming cycle from step 3" in log
+
+
+def test_a_restarted_server_reconnects_to_the_running_job(settings, job_yaml, monkeypatch):
+    with TestClient(create_app(settings)) as first:
+        job_id = new_job(first, job_yaml("adopted", steps=3))
+        pause_at(monkeypatch, 2)
+        first.post(f"/api/jobs/{job_id}/start")
+        wait_marker(settings.data_dir.parent / "markers")
+    # The first server is gone (its process would be too); the trainer runs on.
+    second_app = create_app(settings)
+    with TestClient(second_app) as second:
+        job = second.get(f"/api/jobs/{job_id}").json()
+        assert job["state"] == "running" and job["progress"]["phase"] == "training"
+        assert second.post(f"/api/jobs/{job_id}/stop").json()["state"] == "stopping"
+        job = wait_state(second, job_id, "stopped", "failed")
+        # Not this server's child: how it ended comes from the trainer's status file.
+        assert (job["state"], job["exit_code"]) == ("stopped", 130), job
+
+
+def test_queued_jobs_run_one_after_another_past_a_refused_config(client, job_yaml,
+                                                                  monkeypatch):
+    """The first queued job names an arch the trainer does not know: it fails with its
+    problem at the field, and the queue moves on to the next."""
+    no_pause(monkeypatch)
+    bad = new_job(client, job_yaml("q1", steps=1).replace("arch: example", "arch: nosuch"))
+    good = new_job(client, job_yaml("q2", steps=1))
+    states = [j["state"] for j in client.post("/api/queue", json={"ids": [bad, good]}).json()]
+    assert states == ["running", "queued"]
+    wait_state(client, good, "finished", "failed")
+    jobs = {j["id"]: j for j in client.get("/api/jobs").json()}
+    assert (jobs[bad]["state"], jobs[bad]["exit_code"]) == ("failed", 2)
+    assert [e["path"] for e in jobs[bad]["errors"]] == ["config.process[0].model.arch"]
+    assert jobs[good]["state"] == "finished"
+    assert jobs[bad]["ended"] <= jobs[good]["started"]
+
+
+def _pid(settings, job_id: int) -> int:
+    status = settings.data_dir / "jobs" / str(job_id) / "status.json"
+    return json.loads(status.read_text())["pid"]
+
+
+def test_how_a_job_ended_when_its_process_is_gone():
+    final = {"pid": 7, "phase": "stopped", "exit_code": 130, "error": None}
+    assert ended(7, None, final).state == "stopped"
+    assert ended(7, None, {**final, "pid": 8}).state == "failed"  # another run's file
+    assert ended(7, None, {"pid": 7, "phase": "training"}).state == "failed"
+    killed = ended(7, -9, {"pid": 7, "phase": "training"})
+    assert (killed.state, killed.exit_code) == ("failed", 137) and "SIGKILL" in killed.error
+    assert ended(7, 0, None).state == "finished" and ended(7, 130, None).state == "stopped"
