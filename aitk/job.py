@@ -222,6 +222,8 @@ def written_by_aitk(path: Path) -> bool:
 
 def foreign_loras(out_dir: Path, name: str) -> list[Path]:
     """LoRA-named files in `out_dir` that aitk did not write (it would overwrite them)."""
+    if not out_dir.is_dir():
+        return []
     return [p for p in out_dir.iterdir() if (p.name == f"{name}.safetensors"
                                              or _step_lora_step(p, name) is not None)
             and not written_by_aitk(p)]
@@ -538,7 +540,7 @@ def train_process(loaded: LoadedConfig, proc: ProcessConfig, out_dir: Path, stop
         stream = io.StringIO()  # one console voice: rank 0's
     say = Reporter(stream)
     name = loaded.name
-    foreign = foreign_loras(out_dir, name)
+    foreign = foreign_loras(out_dir, name) if main else []
     if foreign:
         raise JobInputError(f"{', '.join(str(p) for p in foreign)} "
                             f"{'was' if len(foreign) == 1 else 'were'} not written by aitk "
