@@ -32,7 +32,7 @@ def run(options: Options) -> Result:
 
 def renderer(launch: bool) -> Renderer:
     """sync's rendering, whose last line says what comes next: the launch, or how to."""
-    next_step = ("starting the toolkit (python3 -m manager launch)" if launch
+    next_step = ("starting the web UI (python3 -m manager launch)" if launch
                  else sync.NEXT_LAUNCH)
 
     def render(console: Console, data: Mapping[str, Any]) -> None:

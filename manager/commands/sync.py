@@ -180,7 +180,8 @@ def _outcomes(data: dict[str, Any], state: Any) -> None:
     data["optional"] = {k: dict(v) for k, v in state.optional.items()}
 
 
-NEXT_LAUNCH = "run `python3 -m manager launch` to train the example config"
+NEXT_LAUNCH = ("run `python3 -m manager launch` to open the web UI (`launch --example` "
+               "trains the example job in the terminal)")
 
 
 def render(console: Console, data: Mapping[str, Any], next_step: str = NEXT_LAUNCH) -> None:
