@@ -54,12 +54,12 @@ def quantize_linear_layers(module: nn.Module, qtype: str = "qfloat8",
     if isinstance(module, nn.Linear):
         raise QuantizeError("quantize_linear_layers swaps layers inside their parent; "
                             "pass the module that holds the Linear")
-    for name, unit in quantization_units(module):
+    for name, _ in quantization_units(module):
         # Names are matched from the root, so `exclude` patterns mean the same thing
         # as in one whole-model quantize() call.
         quantize(module, weights=weights, include=[name, f"{name}.*"],
                  exclude=list(exclude) or None)
-        freeze(unit)
+        freeze(module.get_submodule(name))  # a unit that is a Linear was just replaced
         if progress is not None:
             progress(name)
     return module
