@@ -8,6 +8,7 @@ The layout is the diffusers one (`FluxPipeline.from_pretrained` reads it too):
     text_encoder_2/ T5EncoderModel                  tokenizer_2/  ByT5Tokenizer
     vae/            AutoencoderKL, 4 levels (scale factor 8, as Flux), 4 latent channels
     scheduler/      FlowMatchEulerDiscreteScheduler with FLUX.1 dev's dynamic shift
+    model_index.json   so FluxPipeline.from_pretrained(folder) loads it whole
 
 Tokenizers are built locally: the CLIP one from a byte-level vocabulary written here
 (every byte as a token, no merges), the T5 slot takes ByT5 (bytes, no vocabulary file);
@@ -25,6 +26,20 @@ from pathlib import Path
 import torch
 
 from aitk.files import staged_dir
+
+# What `FluxPipeline.from_pretrained(folder)` reads to know each part's class.
+MODEL_INDEX = {
+    "_class_name": "FluxPipeline",
+    "scheduler": ["diffusers", "FlowMatchEulerDiscreteScheduler"],
+    "text_encoder": ["transformers", "CLIPTextModel"],
+    "text_encoder_2": ["transformers", "T5EncoderModel"],
+    "tokenizer": ["transformers", "CLIPTokenizer"],
+    "tokenizer_2": ["transformers", "ByT5Tokenizer"],
+    "transformer": ["diffusers", "FluxTransformer2DModel"],
+    "vae": ["diffusers", "AutoencoderKL"],
+    "image_encoder": [None, None],
+    "feature_extractor": [None, None],
+}
 
 
 @dataclass(frozen=True)
@@ -122,4 +137,5 @@ def build_tiny_flux(target: Path, seed: int = 0, sizes: FluxSizes = FluxSizes(),
             num_train_timesteps=1000, shift=3.0, use_dynamic_shifting=True,
             base_shift=0.5, max_shift=1.15, base_image_seq_len=256, max_image_seq_len=4096,
         ).save_pretrained(tmp / "scheduler")
+        (tmp / "model_index.json").write_text(json.dumps(MODEL_INDEX, indent=2))
     return target
