@@ -4,10 +4,10 @@
 (quanto's `quantize` + `freeze`, so the float weights are dropped) except modules whose
 name matches one of the `exclude` fnmatch patterns. Activations stay in the float dtype.
 
-It works one unit at a time (each block of a ModuleList, each other top-level child):
-quantize, then freeze that unit before the next, so the float weights of a unit are
-released as soon as its quantized copy exists. Float and quantized copies of the whole
-model never coexist; the peak is the float model plus one block's quantized weights
+It works one Linear at a time, block after block (each block of a ModuleList, each
+other top-level child): quantize, then freeze that layer before the next, so its float
+weights are released as soon as its quantized copy exists. Float and quantized copies of the whole
+model never coexist; the peak is the float model plus one layer's quantization temporaries
 (bench/quantize_memory.py measures it).
 
 quanto's quantized matmul accepts only 2-D or 3-D activations. A network that applies a
@@ -19,6 +19,7 @@ float model and the quantized one then behave the same.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from fnmatch import fnmatch
 
 import torch
 from torch import nn
@@ -54,15 +55,27 @@ def quantize_linear_layers(module: nn.Module, qtype: str = "qfloat8",
     if isinstance(module, nn.Linear):
         raise QuantizeError("quantize_linear_layers swaps layers inside their parent; "
                             "pass the module that holds the Linear")
-    for name, _ in quantization_units(module):
-        # Names are matched from the root, so `exclude` patterns mean the same thing
-        # as in one whole-model quantize() call.
-        quantize(module, weights=weights, include=[name, f"{name}.*"],
-                 exclude=list(exclude) or None)
-        freeze(module.get_submodule(name))  # a unit that is a Linear was just replaced
+    for name, unit in quantization_units(module):
+        for full in _linear_names(unit, name, exclude):
+            # One Linear at a time, swapped inside its own parent: quantizing needs
+            # float32 temporaries of the layer being done, never of a whole block.
+            parent_name, _, leaf = full.rpartition(".")
+            parent = module.get_submodule(parent_name) if parent_name else module
+            quantize(parent, weights=weights, include=[leaf])
+            freeze(parent.get_submodule(leaf))
         if progress is not None:
             progress(name)
     return module
+
+
+def _linear_names(unit: nn.Module, prefix: str, exclude: Sequence[str]) -> list[str]:
+    """Full names of the Linear layers in `unit` that no `exclude` pattern matches."""
+    names = []
+    for rel, child in unit.named_modules():
+        full = f"{prefix}.{rel}" if rel else prefix
+        if isinstance(child, nn.Linear) and not any(fnmatch(full, p) for p in exclude):
+            names.append(full)
+    return names
 
 
 def quantization_units(module: nn.Module) -> list[tuple[str, nn.Module]]:
