@@ -18,6 +18,8 @@ float model and the quantized one then behave the same.
 
 from __future__ import annotations
 
+import ctypes
+import sys
 from collections.abc import Callable, Sequence
 from fnmatch import fnmatch
 
@@ -63,9 +65,27 @@ def quantize_linear_layers(module: nn.Module, qtype: str = "qfloat8",
             parent = module.get_submodule(parent_name) if parent_name else module
             quantize(parent, weights=weights, include=[leaf])
             freeze(parent.get_submodule(leaf))
+            release_freed_memory()
         if progress is not None:
             progress(name)
     return module
+
+
+def release_freed_memory() -> None:
+    """Hand freed heap pages back to the OS (glibc's malloc_trim; a no-op elsewhere).
+
+    glibc raises its mmap threshold after large frees, so the quantized weights land in
+    the heap between the freed float weights, and without a trim the process keeps the
+    float model's pages: measured on a 220M Flux transformer, RSS after qfloat8 stayed
+    at 1.4x the bf16 model without it, 0.55x with it (bench/quantize_memory.py).
+    """
+    if not sys.platform.startswith("linux"):
+        return
+    try:
+        libc = ctypes.CDLL("libc.so.6")
+        libc.malloc_trim(0)
+    except (OSError, AttributeError):  # musl or another libc: nothing to do
+        pass
 
 
 def _linear_names(unit: nn.Module, prefix: str, exclude: Sequence[str]) -> list[str]:
