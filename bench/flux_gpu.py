@@ -14,7 +14,8 @@ so one case's allocations cannot leak into the next one's peak.
 
 Without CUDA it says so and exits 0; `--smoke` runs the same code on the CPU with a
 tiny config (a check that the script works, not a measurement). Needs about 24 GB
-for the bf16 weights alone; bf16 without checkpointing needs far more for activations (an 80 GB+ GPU).
+for the bf16 weights alone; bf16 without checkpointing needs far more for activations
+(an 80 GB+ GPU).
 """
 
 from __future__ import annotations
