@@ -70,8 +70,10 @@ def test_unknown_arch_lists_known_archs() -> None:
 
 
 def test_extensions_are_discovered_and_failures_isolated(ext_root: Path) -> None:
+    from aitk.models.builtin import AI_TOOLKIT_MODELS
+
     registry = discover([ext_root], include_repo_extensions=False)
-    assert set(registry.models) == {"example", "tiny"}
+    assert set(registry.models) == {*(m.arch for m in AI_TOOLKIT_MODELS), "tiny"}
     assert registry.get("example") is ExampleModel  # the built-in wins the duplicate
     assert "good_ext" in registry.models["tiny"].source
     assert registry.get("tiny").__name__ == "TinyModel"
