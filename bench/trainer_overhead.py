@@ -5,7 +5,7 @@
 Both sides train the same model with the same LoRA on same-shaped batches (8 square
 images, batch 2, cached latents and text embeddings): `--arch example` (default) the
 tiny `example` model at 64 px; `--arch flux` a small random Flux transformer (diffusers'
-FluxTransformer2DModel, hidden 512, 2 double + 4 single blocks, 32 T5 tokens) at 128 px,
+FluxTransformer2DModel, hidden 512, 2 double + 4 single blocks, 32 T5 tokens) at 192 px,
 whose step takes well over 0.2 s on a CPU, so it shows the overhead on a real arch.
 `--clock cpu` times steps in the process's CPU time instead of wall time (for a machine
 shared with other loads):
@@ -43,7 +43,7 @@ sys.path.insert(0, str(REPO))
 from aitk.config import parse_job  # noqa: E402
 from aitk.job import create_network, load_model, run_job  # noqa: E402
 
-SIDES = {"example": 64, "flux": 128}
+SIDES = {"example": 64, "flux": 192}
 
 
 def make_dataset(folder: Path, side: int) -> None:
