@@ -54,3 +54,44 @@ def test_quantized_example_model_trains_a_lora(make_model, inputs, net_cfg) -> N
     pred.pow(2).mean().backward()
     grads = [p.grad for p in net.trainable_parameters()]
     assert grads and all(g is not None and torch.isfinite(g).all() for g in grads)
+
+
+def _frozen(layer: nn.Module) -> bool:
+    from optimum.quanto import QTensor
+
+    return isinstance(layer, QModuleMixin) and isinstance(layer.weight, QTensor)
+
+
+@pytest.mark.parametrize("qtype", ["qfloat8", "qint8", "qint4"])
+def test_weights_are_frozen_to_smaller_tensors(qtype: str) -> None:
+    from aitk.quantize import weight_bytes
+
+    torch.manual_seed(0)
+    net = nn.Sequential(nn.Linear(64, 128), nn.Linear(128, 64))
+    x = torch.randn(2, 3, 64)
+    before, float_out = weight_bytes(net), net(x)
+    quantize_linear_layers(net, qtype)
+    assert _frozen(net[0]) and _frozen(net[1])  # the float weights are gone
+    # 1 byte per weight (int4: half) plus scales; float32 is 4
+    assert weight_bytes(net) < before * (0.2 if qtype == "qint4" else 0.3)
+    assert torch.allclose(net(x), float_out, atol=0.3)
+
+
+def test_units_are_quantized_and_frozen_one_after_another() -> None:
+    """When a unit is done, the units after it are still float: float and quantized
+    copies of the whole model never exist at once."""
+    net = nn.Module()
+    net.embed = nn.Linear(8, 8)
+    net.blocks = nn.ModuleList(nn.Sequential(nn.Linear(8, 8), nn.Linear(8, 8))
+                               for _ in range(3))
+    net.out = nn.Linear(8, 8)
+    seen: list[tuple[str, list[bool]]] = []
+
+    def progress(name: str) -> None:
+        seen.append((name, [_frozen(b[0]) for b in net.blocks]))
+
+    quantize_linear_layers(net, "qint8", exclude=["out"], progress=progress)
+    assert seen == [("embed", [False] * 3), ("blocks.0", [True, False, False]),
+                    ("blocks.1", [True, True, False]), ("blocks.2", [True] * 3),
+                    ("out", [True] * 3)]
+    assert _frozen(net.embed) and not isinstance(net.out, QModuleMixin)

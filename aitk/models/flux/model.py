@@ -1,0 +1,373 @@
+"""FluxModel: FLUX.1 dev and schnell (arch `flux`) on diffusers' Flux classes.
+
+`name_or_path` is a diffusers folder or hub id (`black-forest-labs/FLUX.1-dev`) with
+`transformer/ text_encoder/ tokenizer/ text_encoder_2/ tokenizer_2/ vae/ scheduler/`.
+
+- Latents: VAE mean, `(z - shift_factor) * scaling_factor`, (B, 16, H/8, W/8); the
+  transformer sees them packed in 2x2 patches with image ids (FluxPipeline's own
+  `_pack_latents` / `_prepare_latent_image_ids`), so image sides are multiples of 16.
+- Text: CLIP's pooled output and T5's states. Per item `text_embeds` is T5 (L, D) and
+  `pooled_embeds` one (1, D) row. Flux has no text mask: T5 states are kept at
+  `max_sequence_length` with the encoded pad tokens, exactly what FluxPipeline feeds.
+- Timesteps go in as t / 1000; the guidance embedding (dev) gets `train.cfg_scale`
+  (1.0 by default) while training, and is skipped with `train.bypass_guidance_embedding`;
+  schnell has none and gets no guidance.
+- Training schedule: flow matching with the shift read from the model's scheduler
+  config (dynamic, 0.5..1.15 over 256..4096 image tokens of 2x2 patches).
+- `model.assistant_lora_path` (schnell): a LoRA file merged into the frozen transformer
+  weights before quantization and before the trained adapter attaches, so training runs
+  on the de-distilled model; it stays merged for previews. The saved LoRA holds only the
+  trained adapter.
+- LoRA files: `transformer.` + diffusers module names with `.alpha` (what diffusers'
+  `FluxPipeline.load_lora_weights` and ComfyUI read); the older `diffusion_model.`
+  layout is read back too.
+- `model_kwargs`: `max_sequence_length` (T5 tokens; default the T5 tokenizer's limit,
+  at most 512).
+- `low_vram`: the text encoders stay on the CPU except while embedding, the VAE except
+  while encoding/decoding.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import nn
+
+from aitk.adapters.keys import from_public_keys, split_alphas
+from aitk.models.base import BaseModel, GenerateImageConfig, ModelLoadError
+from aitk.noise import NoiseSchedule, NoiseSettings
+from aitk.prompt_embeds import AdvancedPromptEmbeds
+
+PARTS = ("transformer", "text_encoder", "tokenizer", "text_encoder_2", "tokenizer_2",
+         "vae", "scheduler")
+LORA_PREFIX = "transformer."
+# Kept in float by quantization: the input/time/text embedders and the output layers
+# are small and the most sensitive to rounding.
+TRANSFORMER_QUANT_EXCLUDE = ("x_embedder", "context_embedder", "time_text_embed",
+                             "time_text_embed.*", "norm_out", "norm_out.*", "proj_out")
+MAX_T5_TOKENS = 512
+
+
+class FluxModel(BaseModel):
+    arch = "flux"
+    use_old_lokr_format = False
+    lora_block_prefixes = ("transformer_blocks.", "single_transformer_blocks.")
+
+    @classmethod
+    def build_tiny(cls, target: Path, seed: int = 0) -> None:
+        from aitk.models.flux.tiny import build_tiny_flux
+
+        build_tiny_flux(target, seed=seed)
+
+    # ---- 1. load -------------------------------------------------------------------
+    def load_model(self) -> None:
+        from diffusers import AutoencoderKL, FlowMatchEulerDiscreteScheduler, FluxTransformer2DModel
+        from transformers import AutoTokenizer, CLIPTextModel, CLIPTokenizer, T5EncoderModel
+
+        cfg = self.model_config
+        source = str(cfg.name_or_path)
+        local = Path(source).expanduser()
+        if local.is_dir():
+            missing = [p for p in PARTS if not (local / p).is_dir()]
+            if missing:
+                raise ModelLoadError(f"Flux model folder {local} lacks {', '.join(missing)}/ "
+                                     f"(a diffusers Flux folder has {', '.join(PARTS)}/)")
+            source = str(local)
+        elif source.startswith((".", "/", "~")) or source.count("/") != 1 or "\\" in source:
+            # Not a hub id (`org/name`): a folder that is not there.
+            raise ModelLoadError(f"Flux model folder {local} does not exist")
+        try:
+            transformer = FluxTransformer2DModel.from_pretrained(
+                source, subfolder="transformer", torch_dtype=self.dtype)
+            text_encoder = CLIPTextModel.from_pretrained(source, subfolder="text_encoder",
+                                                         dtype=self.dtype)
+            tokenizer = CLIPTokenizer.from_pretrained(source, subfolder="tokenizer")
+            text_encoder_2 = T5EncoderModel.from_pretrained(
+                source, subfolder="text_encoder_2", dtype=self.dtype)
+            tokenizer_2 = AutoTokenizer.from_pretrained(source, subfolder="tokenizer_2")
+            # The VAE stays float32: encode/decode quality matters more than its size.
+            vae = AutoencoderKL.from_pretrained(source, subfolder="vae",
+                                                torch_dtype=torch.float32)
+            scheduler = FlowMatchEulerDiscreteScheduler.from_pretrained(
+                source, subfolder="scheduler")
+        except (OSError, ValueError, KeyError) as exc:
+            first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+            raise ModelLoadError(
+                f"cannot load Flux model {cfg.name_or_path!r}: {first}; download it while "
+                "online (a gated model needs HF_TOKEN and its license accepted) or point "
+                "name_or_path at a diffusers Flux folder") from None
+
+        for module in (transformer, text_encoder, text_encoder_2, vae):
+            module.requires_grad_(False)
+            module.eval()
+        assistant = getattr(cfg, "assistant_lora_path", None)
+        if assistant:
+            merge_lora_file(transformer, Path(assistant).expanduser())
+        if getattr(cfg, "quantize", False):
+            from aitk.quantize import quantize_linear_layers
+
+            quantize_linear_layers(transformer, getattr(cfg, "qtype", "qfloat8"),
+                                   exclude=TRANSFORMER_QUANT_EXCLUDE)
+        if getattr(cfg, "quantize_te", False):
+            from aitk.quantize import quantize_linear_layers
+
+            quantize_linear_layers(text_encoder_2, getattr(cfg, "qtype_te", "qfloat8"))
+        idle = torch.device("cpu") if self.low_vram else self.device
+        transformer.to(self.device)
+        for module in (text_encoder, text_encoder_2, vae):
+            module.to(idle)
+        self.model, self.vae, self.noise_scheduler = transformer, vae, scheduler
+        self.text_encoder, self.tokenizer = text_encoder, tokenizer
+        self.text_encoder_2, self.tokenizer_2 = text_encoder_2, tokenizer_2
+
+    @property
+    def low_vram(self) -> bool:
+        return bool(getattr(self.model_config, "low_vram", False))
+
+    @contextmanager
+    def on_device(self, module: nn.Module) -> Iterator[nn.Module]:
+        """With `low_vram`, bring an idle part to the device for one use, then back."""
+        if not self.low_vram or self.device.type == "cpu":
+            yield module
+            return
+        module.to(self.device)
+        try:
+            yield module
+        finally:
+            module.to("cpu")
+
+    @property
+    def max_sequence_length(self) -> int:
+        kwargs = getattr(self.model_config, "model_kwargs", None) or {}
+        if "max_sequence_length" in kwargs:
+            return int(kwargs["max_sequence_length"])
+        return min(MAX_T5_TOKENS, int(getattr(self.tokenizer_2, "model_max_length",
+                                              MAX_T5_TOKENS)))
+
+    # ---- 2. encoders ---------------------------------------------------------------
+    @property
+    def vae_scale_factor(self) -> int:
+        return 2 ** (len(self.vae.config.block_out_channels) - 1)
+
+    def encode_images(self, images: torch.Tensor) -> torch.Tensor:
+        """(B, 3, H, W) in [-1, 1] -> (B, C, H/8, W/8), `(z - shift) * scale`.
+
+        The distribution's mean, not a sample: cached latents are then deterministic.
+        """
+        cfg = self.vae.config
+        with torch.no_grad(), self.on_device(self.vae):
+            dist = self.vae.encode(images.to(self.device, torch.float32)).latent_dist
+        latents = (dist.mean - (cfg.shift_factor or 0.0)) * cfg.scaling_factor
+        return latents.to(self.dtype)
+
+    def decode_latents(self, latents: torch.Tensor) -> torch.Tensor:
+        cfg = self.vae.config
+        z = latents.to(self.device, torch.float32) / cfg.scaling_factor + (cfg.shift_factor
+                                                                           or 0.0)
+        with torch.no_grad(), self.on_device(self.vae):
+            return self.vae.decode(z).sample
+
+    def get_prompt_embeds(self, prompts: list[str],
+                          control_images: list[torch.Tensor] | None = None
+                          ) -> AdvancedPromptEmbeds:
+        """Per prompt: T5 states (max_sequence_length, D) and CLIP's pooled (1, D)."""
+        if self.text_encoder is None or self.text_encoder_2 is None:
+            raise ModelLoadError("the text encoders are unloaded (text embeddings cached)")
+        prompts = list(prompts)
+        clip_ids = self.tokenizer(prompts, padding="max_length",
+                                  max_length=self.tokenizer.model_max_length,
+                                  truncation=True, return_tensors="pt").input_ids
+        t5_ids = self.tokenizer_2(prompts, padding="max_length",
+                                  max_length=self.max_sequence_length, truncation=True,
+                                  return_tensors="pt").input_ids
+        with torch.no_grad():
+            with self.on_device(self.text_encoder) as clip:
+                pooled = clip(clip_ids.to(self.device)).pooler_output
+            with self.on_device(self.text_encoder_2) as t5:
+                states = t5(t5_ids.to(self.device)).last_hidden_state
+        return AdvancedPromptEmbeds(
+            text_embeds=[states[i].to(self.dtype).clone() for i in range(len(prompts))],
+            pooled_embeds=[pooled[i:i + 1].to(self.dtype).clone()
+                           for i in range(len(prompts))])
+
+    def unload_text_encoder(self) -> None:
+        self.text_encoder = None
+        self.text_encoder_2 = None
+
+    # ---- 3. train step -------------------------------------------------------------
+    def make_training_schedule(self, settings: NoiseSettings) -> NoiseSchedule:
+        from aitk.flow_matching import FlowMatchSchedule, image_tokens
+        from aitk.timesteps import FlowShift
+
+        return FlowMatchSchedule(settings,
+                                 shift=FlowShift.from_scheduler_config(
+                                     self.noise_scheduler.config),
+                                 seq_len=image_tokens(2))  # 2x2 latent patches
+
+    @property
+    def has_guidance_embedding(self) -> bool:
+        return bool(getattr(self.model.config, "guidance_embeds", False))
+
+    def training_guidance(self) -> float | None:
+        """The guidance fed while training: `train.cfg_scale`, or None (no embedding,
+        or `bypass_guidance_embedding`)."""
+        tc = self.train_config
+        if not self.has_guidance_embedding or getattr(tc, "bypass_guidance_embedding", False):
+            return None
+        return float(getattr(tc, "cfg_scale", None) or 1.0)
+
+    def get_noise_prediction(self, latent_model_input: torch.Tensor, timestep: torch.Tensor,
+                             text_embeddings: AdvancedPromptEmbeds, batch: Any = None,
+                             **kwargs: Any) -> torch.Tensor:
+        from diffusers import FluxPipeline
+
+        b, c, h, w = latent_model_input.shape
+        if h % 2 or w % 2:
+            raise ValueError(f"Flux latents must have even sides (2x2 packing), got {h}x{w}")
+        x = latent_model_input.to(self.device, self.dtype)
+        packed = FluxPipeline._pack_latents(x, b, c, h, w)
+        img_ids = FluxPipeline._prepare_latent_image_ids(b, h // 2, w // 2, self.device,
+                                                         self.dtype)
+        embeds = text_embeddings.expand_to_batch(b).to(self.device, self.dtype)
+        text, _ = embeds.pad("text_embeds")
+        pooled, _ = embeds.pad("pooled_embeds")
+        txt_ids = torch.zeros(text.shape[1], 3, device=self.device, dtype=self.dtype)
+        t = torch.as_tensor(timestep, device=self.device, dtype=torch.float32).reshape(-1)
+        if t.numel() == 1:
+            t = t.expand(b)
+        scale = self.training_guidance()
+        guidance = None if scale is None else torch.full((b,), scale, device=self.device,
+                                                          dtype=torch.float32)
+        bypass = self.has_guidance_embedding and guidance is None
+        with guidance_bypassed(self.model, bypass):
+            out = self.model(hidden_states=packed, timestep=(t / 1000.0).to(self.dtype),
+                             guidance=guidance, pooled_projections=pooled[:, 0],
+                             encoder_hidden_states=text, txt_ids=txt_ids, img_ids=img_ids,
+                             return_dict=False)[0]
+        f = self.vae_scale_factor
+        return FluxPipeline._unpack_latents(out, h * f, w * f, f)
+
+    # ---- 4. previews ---------------------------------------------------------------
+    def get_generation_pipeline(self) -> Any:
+        from diffusers import FlowMatchEulerDiscreteScheduler, FluxPipeline
+
+        pipeline = FluxPipeline(
+            scheduler=FlowMatchEulerDiscreteScheduler.from_config(self.noise_scheduler.config),
+            vae=self.vae, text_encoder=self.text_encoder, tokenizer=self.tokenizer,
+            text_encoder_2=self.text_encoder_2, tokenizer_2=self.tokenizer_2,
+            transformer=self.model)
+        pipeline.set_progress_bar_config(disable=True)
+        return pipeline
+
+    def generate_single_image(self, pipeline: Any, gen_config: GenerateImageConfig,
+                              conditional_embeds: AdvancedPromptEmbeds,
+                              unconditional_embeds: AdvancedPromptEmbeds,
+                              generator: torch.Generator) -> Any:
+        """Embedded guidance (`guidance_scale`) as FLUX.1 dev is sampled; no true CFG,
+        so the negative prompt is not used."""
+        div = self.get_bucket_divisibility()
+        if gen_config.width % div or gen_config.height % div:
+            raise ValueError(f"sample size {gen_config.width}x{gen_config.height} is not a "
+                             f"multiple of {div} (Flux: VAE 8 x packing 2)")
+        embeds = conditional_embeds.to(self.device, self.dtype)
+        text, _ = embeds.pad("text_embeds")
+        pooled, _ = embeds.pad("pooled_embeds")
+        # FluxPipeline draws its start noise on the generator's device: keep it on the CPU
+        # so a preview is the same on every device.
+        latents = self._start_latents(gen_config, generator)
+        with self.on_device(self.vae):
+            return pipeline(prompt_embeds=text, pooled_prompt_embeds=pooled[:, 0],
+                            latents=latents, width=gen_config.width,
+                            height=gen_config.height,
+                            num_inference_steps=gen_config.sample_steps,
+                            guidance_scale=gen_config.guidance_scale,
+                            generator=generator).images[0]
+
+    def _start_latents(self, gen_config: GenerateImageConfig,
+                       generator: torch.Generator) -> torch.Tensor:
+        from diffusers import FluxPipeline
+
+        c = self.model.config.in_channels // 4
+        h = 2 * (gen_config.height // (self.vae_scale_factor * 2))
+        w = 2 * (gen_config.width // (self.vae_scale_factor * 2))
+        noise = torch.randn((1, c, h, w), generator=generator, dtype=torch.float32)
+        return FluxPipeline._pack_latents(noise, 1, c, h, w).to(self.device, self.dtype)
+
+    # ---- 5. saving -----------------------------------------------------------------
+    def convert_lora_weights_before_save(self, state_dict: dict[str, torch.Tensor]
+                                         ) -> dict[str, torch.Tensor]:
+        return {LORA_PREFIX + k: v for k, v in state_dict.items()}
+
+    def convert_lora_weights_before_load(self, state_dict: dict[str, torch.Tensor]
+                                         ) -> dict[str, torch.Tensor]:
+        # `transformer.` (this layout) or the older `diffusion_model.`, same module names.
+        return from_public_keys(state_dict)
+
+    # ---- properties the trainer reads ----------------------------------------------
+    def get_bucket_divisibility(self) -> int:
+        return self.vae_scale_factor * 2
+
+
+# ---- guidance bypass ---------------------------------------------------------------------
+def _time_text_without_guidance(embed: nn.Module, timestep: torch.Tensor, *args: Any
+                                ) -> torch.Tensor:
+    """Timestep + pooled-text conditioning with the guidance embedder left out."""
+    pooled = args[-1]
+    t_emb = embed.timestep_embedder(embed.time_proj(timestep).to(dtype=pooled.dtype))
+    return t_emb + embed.text_embedder(pooled)
+
+
+@contextmanager
+def guidance_bypassed(transformer: nn.Module, enabled: bool) -> Iterator[None]:
+    """`train.bypass_guidance_embedding`: skip the guidance embedder for this call (the
+    transformer then gets no guidance value), as upstream does for de-distilled training."""
+    if not enabled:
+        yield
+        return
+    embed = transformer.time_text_embed
+    embed.forward = lambda timestep, *args: _time_text_without_guidance(embed, timestep, *args)
+    try:
+        yield
+    finally:
+        del embed.forward
+
+
+# ---- assistant LoRA ------------------------------------------------------------------------
+def merge_lora_file(transformer: nn.Module, path: Path) -> int:
+    """Merge a LoRA file (`transformer.` or `diffusion_model.` + diffusers names, or
+    kohya-style up/down suffixes) into the float weights: W += B @ A * alpha / rank.
+    Returns the number of layers changed."""
+    from safetensors.torch import load_file
+
+    from aitk.adapters.keys import AdapterKeyError
+
+    if not path.is_file():
+        raise ModelLoadError(f"assistant_lora_path {path} does not exist")
+    try:
+        weights, alphas = split_alphas(from_public_keys(load_file(str(path))))
+    except (AdapterKeyError, OSError, ValueError) as exc:
+        raise ModelLoadError(f"assistant LoRA {path} cannot be read: {exc}") from None
+    modules = dict(transformer.named_modules())
+    merged = 0
+    for key, down in weights.items():
+        if not key.endswith(".lora_A.weight"):
+            continue
+        name = key[: -len(".lora_A.weight")]
+        up = weights.get(f"{name}.lora_B.weight")
+        layer = modules.get(name)
+        if up is None or not isinstance(layer, nn.Linear):
+            raise ModelLoadError(f"assistant LoRA {path}: {name} is not a Linear layer of "
+                                 "this Flux transformer (is it a Flux LoRA?)")
+        rank = down.shape[0]
+        scale = alphas.get(name, float(rank)) / rank
+        with torch.no_grad():
+            delta = (up.float() @ down.float()) * scale
+            layer.weight.add_(delta.to(layer.weight.dtype))
+        merged += 1
+    if not merged:
+        raise ModelLoadError(f"assistant LoRA {path} holds no LoRA weights")
+    return merged

@@ -1,0 +1,386 @@
+"""The `flux` arch on a tiny random Flux model (diffusers layout, built locally): load,
+train, preview, Ctrl+C and exact resume, LoRA files diffusers loads, checkpointing,
+quantization, guidance, assistant LoRA, offline hub id."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+import torch
+from safetensors.torch import load_file, save_file
+
+from aitk.adapters import AdapterNetwork
+from aitk.config import load_config
+from aitk.job import EXIT_CONFIG, EXIT_INTERRUPTED, EXIT_OK, StopFlag, run_job
+from aitk.models.base import GenerateImageConfig, ModelLoadError
+from aitk.models.flux import FluxModel
+from aitk.models.registry import load_model
+from tests.aitk.aitk_testing import job_config, write_config
+
+STEPS = 4
+
+
+def flux_cfg(path: Path, **overrides):
+    base = dict(arch="flux", name_or_path=str(path), quantize=False, quantize_te=False,
+                qtype="qfloat8", qtype_te="qfloat8", model_kwargs={}, low_vram=False,
+                assistant_lora_path=None)
+    return SimpleNamespace(**{**base, **overrides})
+
+
+def train_cfg(**overrides):
+    base = dict(timestep_type="sigmoid", noise_offset=0.0, min_snr_gamma=None,
+                cfg_scale=1.0, bypass_guidance_embedding=False)
+    return SimpleNamespace(**{**base, **overrides})
+
+
+@pytest.fixture(scope="module")
+def flux_dir(tmp_path_factory) -> Path:
+    target = tmp_path_factory.mktemp("flux") / "model"
+    FluxModel.build_tiny(target, seed=0)
+    return target
+
+
+@pytest.fixture
+def model(flux_dir: Path) -> FluxModel:
+    m = load_model(flux_cfg(flux_dir))
+    m.configure_training(train_cfg())
+    return m
+
+
+@pytest.fixture
+def inputs(model: FluxModel):
+    gen = torch.Generator().manual_seed(0)
+    latents = torch.randn(2, 4, 4, 6, generator=gen)  # a 32x48 image pair
+    embeds = model.get_prompt_embeds(["a red square on grey", "cat"])
+    return latents, torch.tensor([250.0, 800.0]), embeds
+
+
+def randomise(net: AdapterNetwork, seed: int = 1, scale: float = 0.3) -> None:
+    gen = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for p in net.trainable_parameters():
+            p.copy_(torch.randn(p.shape, generator=gen) * scale)
+
+
+# ---- load, encoders, shapes --------------------------------------------------------------
+def test_builds_and_loads_through_the_registry(model: FluxModel, flux_dir: Path) -> None:
+    for part in ("transformer", "text_encoder", "tokenizer", "text_encoder_2",
+                 "tokenizer_2", "vae", "scheduler"):
+        assert (flux_dir / part).is_dir()
+    assert isinstance(model, FluxModel) and model.arch == "flux"
+    assert model.get_bucket_divisibility() == 16  # VAE 8 x packing 2
+    assert not any(p.requires_grad for p in model.model.parameters())
+
+
+def test_latents_embeds_and_prediction_shapes(model: FluxModel, inputs) -> None:
+    pixels = torch.rand(2, 3, 32, 48) * 2 - 1
+    latents = model.encode_images(pixels)
+    assert latents.shape == (2, 4, 4, 6)
+    with torch.no_grad():
+        dist = model.vae.encode(pixels).latent_dist.mean
+    cfg = model.vae.config
+    assert torch.allclose(latents, (dist - cfg.shift_factor) * cfg.scaling_factor)
+    _, timesteps, embeds = inputs
+    assert [tuple(t.shape) for t in embeds.text_embeds] == [(32, 32)] * 2  # T5 (L, D)
+    assert [tuple(t.shape) for t in embeds.pooled_embeds] == [(1, 32)] * 2  # CLIP pooled
+    with torch.no_grad():
+        pred = model.get_noise_prediction(latents, timesteps, embeds)
+    assert pred.shape == latents.shape
+
+
+def test_timesteps_go_in_as_fractions(model: FluxModel, inputs) -> None:
+    latents, timesteps, embeds = inputs
+    seen = {}
+    model.model.register_forward_pre_hook(
+        lambda m, a, kw: seen.update(t=kw["timestep"], g=kw["guidance"]), with_kwargs=True)
+    with torch.no_grad():
+        model.get_noise_prediction(latents, timesteps, embeds)
+    assert torch.allclose(seen["t"], timesteps / 1000)
+    assert torch.equal(seen["g"], torch.ones(2))  # cfg_scale 1.0 by default
+
+
+def test_schedule_reads_the_dynamic_shift_over_2x2_tokens(model: FluxModel) -> None:
+    schedule = model.training_schedule
+    assert schedule.shift.dynamic
+    assert (schedule.shift.base_shift, schedule.shift.max_shift) == (0.5, 1.15)
+    assert schedule.seq_len(torch.zeros(1, 16, 128, 128)) == 4096  # 1024 px
+    assert schedule.shift.mu(4096) == pytest.approx(1.15)
+
+
+# ---- guidance ---------------------------------------------------------------------------
+def test_guidance_is_cfg_scale_or_bypassed(model: FluxModel, inputs) -> None:
+    latents, timesteps, embeds = inputs
+    calls = []
+    model.model.time_text_embed.guidance_embedder.register_forward_hook(
+        lambda *a: calls.append(1))
+    with torch.no_grad():
+        model.configure_training(train_cfg(cfg_scale=3.5))
+        assert model.training_guidance() == 3.5
+        guided = model.get_noise_prediction(latents, timesteps, embeds)
+        assert calls == [1]
+        model.configure_training(train_cfg(bypass_guidance_embedding=True))
+        assert model.training_guidance() is None
+        bypassed = model.get_noise_prediction(latents, timesteps, embeds)
+        assert calls == [1]  # the guidance embedder never ran
+    assert not torch.allclose(guided, bypassed)
+    assert "forward" not in vars(model.model.time_text_embed)  # restored after the call
+
+
+def test_schnell_has_no_guidance(tmp_path: Path) -> None:
+    from aitk.models.flux.tiny import FluxSizes, build_tiny_flux
+
+    build_tiny_flux(tmp_path / "schnell", sizes=FluxSizes(guidance_embeds=False))
+    m = load_model(flux_cfg(tmp_path / "schnell"))
+    m.configure_training(train_cfg(cfg_scale=4.0))
+    assert m.training_guidance() is None
+    with torch.no_grad():
+        out = m.get_noise_prediction(torch.randn(1, 4, 2, 2), torch.tensor([500.0]),
+                                     m.get_prompt_embeds(["x"]))
+    assert out.shape == (1, 4, 2, 2)
+
+
+# ---- LoRA files ----------------------------------------------------------------------------
+def test_saved_lora_loads_in_diffusers_and_gives_the_preview(model: FluxModel,
+                                                             flux_dir: Path,
+                                                             tmp_path: Path) -> None:
+    """The trainer's preview with its LoRA == diffusers' FluxPipeline after
+    load_lora_weights(file), same seed and embeds; and != the image without the LoRA."""
+    from diffusers import FluxPipeline
+
+    net = AdapterNetwork.attach(model, SimpleNamespace(type="lora", linear=4,
+                                                       linear_alpha=8.0))
+    randomise(net)
+    path = tmp_path / "lora.safetensors"
+    net.save_file(path, {"step": "1"}, dtype=torch.float32)
+    keys = list(load_file(path))
+    assert all(k.startswith("transformer.") for k in keys)
+    assert "transformer.transformer_blocks.0.attn.to_q.alpha" in keys
+    gen_cfg = GenerateImageConfig("a red circle", width=32, height=32, seed=5,
+                                  guidance_scale=3.5, sample_steps=3)
+    embeds = model.encode_prompts([gen_cfg.prompt])
+    [preview] = model.generate_images([gen_cfg], prompt_embeds=embeds)
+
+    pipe = FluxPipeline.from_pretrained(flux_dir)
+    pipe.set_progress_bar_config(disable=True)
+    e = embeds[gen_cfg.prompt]
+
+    def render() -> np.ndarray:
+        out = pipe(prompt_embeds=e.text_embeds[0][None], pooled_prompt_embeds=e.pooled_embeds[0],
+                   width=32, height=32, num_inference_steps=3, guidance_scale=3.5,
+                   generator=torch.Generator().manual_seed(5), output_type="pil")
+        return np.asarray(out.images[0], dtype=np.int16)
+
+    plain = render()
+    pipe.load_lora_weights(str(path))
+    with_lora = render()
+    ours = np.asarray(preview, dtype=np.int16)
+    assert np.abs(with_lora - ours).max() <= 1  # tolerance: one 8-bit level
+    assert np.abs(plain - ours).max() > 10  # the LoRA changes the image
+
+
+def test_old_diffusion_model_layout_reads_back(model: FluxModel, tmp_path: Path) -> None:
+    net = AdapterNetwork.attach(model, SimpleNamespace(type="lora", linear=4,
+                                                       linear_alpha=4.0))
+    randomise(net)
+    expected = net.state_dict()
+    old = {("diffusion_model." + k.removeprefix("transformer.")): v
+           for k, v in model.convert_lora_weights_before_save(
+               {**expected, "transformer_blocks.0.attn.to_q.alpha": torch.tensor(4.0)}
+           ).items()}
+    save_file(old, str(tmp_path / "old.safetensors"))
+    randomise(net, seed=2)
+    net.load_file(tmp_path / "old.safetensors")
+    assert all(torch.equal(net.state_dict()[k], v) for k, v in expected.items())
+
+
+# ---- memory ----------------------------------------------------------------------------
+def _lora_grads(model: FluxModel, net: AdapterNetwork, inputs, checkpointing: bool):
+    latents, timesteps, embeds = inputs
+    if checkpointing:
+        model.model.enable_gradient_checkpointing()
+    else:
+        model.model.disable_gradient_checkpointing()
+    for p in net.trainable_parameters():
+        p.grad = None
+    loss = model.get_noise_prediction(latents, timesteps, embeds).pow(2).mean()
+    loss.backward()
+    return loss.detach(), [p.grad.clone() for p in net.trainable_parameters()]
+
+
+def test_gradient_checkpointing_gives_the_same_gradients(model: FluxModel, inputs) -> None:
+    net = AdapterNetwork.attach(model, SimpleNamespace(type="lora", linear=4,
+                                                       linear_alpha=4.0))
+    randomise(net)
+    calls = []
+    model.model.transformer_blocks[0].register_forward_pre_hook(lambda *a: calls.append(1))
+    loss_off, grads_off = _lora_grads(model, net, inputs, False)
+    loss_on, grads_on = _lora_grads(model, net, inputs, True)
+    assert len(calls) == 3  # once without, twice (forward + recompute) with
+    assert torch.equal(loss_on, loss_off)
+    assert any(g.abs().sum() > 0 for g in grads_off)
+    for a, b in zip(grads_off, grads_on, strict=True):
+        assert torch.allclose(a, b, atol=1e-6)
+
+
+@pytest.mark.parametrize("qtype", ["qfloat8", "qint8", "qint4"])
+def test_quantized_step_trains_only_the_lora(flux_dir: Path, qtype: str) -> None:
+    from optimum.quanto import QModuleMixin
+
+    m = load_model(flux_cfg(flux_dir, quantize=True, qtype=qtype, quantize_te=True))
+    m.configure_training(train_cfg())
+    tr = m.model
+    assert isinstance(tr.transformer_blocks[0].attn.to_q, QModuleMixin)
+    assert isinstance(tr.single_transformer_blocks[0].proj_out, QModuleMixin)
+    for kept in (tr.x_embedder, tr.context_embedder, tr.proj_out, tr.norm_out.linear,
+                 tr.time_text_embed.timestep_embedder.linear_1):
+        assert not isinstance(kept, QModuleMixin)
+    net = AdapterNetwork.attach(m, SimpleNamespace(type="lora", linear=4, linear_alpha=4.0))
+    randomise(net, scale=0.1)
+    before = {k: v.clone() for k, v in tr.state_dict().items()}
+    opt = torch.optim.AdamW(net.trainable_parameters(), lr=1e-2)
+    embeds = m.get_prompt_embeds(["a cat"])
+    latents = torch.randn(1, 4, 4, 4, generator=torch.Generator().manual_seed(0))
+    loss = (m.get_noise_prediction(latents, torch.tensor([500.0]), embeds) - latents
+            ).pow(2).mean()
+    assert torch.isfinite(loss)
+    loss.backward()
+    opt.step()
+    trained = {id(p) for p in net.trainable_parameters()}
+    changed = [k for k, v in tr.state_dict().items() if not torch.equal(before[k], v)]
+    assert changed and all(".lora_" in k for k in changed)
+    assert all(p.requires_grad == (id(p) in trained) for p in tr.parameters())
+
+
+def test_low_vram_moves_idle_parts_only_while_used(model: FluxModel) -> None:
+    moves = []
+
+    class Part(torch.nn.Module):
+        def to(self, *args, **kwargs):
+            moves.append(str(args[0]))
+            return self
+
+    model.model_config.low_vram = True
+    model.device = torch.device("cuda")  # nothing runs on it: only the moves are recorded
+    with model.on_device(Part()):
+        moves.append("used")
+    assert moves == ["cuda", "used", "cpu"]
+
+
+# ---- assistant LoRA ----------------------------------------------------------------------
+def test_assistant_lora_is_merged_into_the_frozen_weights(flux_dir: Path,
+                                                          tmp_path: Path) -> None:
+    plain = load_model(flux_cfg(flux_dir)).model
+    name = "single_transformer_blocks.0.proj_mlp"
+    layer = plain.get_submodule(name)
+    down = torch.randn(2, layer.in_features)
+    up = torch.randn(layer.out_features, 2)
+    save_file({f"transformer.{name}.lora_A.weight": down,
+               f"transformer.{name}.lora_B.weight": up,
+               f"transformer.{name}.alpha": torch.tensor(1.0)},
+              str(tmp_path / "assist.safetensors"))
+    m = load_model(flux_cfg(flux_dir, assistant_lora_path=str(tmp_path / "assist.safetensors")))
+    merged = m.model.get_submodule(name).weight
+    assert torch.allclose(merged, layer.weight + up @ down * 0.5, atol=1e-5)
+    assert not merged.requires_grad
+    with pytest.raises(ModelLoadError, match="does not exist"):
+        load_model(flux_cfg(flux_dir, assistant_lora_path=str(tmp_path / "none")))
+
+
+# ---- loading errors ------------------------------------------------------------------------
+def test_missing_part_and_offline_hub_id_are_one_line_errors(flux_dir: Path, tmp_path: Path,
+                                                             monkeypatch, capsys) -> None:
+    import shutil
+
+    import huggingface_hub.constants
+
+    partial = tmp_path / "partial"
+    shutil.copytree(flux_dir, partial)
+    shutil.rmtree(partial / "vae")
+    with pytest.raises(ModelLoadError, match="lacks vae/"):
+        load_model(flux_cfg(partial))
+
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setenv("HF_HOME", str(tmp_path / "hf"))
+    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", True)
+    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_CACHE", str(tmp_path / "hf"))
+    cfg = job_config("hub", tmp_path / "out", flux_dir,
+                     model={"arch": "flux", "name_or_path": "black-forest-labs/FLUX.1-dev"})
+    loaded = load_config(str(write_config(tmp_path / "hub.yml", cfg)))
+    assert run_job(loaded) == EXIT_CONFIG
+    err = capsys.readouterr().err
+    errors = [line for line in err.splitlines() if line.startswith("error:")]
+    assert len(errors) == 1 and "Traceback" not in err
+    assert "black-forest-labs/FLUX.1-dev" in errors[0] and "HF_TOKEN" in errors[0]
+
+
+# ---- the job end to end -----------------------------------------------------------------------
+def flux_job(root: Path, flux_dir: Path, name: str) -> Path:
+    cfg = job_config(name, root / "out", flux_dir, steps=STEPS,
+                     network={"type": "lora", "linear": 4, "linear_alpha": 8},
+                     save={"dtype": "float32", "save_every": 2, "max_step_saves_to_keep": 2},
+                     train={"timestep_type": "flux_shift", "gradient_checkpointing": True,
+                            "lr": 5e-3},
+                     sample={"sample_every": STEPS, "width": 32, "height": 32,
+                             "sample_steps": 2, "prompts": ["[trigger] a red circle"],
+                             "seed": 1, "format": "png"},
+                     model={"arch": "flux", "name_or_path": str(flux_dir)})
+    return write_config(root / f"{name}.yml", cfg)
+
+
+@pytest.fixture(scope="module")
+def straight(tmp_path_factory, flux_dir: Path) -> Path:
+    root = tmp_path_factory.mktemp("flux-job")
+    assert run_job(load_config(str(flux_job(root, flux_dir, "run")))) == EXIT_OK
+    return root / "out" / "run"
+
+
+def test_job_trains_saves_and_samples(straight: Path) -> None:
+    import json
+
+    losses = [json.loads(x)["loss"] for x in (straight / "loss_log.jsonl").read_text()
+              .splitlines()]
+    assert len(losses) == STEPS and all(np.isfinite(losses))
+    lora = load_file(straight / "run.safetensors")
+    ups = [v for k, v in lora.items() if k.endswith(".lora_B.weight")]
+    assert ups and all(k.startswith("transformer.") for k in lora)
+    assert any(v.abs().sum() > 0 for v in ups)  # trained away from the zero init
+    assert (straight / "samples" / f"{STEPS:09d}_0.png").is_file()
+
+
+def test_ctrl_c_then_resume_matches_the_uninterrupted_run(tmp_path: Path, flux_dir: Path,
+                                                          straight: Path, monkeypatch) -> None:
+    """The in-process StopFlag path: a SIGINT handled mid-step 2 finishes the step,
+    saves and exits 130; running again resumes to the same weights."""
+    import signal
+
+    from aitk import train
+
+    flags: list[StopFlag] = []
+    original_init, original_loss = StopFlag.__init__, train.compute_loss
+
+    def init(self, *args, **kwargs):
+        original_init(self, *args, **kwargs)
+        flags.append(self)
+
+    calls = []
+
+    def loss(*args, **kwargs):
+        calls.append(1)
+        if len(calls) == 2:
+            flags[-1].handle(signal.SIGINT, None)
+        return original_loss(*args, **kwargs)
+
+    path = flux_job(tmp_path, flux_dir, "run")
+    with monkeypatch.context() as mp:
+        mp.setattr(StopFlag, "__init__", init)
+        mp.setattr(train, "compute_loss", loss)
+        assert run_job(load_config(str(path))) == EXIT_INTERRUPTED
+    out = tmp_path / "out" / "run"
+    assert (out / "run_000000002.safetensors").exists()
+    assert run_job(load_config(str(path))) == EXIT_OK
+    ours, theirs = load_file(out / "run.safetensors"), load_file(straight / "run.safetensors")
+    assert ours.keys() == theirs.keys()
+    assert max((ours[k] - theirs[k]).abs().max().item() for k in ours) <= 1e-6
