@@ -25,10 +25,8 @@ SUPPORTED = tuple((3, minor) for minor in range(10, 15))  # spec.py: >=3.10,<3.1
 TESTS = ("tests/manager/test_spec.py", "tests/manager/test_detect.py",
          "tests/manager/test_bootstrap.py", "tests/manager/test_exit_codes.py")
 # These start the manager's CLI (which runs in .venv, not in the Python under test) or
-# build a whole .venv from the network (the bare-Python and first-build tests): the main
-# suite runs them.
-DESELECT = ("not through_cli and not round_trip and not from_bare_python"
-            " and not first_build")
+# build a whole .venv from the network: the main suite runs them.
+DESELECT = "not through_cli and not round_trip and not from_bare_python"
 
 
 def pyenv_roots(environ: Mapping[str, str]) -> list[Path]:
