@@ -650,13 +650,17 @@ def train_process(loaded: LoadedConfig, proc: ProcessConfig, out_dir: Path, stop
     try:
         if start >= tr.steps:
             metrics.message(f"{name} already finished at step {start}")
-        return train(Run(model=model, params=params, optimizer=optimizer, schedule=schedule,
-                         settings=settings,
-                         next_batch=lambda: data.next_for(world.rank, world.size),
-                         save=save, sample=sample, log=metrics.log,
-                         # Every rank stops at the same step when any was asked to.
-                         stop_requested=lambda: distributed.agree(world, stop.requested,
-                                                                  device)), start)
+        outcome = train(Run(model=model, params=params, optimizer=optimizer,
+                            schedule=schedule, settings=settings,
+                            next_batch=lambda: data.next_for(world.rank, world.size),
+                            save=save, sample=sample, log=metrics.log,
+                            # Every rank stops at the same step when any was asked to.
+                            stop_requested=lambda: distributed.agree(world, stop.requested,
+                                                                     device)), start)
+        # Leave together: a rank that tore its process group down while rank 0 was
+        # still saving could abort in gloo's threads ("terminate called ...").
+        distributed.barrier(world)
+        return outcome
     finally:
         metrics.close()
 
