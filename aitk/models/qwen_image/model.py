@@ -103,16 +103,9 @@ class QwenImageModel(BaseModel):
 
             quantize_linear_layers(text_encoder, cfg.qtype_te, exclude=("lm_head",))
 
-    @contextlib.contextmanager
-    def _on_device(self, module: torch.nn.Module) -> Iterator[torch.nn.Module]:
+    def _on_device(self, module: torch.nn.Module) -> contextlib.AbstractContextManager:
         """With low_vram, a part idles on the CPU and visits the device to work."""
-        if self.low_vram:
-            module.to(self.device)
-        try:
-            yield module
-        finally:
-            if self.low_vram:
-                module.to("cpu")
+        return _visiting(module, self.device) if self.low_vram else contextlib.nullcontext()
 
     # ---- 2. encoders ---------------------------------------------------------------
     @property
@@ -129,17 +122,17 @@ class QwenImageModel(BaseModel):
     def encode_images(self, images: torch.Tensor) -> torch.Tensor:
         """(B, 3, H, W) in [-1, 1] -> (B, C, H/8, W/8), the distribution's mean,
         normalised per channel."""
-        with torch.no_grad(), self._on_device(self.vae) as vae:
+        with torch.no_grad(), self._on_device(self.vae):
             x = images.to(self.device, torch.float32)[:, :, None]
-            z = vae.encode(x).latent_dist.mean[:, :, 0]
+            z = self.vae.encode(x).latent_dist.mean[:, :, 0]
         mean, std = self._latent_stats(z)
         return ((z - mean) / std).to(self.dtype)
 
     def decode_latents(self, latents: torch.Tensor) -> torch.Tensor:
         z = latents.to(self.device, torch.float32)
         mean, std = self._latent_stats(z)
-        with torch.no_grad(), self._on_device(self.vae) as vae:
-            return vae.decode((z * std + mean)[:, :, None]).sample[:, :, 0]
+        with torch.no_grad(), self._on_device(self.vae):
+            return self.vae.decode((z * std + mean)[:, :, None]).sample[:, :, 0]
 
     def get_prompt_embeds(self, prompts: list[str],
                           control_images: list[torch.Tensor] | None = None
@@ -151,7 +144,8 @@ class QwenImageModel(BaseModel):
         texts = [PROMPT_TEMPLATE.format(p) for p in prompts]
         tokens = self.tokenizer(texts, max_length=MAX_PROMPT_TOKENS + self.template_drop,
                                 padding=True, truncation=True, return_tensors="pt")
-        with torch.no_grad(), self._on_device(self.text_encoder) as te:
+        te = self.text_encoder
+        with torch.no_grad(), self._on_device(te):
             where = next(te.parameters()).device
             ids, mask = tokens.input_ids.to(where), tokens.attention_mask.to(where)
             states = te(input_ids=ids, attention_mask=mask,
