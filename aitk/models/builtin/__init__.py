@@ -6,7 +6,9 @@ checks free of torch and diffusers. Add an arch here to register it.
 
 BUILTIN_ARCHS: dict[str, str] = {
     "example": "aitk.models.example.model:ExampleModel",
+    "chroma": "aitk.models.chroma.model:ChromaModel",
     "flux": "aitk.models.flux.model:FluxModel",
+    "flux_kontext": "aitk.models.flux_kontext.model:FluxKontextModel",
     "qwen_image": "aitk.models.qwen_image.model:QwenImageModel",
     "sdxl": "aitk.models.sdxl.model:SDXLModel",
 }

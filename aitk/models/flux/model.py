@@ -226,12 +226,30 @@ class FluxModel(BaseModel):
         from diffusers import FluxPipeline
 
         b, c, h, w = latent_model_input.shape
+        packed, img_ids = self.pack_with_ids(latent_model_input)
+        out = self.predict_packed(packed, img_ids, timestep, text_embeddings)
+        f = self.vae_scale_factor
+        return FluxPipeline._unpack_latents(out, h * f, w * f, f)
+
+    def pack_with_ids(self, latents: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """(B, C, h, w) -> 2x2-packed tokens (B, h*w/4, 4C) and their (h*w/4, 3) ids, as
+        FluxPipeline makes them."""
+        from diffusers import FluxPipeline
+
+        b, c, h, w = latents.shape
         if h % 2 or w % 2:
             raise ValueError(f"Flux latents must have even sides (2x2 packing), got {h}x{w}")
-        x = latent_model_input.to(self.device, self.dtype)
+        x = latents.to(self.device, self.dtype)
         packed = FluxPipeline._pack_latents(x, b, c, h, w)
         img_ids = FluxPipeline._prepare_latent_image_ids(b, h // 2, w // 2, self.device,
                                                          self.dtype)
+        return packed, img_ids
+
+    def predict_packed(self, packed: torch.Tensor, img_ids: torch.Tensor,
+                       timestep: torch.Tensor, text_embeddings: AdvancedPromptEmbeds
+                       ) -> torch.Tensor:
+        """The transformer on packed image tokens: output tokens, same shape."""
+        b = packed.shape[0]
         embeds = text_embeddings.expand_to_batch(b).to(self.device, self.dtype)
         text, _ = embeds.pad("text_embeds")
         pooled, _ = embeds.pad("pooled_embeds")
@@ -244,12 +262,10 @@ class FluxModel(BaseModel):
                                                           dtype=torch.float32)
         bypass = self.has_guidance_embedding and guidance is None
         with guidance_bypassed(self.model, bypass):
-            out = self.model(hidden_states=packed, timestep=(t / 1000.0).to(self.dtype),
-                             guidance=guidance, pooled_projections=pooled[:, 0],
-                             encoder_hidden_states=text, txt_ids=txt_ids, img_ids=img_ids,
-                             return_dict=False)[0]
-        f = self.vae_scale_factor
-        return FluxPipeline._unpack_latents(out, h * f, w * f, f)
+            return self.model(hidden_states=packed, timestep=(t / 1000.0).to(self.dtype),
+                              guidance=guidance, pooled_projections=pooled[:, 0],
+                              encoder_hidden_states=text, txt_ids=txt_ids, img_ids=img_ids,
+                              return_dict=False)[0]
 
     # ---- 4. previews ---------------------------------------------------------------
     def get_generation_pipeline(self) -> Any:

@@ -76,16 +76,40 @@ def clip_byte_tokenizer(folder: Path, max_length: int = 77):
                          model_max_length=max_length)
 
 
+def write_tiny_t5(model_dir: Path, tokenizer_dir: Path, sizes: FluxSizes) -> None:
+    """A T5 encoder of `sizes.text_dim` and a ByT5 tokenizer (bytes: no vocabulary file)."""
+    from transformers import ByT5Tokenizer, T5Config, T5EncoderModel
+
+    T5EncoderModel(T5Config(
+        vocab_size=384, d_model=sizes.text_dim, d_kv=sizes.text_dim // 4,
+        d_ff=sizes.text_dim * 2, num_layers=sizes.text_layers, num_heads=4,
+        relative_attention_num_buckets=8, relative_attention_max_distance=32,
+        dropout_rate=0.0, feed_forward_proj="gated-gelu", is_encoder_decoder=False,
+        use_cache=False)).save_pretrained(model_dir)
+    ByT5Tokenizer(model_max_length=sizes.max_sequence_length).save_pretrained(tokenizer_dir)
+
+
+def write_tiny_vae(folder: Path, sizes: FluxSizes) -> None:
+    """Flux's AutoencoderKL shape (shift and scale factors) at tiny width."""
+    from diffusers import AutoencoderKL
+
+    n = len(sizes.vae_channels)
+    AutoencoderKL(
+        in_channels=3, out_channels=3, latent_channels=sizes.latent_channels,
+        down_block_types=("DownEncoderBlock2D",) * n,
+        up_block_types=("UpDecoderBlock2D",) * n,
+        block_out_channels=sizes.vae_channels, layers_per_block=1, norm_num_groups=8,
+        sample_size=64, scaling_factor=0.3611, shift_factor=0.1159,
+        use_quant_conv=False, use_post_quant_conv=False,
+    ).save_pretrained(folder)
+
+
 def build_tiny_flux(target: Path, seed: int = 0, sizes: FluxSizes = FluxSizes(),
-                    overwrite: bool = False) -> Path:
-    from diffusers import AutoencoderKL, FlowMatchEulerDiscreteScheduler, FluxTransformer2DModel
-    from transformers import (
-        ByT5Tokenizer,
-        CLIPTextConfig,
-        CLIPTextModel,
-        T5Config,
-        T5EncoderModel,
-    )
+                    overwrite: bool = False, pipeline_class: str = "FluxPipeline") -> Path:
+    """`pipeline_class` names the model_index's pipeline (FluxKontextPipeline reuses the
+    same parts)."""
+    from diffusers import FlowMatchEulerDiscreteScheduler, FluxTransformer2DModel
+    from transformers import CLIPTextConfig, CLIPTextModel
 
     target = Path(target)
     if target.exists() and any(target.iterdir()) and not overwrite:
@@ -105,24 +129,8 @@ def build_tiny_flux(target: Path, seed: int = 0, sizes: FluxSizes = FluxSizes(),
             eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.pad_token_id,
         )).save_pretrained(tmp / "text_encoder")
 
-        T5EncoderModel(T5Config(
-            vocab_size=384, d_model=sizes.text_dim, d_kv=sizes.text_dim // 4,
-            d_ff=sizes.text_dim * 2, num_layers=sizes.text_layers, num_heads=4,
-            relative_attention_num_buckets=8, relative_attention_max_distance=32,
-            dropout_rate=0.0, feed_forward_proj="gated-gelu", is_encoder_decoder=False,
-            use_cache=False)).save_pretrained(tmp / "text_encoder_2")
-        ByT5Tokenizer(model_max_length=sizes.max_sequence_length
-                      ).save_pretrained(tmp / "tokenizer_2")
-
-        n = len(sizes.vae_channels)
-        AutoencoderKL(
-            in_channels=3, out_channels=3, latent_channels=sizes.latent_channels,
-            down_block_types=("DownEncoderBlock2D",) * n,
-            up_block_types=("UpDecoderBlock2D",) * n,
-            block_out_channels=sizes.vae_channels, layers_per_block=1, norm_num_groups=8,
-            sample_size=64, scaling_factor=0.3611, shift_factor=0.1159,
-            use_quant_conv=False, use_post_quant_conv=False,
-        ).save_pretrained(tmp / "vae")
+        write_tiny_t5(tmp / "text_encoder_2", tmp / "tokenizer_2", sizes)
+        write_tiny_vae(tmp / "vae", sizes)
 
         transformer = FluxTransformer2DModel(
             patch_size=1, in_channels=sizes.latent_channels * 4,
@@ -137,5 +145,6 @@ def build_tiny_flux(target: Path, seed: int = 0, sizes: FluxSizes = FluxSizes(),
             num_train_timesteps=1000, shift=3.0, use_dynamic_shifting=True,
             base_shift=0.5, max_shift=1.15, base_image_seq_len=256, max_image_seq_len=4096,
         ).save_pretrained(tmp / "scheduler")
-        (tmp / "model_index.json").write_text(json.dumps(MODEL_INDEX, indent=2))
+        (tmp / "model_index.json").write_text(json.dumps(
+            {**MODEL_INDEX, "_class_name": pipeline_class}, indent=2))
     return target
