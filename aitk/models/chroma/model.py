@@ -70,7 +70,11 @@ class ChromaModel(FluxModel):
 
     # ---- 1. load -------------------------------------------------------------------
     def load_model(self) -> None:
-        from diffusers import AutoencoderKL, ChromaTransformer2DModel, FlowMatchEulerDiscreteScheduler
+        from diffusers import (
+            AutoencoderKL,
+            ChromaTransformer2DModel,
+            FlowMatchEulerDiscreteScheduler,
+        )
         from transformers import AutoTokenizer, T5EncoderModel
 
         from aitk.models.loading import load_part
