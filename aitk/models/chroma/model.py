@@ -196,13 +196,13 @@ class ChromaModel(FluxModel):
         cond, cond_mask = chroma_pipeline_embeds(conditional_embeds, self.device, self.dtype)
         neg, neg_mask = chroma_pipeline_embeds(unconditional_embeds, self.device, self.dtype)
         latents = self._start_latents(gen_config, generator)
-        with self.on_device(self.vae):
-            return pipeline(prompt_embeds=cond, prompt_attention_mask=cond_mask,
-                            negative_prompt_embeds=neg, negative_prompt_attention_mask=neg_mask,
-                            latents=latents, width=gen_config.width, height=gen_config.height,
-                            num_inference_steps=gen_config.sample_steps,
-                            guidance_scale=gen_config.guidance_scale,
-                            generator=generator).images[0]
+        packed = pipeline(prompt_embeds=cond, prompt_attention_mask=cond_mask,
+                          negative_prompt_embeds=neg, negative_prompt_attention_mask=neg_mask,
+                          latents=latents, width=gen_config.width, height=gen_config.height,
+                          num_inference_steps=gen_config.sample_steps,
+                          guidance_scale=gen_config.guidance_scale, generator=generator,
+                          output_type="latent").images
+        return self.packed_to_image(pipeline, packed, gen_config)
 
 
 def chroma_pipeline_embeds(embeds: AdvancedPromptEmbeds, device: torch.device,

@@ -295,13 +295,24 @@ class FluxModel(BaseModel):
         # FluxPipeline draws its start noise on the generator's device: keep it on the CPU
         # so a preview is the same on every device.
         latents = self._start_latents(gen_config, generator)
-        with self.on_device(self.vae):
-            return pipeline(prompt_embeds=text, pooled_prompt_embeds=pooled[:, 0],
-                            latents=latents, width=gen_config.width,
-                            height=gen_config.height,
-                            num_inference_steps=gen_config.sample_steps,
-                            guidance_scale=gen_config.guidance_scale,
-                            generator=generator).images[0]
+        packed = pipeline(prompt_embeds=text, pooled_prompt_embeds=pooled[:, 0],
+                          latents=latents, width=gen_config.width, height=gen_config.height,
+                          num_inference_steps=gen_config.sample_steps,
+                          guidance_scale=gen_config.guidance_scale, generator=generator,
+                          output_type="latent").images
+        return self.packed_to_image(pipeline, packed, gen_config)
+
+    def packed_to_image(self, pipeline: Any, packed: torch.Tensor,
+                        gen_config: GenerateImageConfig) -> Any:
+        """The pipeline's final packed latents -> PIL, decoded by `decode_latents` (the
+        VAE stays float32 while the transformer may run in bf16, so the pipeline's own
+        decode would feed it the wrong dtype), post-processed as the pipeline does."""
+        from diffusers import FluxPipeline
+
+        f = self.vae_scale_factor
+        latents = FluxPipeline._unpack_latents(packed, gen_config.height, gen_config.width, f)
+        pixels = self.decode_latents(latents)
+        return pipeline.image_processor.postprocess(pixels, output_type="pil")[0]
 
     def _start_latents(self, gen_config: GenerateImageConfig,
                        generator: torch.Generator) -> torch.Tensor:

@@ -11,9 +11,10 @@ reference image, as diffusers' FluxKontextPipeline feeds it:
   already gives it the bucket's size), so the pair always has the same sides.
   `get_noise_prediction` packs each half, runs the joined sequence and keeps only the
   noisy tokens' prediction. A batch without control trains as plain Flux.
-- Previews: `ctrl_img` (a path) is read, resized to the sample's width x height and
-  given to FluxKontextPipeline as its `image` (no resize to Kontext's preferred
-  resolutions, `max_area` = the sample's area, so the sample size is kept).
+- Previews: `ctrl_img` (a path) is read, resized to the sample's width x height,
+  encoded like a training control and given to FluxKontextPipeline as its `image`
+  latents (no resize to Kontext's preferred resolutions, `max_area` = the sample's
+  area, so the sample size is kept); the final latents are decoded in float32.
 - LoRA files: `transformer.` + diffusers names with `.alpha`, as Flux (what
   `FluxKontextPipeline.load_lora_weights` and ComfyUI read).
 """
@@ -117,18 +118,28 @@ class FluxKontextModel(FluxModel):
         if width % div or height % div:
             raise ValueError(f"sample size {width}x{height} is not a multiple of {div} "
                              "(Flux Kontext: VAE 8 x packing 2)")
-        image = (load_control_image(gen_config.ctrl_img, width, height)
-                 if gen_config.ctrl_img else None)
+        reference = (self.encode_preview_control(pipeline, gen_config)
+                     if gen_config.ctrl_img else None)
         embeds = conditional_embeds.to(self.device, self.dtype)
         text, _ = embeds.pad("text_embeds")
         pooled, _ = embeds.pad("pooled_embeds")
         latents = self._start_latents(gen_config, generator)
-        with self.on_device(self.vae):
-            return pipeline(image=image, prompt_embeds=text, pooled_prompt_embeds=pooled[:, 0],
-                            latents=latents, width=width, height=height,
-                            num_inference_steps=gen_config.sample_steps,
-                            guidance_scale=gen_config.guidance_scale, generator=generator,
-                            max_area=width * height, _auto_resize=False).images[0]
+        packed = pipeline(image=reference, prompt_embeds=text,
+                          pooled_prompt_embeds=pooled[:, 0], latents=latents, width=width,
+                          height=height, num_inference_steps=gen_config.sample_steps,
+                          guidance_scale=gen_config.guidance_scale, generator=generator,
+                          max_area=width * height, _auto_resize=False,
+                          output_type="latent").images
+        return self.packed_to_image(pipeline, packed, gen_config)
+
+    def encode_preview_control(self, pipeline: Any, gen_config: GenerateImageConfig
+                               ) -> torch.Tensor:
+        """`ctrl_img` at the sample size, pre-processed as the pipeline does and encoded
+        by `encode_images` (the float32 VAE); the pipeline takes these latents as is."""
+        image = load_control_image(gen_config.ctrl_img, gen_config.width, gen_config.height)
+        pixels = pipeline.image_processor.preprocess(image, gen_config.height,
+                                                     gen_config.width)
+        return self.encode_images(pixels)
 
 
 def load_control_image(path: str, width: int, height: int) -> Any:

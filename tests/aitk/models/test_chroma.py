@@ -184,6 +184,15 @@ def test_saved_lora_loads_in_diffusers_and_gives_the_preview(model: ChromaModel,
     assert np.abs(plain - ours).max() > 10  # the LoRA changes the image
 
 
+def test_bf16_model_previews_through_the_float32_vae(chroma_dir: Path) -> None:
+    m = ChromaModel(chroma_cfg(chroma_dir), dtype=torch.bfloat16)
+    m.load_model()
+    assert m.vae.dtype == torch.float32 and m.model.dtype == torch.bfloat16
+    [image] = m.generate_images([GenerateImageConfig("a red circle", width=32, height=32,
+                                                     sample_steps=2, guidance_scale=3.0)])
+    assert image.size == (32, 32)
+
+
 def test_old_diffusion_model_layout_reads_back(model: ChromaModel, tmp_path: Path) -> None:
     net = AdapterNetwork.attach(model, SimpleNamespace(type="lora", linear=4,
                                                        linear_alpha=4.0))

@@ -181,6 +181,17 @@ def test_saved_lora_loads_in_diffusers_and_gives_the_preview(model: FluxModel,
     assert np.abs(plain - ours).max() > 10  # the LoRA changes the image
 
 
+def test_bf16_model_previews_through_the_float32_vae(flux_dir: Path) -> None:
+    """The transformer in bf16 and the VAE in float32 (as loaded): the pipeline's latents
+    are decoded by the model's own float32 decode, not fed to the VAE as bf16."""
+    m = FluxModel(flux_cfg(flux_dir), dtype=torch.bfloat16)
+    m.load_model()
+    assert m.vae.dtype == torch.float32 and m.model.dtype == torch.bfloat16
+    [image] = m.generate_images([GenerateImageConfig("a red circle", width=32, height=32,
+                                                     sample_steps=2)])
+    assert image.size == (32, 32)
+
+
 def test_old_diffusion_model_layout_reads_back(model: FluxModel, tmp_path: Path) -> None:
     net = AdapterNetwork.attach(model, SimpleNamespace(type="lora", linear=4,
                                                        linear_alpha=4.0))

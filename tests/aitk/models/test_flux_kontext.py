@@ -232,6 +232,17 @@ def test_saved_lora_loads_in_diffusers_and_gives_the_preview(model: FluxKontextM
     assert np.abs(np.asarray(without_ctrl, dtype=np.int16) - ours).max() > 10
 
 
+def test_bf16_model_previews_with_a_ctrl_img(kontext_dir: Path, tmp_path: Path) -> None:
+    """bf16 transformer, float32 VAE: the control is encoded and the result decoded by
+    the model's own float32 VAE calls."""
+    m = FluxKontextModel(kontext_cfg(kontext_dir), dtype=torch.bfloat16)
+    m.load_model()
+    cfg = GenerateImageConfig("make it red", width=32, height=48, sample_steps=2,
+                              ctrl_img=str(write_control(tmp_path / "c.png")))
+    [image] = m.generate_images([cfg])
+    assert image.size == (32, 48)
+
+
 def test_an_unreadable_ctrl_img_is_one_line(model: FluxKontextModel, tmp_path: Path) -> None:
     bad = tmp_path / "bad.png"
     bad.write_bytes(b"not an image")
