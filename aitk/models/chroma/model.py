@@ -88,6 +88,11 @@ class ChromaModel(FluxModel):
                 raise ModelLoadError(f"Chroma model folder {local} lacks "
                                      f"{', '.join(missing)}/ (a diffusers Chroma folder has "
                                      f"{', '.join(PARTS)}/)")
+        elif local.is_file() or source.endswith(".safetensors"):
+            # Upstream configs may name one transformer file (parts from FLUX.1-schnell).
+            raise ModelLoadError(f"Chroma model {source} is a single file; point "
+                                 "name_or_path at a diffusers Chroma folder or hub id "
+                                 "(e.g. lodestones/Chroma1-HD)")
         elif source.startswith((".", "/", "~")) or source.count("/") != 1 or "\\" in source:
             raise ModelLoadError(f"Chroma model folder {local} does not exist")
         transformer = load_part(ChromaTransformer2DModel, source, "transformer", "Chroma",

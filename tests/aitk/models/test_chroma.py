@@ -278,6 +278,10 @@ def test_missing_part_and_offline_hub_id_are_one_line_errors(chroma_dir: Path, t
     shutil.rmtree(partial / "vae")
     with pytest.raises(ModelLoadError, match="lacks vae/"):
         load_model(chroma_cfg(partial))
+    with pytest.raises(ModelLoadError, match="single file.*lodestones/Chroma1-HD"):
+        load_model(chroma_cfg("lodestones/Chroma/chroma-unlocked-v48.safetensors"))
+    with pytest.raises(ModelLoadError, match="does not exist"):
+        load_model(chroma_cfg(tmp_path / "nowhere"))
 
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     monkeypatch.setenv("HF_HOME", str(tmp_path / "hf"))
