@@ -170,6 +170,7 @@ class AdapterNetwork:
                 "network_alpha": str(self.alpha), "base_model_arch": self.arch}
         meta.update({str(k): str(v) for k, v in (metadata or {}).items()})
         atomic_write_bytes(Path(path), save(public, metadata=meta))
+        self._require_model().on_lora_file_saved(Path(path), self)
 
     def load_file(self, path: str | Path) -> dict[str, str]:
         """Load a public-name file; returns its metadata.

@@ -7,6 +7,7 @@ checks free of torch and diffusers. Add an arch here to register it.
 BUILTIN_ARCHS: dict[str, str] = {
     "example": "aitk.models.example.model:ExampleModel",
     "flux": "aitk.models.flux.model:FluxModel",
+    "prx_pixel": "aitk.models.prx_pixel.model:PRXPixelModel",
     "qwen_image": "aitk.models.qwen_image.model:QwenImageModel",
     "sdxl": "aitk.models.sdxl.model:SDXLModel",
 }
