@@ -3,7 +3,8 @@
 `name_or_path`: a diffusers folder or hub id (e.g. Photoroom/prxpixel-t2i) with
 
     transformer/   PRXTransformer2DModel (in_channels 3, 16 px patches, no VAE)
-    text_encoder/  Qwen3VLTextModel (the Qwen3-VL text tower; no vision tower)
+    text_encoder/  Qwen3VLTextModel (the Qwen3-VL text tower; a whole Qwen3-VL
+                   checkpoint works too: only its language model is read)
     tokenizer/     the Qwen tokenizer
     scheduler/     FlowMatchEulerDiscreteScheduler (fixed shift)
 
@@ -63,6 +64,8 @@ MIN_VELOCITY_SIGMA = 0.05
 TRANSFORMER_QUANT_EXCLUDE = ("img_in", "img_in.*", "txt_in", "time_in.*",
                              "resolution_embedder.*", "final_layer.*")
 PEFT_FOLDER = "peft"
+# A whole Qwen3-VL checkpoint names the text tower `model.language_model.*`.
+VL_TEXT_KEY_MAPPING = {r"^model\.language_model\.": ""}
 
 
 @dataclass(frozen=True)
@@ -112,8 +115,7 @@ class PRXPixelModel(BaseModel):
         name = str(cfg.name_or_path)
         transformer = load_part(PRXTransformer2DModel, name, "transformer", self.arch,
                                 torch_dtype=self.dtype)
-        text_encoder = load_part(Qwen3VLTextModel, name, "text_encoder", self.arch,
-                                 dtype=self.dtype)
+        text_encoder = load_text_tower(Qwen3VLTextModel, name, self.arch, self.dtype)
         tokenizer = load_part(AutoTokenizer, name, "tokenizer", self.arch)
         scheduler = load_part(FlowMatchEulerDiscreteScheduler, name, "scheduler", self.arch)
         settings = {**pipeline_settings(name), **(getattr(cfg, "model_kwargs", None) or {})}
@@ -239,6 +241,21 @@ class PRXPixelModel(BaseModel):
     # ---- properties the trainer reads ----------------------------------------------
     def get_bucket_divisibility(self) -> int:
         return int(self.model.config.patch_size)  # no VAE: vae_scale_factor 1
+
+
+def load_text_tower(cls: Any, name_or_path: str, arch: str, dtype: torch.dtype) -> Any:
+    """The Qwen3-VL text tower from `text_encoder/`: a text-only checkpoint as diffusers
+    saves it, or a whole Qwen3-VL checkpoint whose language model is read alone (its
+    vision tower is never built). A checkpoint that leaves weights of the tower unset
+    is refused rather than run half random."""
+    model, info = load_part(cls, name_or_path, "text_encoder", arch, dtype=dtype,
+                            key_mapping=VL_TEXT_KEY_MAPPING, output_loading_info=True)
+    missing = sorted(info.get("missing_keys") or ())
+    if missing:
+        raise ModelLoadError(f"the {arch} text_encoder in {name_or_path} is not a Qwen3-VL "
+                             f"text model: {len(missing)} weights missing (e.g. "
+                             f"{missing[0]}); expected Qwen3VLTextModel or Qwen3-VL weights")
+    return model
 
 
 def pipeline_settings(name_or_path: str) -> dict[str, Any]:

@@ -105,6 +105,30 @@ def test_builds_and_loads_the_diffusers_layout(prx_dir: Path):
     assert [t.shape[0] for t in embeds.text_embeds] == [len("a red circle"), 0]
 
 
+def test_a_whole_qwen3_vl_checkpoint_loads_its_text_tower_alone(prx_dir: Path,
+                                                                 tmp_path: Path):
+    from transformers import Qwen3VLConfig, Qwen3VLForConditionalGeneration
+
+    folder = tmp_path / "prx"
+    folder.mkdir()
+    for part in ("transformer", "tokenizer", "scheduler", "model_index.json"):
+        (folder / part).symlink_to(prx_dir / part)
+    text = json.loads((prx_dir / "text_encoder" / "config.json").read_text())
+    keep = ("vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers",
+            "num_attention_heads", "num_key_value_heads", "head_dim", "rope_parameters")
+    full = Qwen3VLForConditionalGeneration(Qwen3VLConfig(
+        text_config={k: text[k] for k in keep},
+        vision_config={"depth": 1, "hidden_size": 16, "intermediate_size": 32,
+                       "num_heads": 2, "out_hidden_size": text["hidden_size"],
+                       "deepstack_visual_indexes": []}))
+    full.save_pretrained(folder / "text_encoder")
+    model = loaded_model(folder)
+    expected = full.model.language_model.state_dict()
+    got = model.text_encoder.state_dict()
+    assert got.keys() == expected.keys()
+    assert all(torch.equal(got[k], expected[k]) for k in expected)
+
+
 def test_trains_previews_and_writes_the_lora_and_its_peft_folder(trained: Path):
     lora = trained / "p.safetensors"
     weights = load_file(lora)
