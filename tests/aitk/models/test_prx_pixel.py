@@ -269,6 +269,33 @@ def test_peft_on_the_diffusers_transformer_reproduces_the_trainer_preview(
     assert np.abs(with_lora - base).max() > 4 / 255  # the LoRA really changed the image
 
 
+def test_a_lokr_adapter_saves_a_peft_folder_peft_loads_back(prx_dir: Path, tmp_path: Path):
+    from diffusers import PRXTransformer2DModel
+    from peft import PeftModel
+
+    model = loaded_model(prx_dir)
+    network = AdapterNetwork.attach(model, NetCfg(type="lokr", linear=4, linear_alpha=2.0))
+    with torch.no_grad():
+        for p in network.trainable_parameters():  # one factor starts at zero
+            p.normal_(0.0, 0.2)
+    network.save_file(tmp_path / "k.safetensors")
+    config = json.loads((tmp_path / "peft" / "adapter_config.json").read_text())
+    assert config["peft_type"] == "LOKR"
+    fresh = PRXTransformer2DModel.from_pretrained(prx_dir, subfolder="transformer")
+    PeftModel.from_pretrained(fresh, str(tmp_path / "peft"))
+    x, t = torch.rand(1, 3, 32, 32) * 2 - 1, torch.tensor([600.0])
+    embeds = model.get_prompt_embeds(["a red circle"])
+    with torch.no_grad():
+        ours = model.get_noise_prediction(x, t, embeds)
+        context, mask = embeds.pad("text_embeds")
+        theirs = fresh(hidden_states=x, timestep=t / 1000, encoder_hidden_states=context,
+                       attention_mask=mask, return_dict=False)[0]
+        network.disable()
+        without = model.get_noise_prediction(x, t, embeds)
+    torch.testing.assert_close(theirs, ours, atol=1e-5, rtol=0)
+    assert (ours - without).abs().max() > 1e-2
+
+
 def test_gradient_checkpointing_gives_the_same_lora_gradients(prx_dir: Path):
     model = loaded_model(prx_dir)
     network = AdapterNetwork.attach(model, NetCfg(linear=4, linear_alpha=4.0))
