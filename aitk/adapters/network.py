@@ -156,7 +156,8 @@ class AdapterNetwork:
     # ---- files -----------------------------------------------------------------------
     def save_file(self, path: str | Path, metadata: Mapping[str, str] | None = None,
                   dtype: torch.dtype | None = None) -> None:
-        """Write the public-name file (with per-module alpha) and metadata atomically."""
+        """Write the public-name file (with per-module alpha) and metadata atomically,
+        then tell the model (`on_lora_file_saved`: an arch may add another layout)."""
         from safetensors.torch import save
 
         from aitk.files import atomic_write_bytes
