@@ -156,7 +156,8 @@ class AdapterNetwork:
     # ---- files -----------------------------------------------------------------------
     def save_file(self, path: str | Path, metadata: Mapping[str, str] | None = None,
                   dtype: torch.dtype | None = None) -> None:
-        """Write the public-name file (with per-module alpha) and metadata atomically."""
+        """Write the public-name file (with per-module alpha) and metadata atomically,
+        then tell the model (`on_lora_file_saved`: an arch may add another layout)."""
         from safetensors.torch import save
 
         from aitk.files import atomic_write_bytes
@@ -170,6 +171,7 @@ class AdapterNetwork:
                 "network_alpha": str(self.alpha), "base_model_arch": self.arch}
         meta.update({str(k): str(v) for k, v in (metadata or {}).items()})
         atomic_write_bytes(Path(path), save(public, metadata=meta))
+        self._require_model().on_lora_file_saved(Path(path), self)
 
     def load_file(self, path: str | Path) -> dict[str, str]:
         """Load a public-name file; returns its metadata.

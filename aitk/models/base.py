@@ -46,7 +46,7 @@ The trainer calls these hooks in this order:
 5. Saving: full fine-tunes use `save_model(path)`; LoRA files are written by
    aitk.adapters.AdapterNetwork, which maps keys through
    `convert_lora_weights_before_save/load()` (public keys with the `diffusion_model.`
-   prefix; see aitk.adapters.keys).
+   prefix; see aitk.adapters.keys) and then calls `on_lora_file_saved(path, network)`.
 
 Conventions (keep them exactly):
 - Pixels (B, 3, H, W) in [-1, 1]; control tensors arrive in [0, 1] (x * 2 - 1 before
@@ -313,6 +313,10 @@ class BaseModel:
                                          ) -> dict[str, torch.Tensor]:
         """Public names -> the internal names `load` expects; inverse of the above."""
         return state_dict
+
+    def on_lora_file_saved(self, path: Path, network: Any) -> None:
+        """Called after `AdapterNetwork.save_file` wrote a LoRA file at `path`: a hook for
+        archs that also write the adapter in another layout (e.g. a peft folder)."""
 
     @classmethod
     def build_tiny(cls, target: Path, seed: int = 0) -> None:

@@ -9,6 +9,7 @@ BUILTIN_ARCHS: dict[str, str] = {
     "chroma": "aitk.models.chroma.model:ChromaModel",
     "flux": "aitk.models.flux.model:FluxModel",
     "flux_kontext": "aitk.models.flux_kontext.model:FluxKontextModel",
+    "prx_pixel": "aitk.models.prx_pixel.model:PRXPixelModel",
     "qwen_image": "aitk.models.qwen_image.model:QwenImageModel",
     "sdxl": "aitk.models.sdxl.model:SDXLModel",
 }

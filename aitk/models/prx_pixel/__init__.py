@@ -1,0 +1,3 @@
+from aitk.models.prx_pixel.model import PRXPixelModel
+
+__all__ = ["PRXPixelModel"]

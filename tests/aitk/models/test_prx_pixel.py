@@ -1,0 +1,363 @@
+"""The `prx_pixel` arch on a tiny random model built locally: load, train with LoRA
+(x-prediction: the target is the clean image), preview, Ctrl+C and exact resume, and
+interop through peft (diffusers has no LoRA loader for PRX): the saved adapter loaded
+with `PeftModel.from_pretrained` onto diffusers' PRXTransformer2DModel, in diffusers'
+PRXPixelPipeline, gives the trainer's own preview."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+from collections.abc import Iterator
+from pathlib import Path
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+import torch
+from safetensors import safe_open
+from safetensors.torch import load_file
+
+from aitk import train as train_module
+from aitk.adapters import AdapterNetwork
+from aitk.batch import DataBatch
+from aitk.cli_run import main as cli_main
+from aitk.models.base import GenerateImageConfig
+from aitk.models.prx_pixel import PRXPixelModel
+from aitk.models.prx_pixel.model import run_pipeline
+from aitk.models.prx_pixel.peft_adapter import convert_file
+from aitk.models.prx_pixel.peft_adapter import main as peft_main
+from aitk.models.registry import load_model
+from aitk.train import compute_loss, step_generator
+from tests.aitk.aitk_testing import job_config, write_config
+from tests.aitk.models.conftest import ModelCfg, NetCfg
+
+STEPS = 4
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _one_thread() -> Iterator[None]:
+    """Tiny layers: OpenMP threads waiting on each other cost more than the work."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
+@pytest.fixture(scope="session")
+def prx_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    folder = tmp_path_factory.mktemp("models") / "prx_pixel"
+    PRXPixelModel.build_tiny(folder)
+    return folder
+
+
+def prx_job(tmp: Path, model_dir: Path, name: str = "p", **overrides) -> Path:
+    settings = dict(
+        # alpha != rank: the files must carry the scale other tools apply.
+        network={"type": "lora", "linear": 4, "linear_alpha": 8},
+        model={"arch": "prx_pixel", "name_or_path": str(model_dir)},
+        train={"batch_size": 2, "steps": STEPS, "lr": 2e-2, "optimizer": "adamw",
+               "gradient_checkpointing": True, "cache_text_embeddings": True, "seed": 3,
+               "timestep_type": "shift"},
+        save={"dtype": "float32", "save_every": 2, "max_step_saves_to_keep": 2},
+        sample={"sample_every": STEPS, "width": 32, "height": 32, "sample_steps": 2,
+                "prompts": ["[trigger] a red circle"], "neg": "", "seed": 1,
+                "format": "png", "guidance_scale": 2.0},
+    )
+    settings.update(overrides)
+    cfg = job_config(name, tmp / "out", model_dir, **settings)
+    return write_config(tmp / f"{name}.yml", cfg)
+
+
+@pytest.fixture(scope="session")
+def trained(tmp_path_factory: pytest.TempPathFactory, prx_dir: Path) -> Path:
+    tmp = tmp_path_factory.mktemp("prx-run")
+    assert cli_main([str(prx_job(tmp, prx_dir))]) == 0
+    return tmp / "out" / "p"
+
+
+def loaded_model(model_dir: Path, **cfg) -> PRXPixelModel:
+    model = PRXPixelModel(ModelCfg(name_or_path=str(model_dir), arch="prx_pixel", **cfg))
+    model.load_model()
+    return model
+
+
+def image_array(image) -> np.ndarray:
+    return np.asarray(image, dtype=np.float32) / 255.0
+
+
+def test_builds_and_loads_the_diffusers_layout(prx_dir: Path):
+    from transformers import Qwen3VLTextModel
+
+    assert {p.name for p in prx_dir.iterdir()} >= {"transformer", "text_encoder",
+                                                   "tokenizer", "scheduler",
+                                                   "model_index.json"}
+    model = load_model(ModelCfg(name_or_path=str(prx_dir), arch="prx_pixel"))
+    assert isinstance(model, PRXPixelModel)
+    assert type(model.text_encoder) is Qwen3VLTextModel  # the text tower alone
+    assert model.noise_scale == 2.0 and model.prompt_max_tokens == 64  # model_index.json
+    assert model.get_bucket_divisibility() == 16
+    pixels = torch.rand(1, 3, 32, 48) * 2 - 1
+    assert torch.equal(model.encode_images(pixels), pixels)  # pixel space: no VAE
+    embeds = model.get_prompt_embeds(["a red circle", ""])
+    # One row per real token (byte-level tokenizer: one per byte); "" has none.
+    assert [t.shape[0] for t in embeds.text_embeds] == [len("a red circle"), 0]
+
+
+def test_a_whole_qwen3_vl_checkpoint_loads_its_text_tower_alone(prx_dir: Path,
+                                                                 tmp_path: Path):
+    from transformers import Qwen3VLConfig, Qwen3VLForConditionalGeneration
+
+    folder = tmp_path / "prx"
+    folder.mkdir()
+    for part in ("transformer", "tokenizer", "scheduler", "model_index.json"):
+        (folder / part).symlink_to(prx_dir / part)
+    text = json.loads((prx_dir / "text_encoder" / "config.json").read_text())
+    keep = ("vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers",
+            "num_attention_heads", "num_key_value_heads", "head_dim", "rope_parameters")
+    full = Qwen3VLForConditionalGeneration(Qwen3VLConfig(
+        text_config={k: text[k] for k in keep},
+        vision_config={"depth": 1, "hidden_size": 16, "intermediate_size": 32,
+                       "num_heads": 2, "out_hidden_size": text["hidden_size"],
+                       "deepstack_visual_indexes": []}))
+    full.save_pretrained(folder / "text_encoder")
+    model = loaded_model(folder)
+    expected = full.model.language_model.state_dict()
+    got = model.text_encoder.state_dict()
+    assert got.keys() == expected.keys()
+    assert all(torch.equal(got[k], expected[k]) for k in expected)
+
+
+def test_trains_previews_and_writes_the_lora_and_its_peft_folder(trained: Path,
+                                                                 tmp_path: Path):
+    lora = trained / "p.safetensors"
+    weights = load_file(lora)
+    assert weights and all(k.startswith("diffusion_model.blocks.") for k in weights)
+    alphas = {k: v for k, v in weights.items() if k.endswith(".alpha")}
+    assert alphas and all(float(v) == 8.0 for v in alphas.values())
+    ups = [v for k, v in weights.items() if k.endswith("lora_B.weight")]
+    assert ups and all(torch.isfinite(v).all() for v in ups)
+    assert any(v.abs().max() > 0 for v in ups)  # trained: B left zero-init
+    with safe_open(str(lora), "pt") as fh:
+        assert fh.metadata()["base_model_arch"] == "prx_pixel"
+    assert (trained / "samples" / f"{STEPS:09d}_0.png").exists()
+    # peft/ is the final file in peft's layout: same weights, its rank and alpha.
+    config = json.loads((trained / "peft" / "adapter_config.json").read_text())
+    assert config["peft_type"] == "LORA" and config["r"] == 4 and config["lora_alpha"] == 8
+    peft_weights = load_file(trained / "peft" / "adapter_model.safetensors")
+    internal = {k[len("diffusion_model."):]: v for k, v in weights.items()
+                if not k.endswith(".alpha")}
+    assert peft_weights.keys() == {"base_model.model." + k for k in internal}
+    assert all(torch.equal(peft_weights["base_model.model." + k], v)
+               for k, v in internal.items())
+    assert set(config["target_modules"]) == {k.rsplit(".lora_", 1)[0] for k in internal}
+    # The converter makes the same folder from the file.
+    converted = convert_file(lora, tmp_path / "converted")
+    assert load_file(converted / "adapter_model.safetensors").keys() == peft_weights.keys()
+    again = json.loads((converted / "adapter_config.json").read_text())
+    assert (again["r"], again["lora_alpha"], set(again["target_modules"])) == (
+        4, 8, set(config["target_modules"]))
+
+
+def test_loss_target_is_the_clean_image_against_a_hand_made_x_t(prx_dir: Path):
+    model = loaded_model(prx_dir)
+    model.configure_training(SimpleNamespace(timestep_type="shift"))
+    assert model.training_schedule.shift.shift == 3.0  # the scheduler's fixed shift
+    clean = torch.rand(2, 3, 32, 32) * 2 - 1
+    batch = DataBatch(captions=["a", "b"], latents=clean,
+                      prompt_embeds=model.get_prompt_embeds(["a red circle", "blue"]))
+    seen = {}
+    real = model.get_noise_prediction
+
+    def spy(x, t, embeds, **kwargs):
+        seen["x"], seen["t"] = x.detach().clone(), t.detach().clone()
+        seen["pred"] = real(x, t, embeds, **kwargs)
+        return seen["pred"]
+
+    model.get_noise_prediction = spy
+    loss = compute_loss(model, batch, step_generator(5, 2, 0))
+    # The step's first draw is the noise: N(0, 1) times the model's noise_scale of 2.
+    noise = 2.0 * torch.randn(clean.shape, generator=step_generator(5, 2, 0))
+    s = (seen["t"] / 1000.0).view(-1, 1, 1, 1)
+    assert ((s > 0) & (s < 1)).all()
+    torch.testing.assert_close(seen["x"], (1 - s) * clean + s * noise)
+    expected = torch.nn.functional.mse_loss(seen["pred"], clean)  # x-prediction
+    torch.testing.assert_close(loss, expected)
+
+
+def test_preview_samples_x0_as_velocity_with_the_pipelines_clamp(prx_dir: Path):
+    """The preview equals a hand-written Euler loop: start at randn * 2, turn each
+    predicted clean image into (x_t - x0) / max(s, 0.05)."""
+    from diffusers import FlowMatchEulerDiscreteScheduler
+
+    model = loaded_model(prx_dir)
+    gen = GenerateImageConfig(prompt="a red circle", width=32, height=48, sample_steps=3,
+                              seed=4, guidance_scale=1.0)
+    ours = image_array(model.generate_images([gen])[0])
+    sched = FlowMatchEulerDiscreteScheduler.from_config(model.noise_scheduler.config)
+    sched.set_timesteps(gen.sample_steps)
+    embeds = model.get_prompt_embeds([gen.prompt])
+    x = 2.0 * torch.randn((1, 3, 48, 32), generator=torch.Generator().manual_seed(gen.seed))
+    with torch.no_grad():
+        for i, t in enumerate(sched.timesteps):
+            x0 = model.get_noise_prediction(x, t.reshape(1), embeds)
+            s = sched.sigmas[i]
+            x = x + (sched.sigmas[i + 1] - s) * (x - x0) / torch.clamp(s, min=0.05)
+    mine = (x[0] / 2 + 0.5).clamp(0, 1).permute(1, 2, 0).numpy()
+    assert ours.shape == (48, 32, 3)
+    assert np.abs(mine - ours).max() <= 1 / 255 + 1e-6  # uint8 rounding
+
+
+def test_ctrl_c_then_resume_gives_the_uninterrupted_weights(tmp_path: Path, prx_dir: Path,
+                                                            trained: Path, monkeypatch):
+    path = prx_job(tmp_path, prx_dir)
+    real = train_module.compute_loss
+    calls = []
+
+    def signalling(*args, **kwargs):  # a real SIGINT to this process during step 2
+        calls.append(1)
+        if len(calls) == 2:
+            os.kill(os.getpid(), signal.SIGINT)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(train_module, "compute_loss", signalling)
+    assert cli_main([str(path)]) == 130
+    monkeypatch.setattr(train_module, "compute_loss", real)
+    assert cli_main([str(path)]) == 0
+    resumed = load_file(tmp_path / "out" / "p" / "p.safetensors")
+    straight = load_file(trained / "p.safetensors")
+    assert resumed.keys() == straight.keys()
+    assert max((resumed[k] - straight[k]).abs().max().item() for k in straight) <= 1e-6
+
+
+def test_peft_on_the_diffusers_transformer_reproduces_the_trainer_preview(
+        prx_dir: Path, trained: Path):
+    """The run's own peft/ folder, loaded by peft, against the trainer's preview with
+    the run's LoRA file."""
+    from diffusers import PRXPixelPipeline, PRXTransformer2DModel
+    from peft import PeftModel
+
+    model = loaded_model(prx_dir)
+    network = AdapterNetwork.attach(model, NetCfg(linear=4, linear_alpha=8.0))
+    network.load_file(trained / "p.safetensors")
+    gen = GenerateImageConfig(prompt="a red circle", width=32, height=32, sample_steps=3,
+                              seed=5, guidance_scale=2.0)
+    embeds = model.encode_prompts([gen.prompt, ""])
+    ours = image_array(model.generate_images([gen], embeds)[0])
+
+    transformer = PRXTransformer2DModel.from_pretrained(prx_dir, subfolder="transformer")
+    pipe = PRXPixelPipeline.from_pretrained(prx_dir, transformer=transformer,
+                                            text_encoder=None, tokenizer=None)
+    pipe.set_progress_bar_config(disable=True)
+
+    def theirs() -> np.ndarray:
+        return image_array(run_pipeline(pipe, gen, embeds[gen.prompt], embeds[""],
+                                        torch.Generator().manual_seed(gen.seed),
+                                        torch.device("cpu"), torch.float32))
+
+    base = theirs()
+    PeftModel.from_pretrained(transformer, str(trained / "peft"))  # in place
+    assert any("lora_B" in n for n, _ in pipe.transformer.named_parameters())
+    with_lora = theirs()
+    # Same float32 CPU math on both sides; PNG-level rounding is the only slack.
+    assert np.abs(with_lora - ours).max() <= 1 / 255
+    # The LoRA really changed the image (measured: 19/255 after the 4 steps).
+    assert np.abs(with_lora - base).max() > 4 / 255
+
+
+def test_a_lokr_adapter_saves_a_peft_folder_peft_loads_back(prx_dir: Path, tmp_path: Path):
+    from diffusers import PRXTransformer2DModel
+    from peft import PeftModel
+
+    model = loaded_model(prx_dir)
+    network = AdapterNetwork.attach(model, NetCfg(type="lokr", linear=4, linear_alpha=2.0))
+    with torch.no_grad():
+        for p in network.trainable_parameters():  # one factor starts at zero
+            p.normal_(0.0, 0.2)
+    network.save_file(tmp_path / "k.safetensors")
+    config = json.loads((tmp_path / "peft" / "adapter_config.json").read_text())
+    assert config["peft_type"] == "LOKR"
+    fresh = PRXTransformer2DModel.from_pretrained(prx_dir, subfolder="transformer")
+    PeftModel.from_pretrained(fresh, str(tmp_path / "peft"))
+    x, t = torch.rand(1, 3, 32, 32) * 2 - 1, torch.tensor([600.0])
+    embeds = model.get_prompt_embeds(["a red circle"])
+    with torch.no_grad():
+        ours = model.get_noise_prediction(x, t, embeds)
+        context, mask = embeds.pad("text_embeds")
+        theirs = fresh(hidden_states=x, timestep=t / 1000, encoder_hidden_states=context,
+                       attention_mask=mask, return_dict=False)[0]
+        network.disable()
+        without = model.get_noise_prediction(x, t, embeds)
+    torch.testing.assert_close(theirs, ours, atol=1e-5, rtol=0)
+    assert (ours - without).abs().max() > 1e-2
+
+
+def test_gradient_checkpointing_gives_the_same_lora_gradients(prx_dir: Path):
+    model = loaded_model(prx_dir)
+    network = AdapterNetwork.attach(model, NetCfg(linear=4, linear_alpha=4.0))
+    params = list(network.trainable_parameters())
+    with torch.no_grad():
+        for p in params:  # B starts at zero: give both factors values
+            p.normal_(0.0, 0.05)
+    batch = DataBatch(captions=["a", "b"], latents=torch.rand(2, 3, 32, 32) * 2 - 1,
+                      prompt_embeds=model.get_prompt_embeds(["a red circle", "blue"]))
+
+    def grads() -> list[torch.Tensor]:
+        for p in params:
+            p.grad = None
+        compute_loss(model, batch, step_generator(1, 0, 0)).backward()
+        return [p.grad.clone() for p in params]
+
+    model.model.train()
+    plain = grads()
+    model.model.enable_gradient_checkpointing()
+    checkpointed = grads()
+    assert all(g.abs().max() > 0 for g in plain)
+    for a, b in zip(plain, checkpointed, strict=True):
+        assert torch.allclose(a, b, atol=1e-6)
+
+
+def test_quantized_transformer_and_text_encoder_train_only_the_lora(prx_dir: Path):
+    from aitk.quantize import is_quantized
+
+    model = loaded_model(prx_dir, quantize=True, quantize_te=True)  # qfloat8 both
+    assert is_quantized(model.model) and is_quantized(model.text_encoder)
+    for kept in ("img_in", "txt_in", "time_in", "resolution_embedder", "final_layer"):
+        assert not is_quantized(getattr(model.model, kept)), kept
+    network = AdapterNetwork.attach(model, NetCfg())
+    batch = DataBatch(captions=["a"], latents=torch.rand(1, 3, 32, 32) * 2 - 1,
+                      prompt_embeds=model.get_prompt_embeds(["a red circle"]))
+    loss = compute_loss(model, batch, step_generator(0, 0, 0))
+    loss.backward()
+    assert torch.isfinite(loss)
+    trainable = {id(p) for p in network.trainable_parameters()}
+    with_grad = [n for n, p in model.model.named_parameters() if p.grad is not None]
+    assert with_grad and all("lora_" in n for n in with_grad)
+    assert all(id(p) in trainable for p in model.model.parameters() if p.requires_grad)
+
+
+def test_peft_converter_refuses_a_non_lora_file_in_one_line(tmp_path: Path, capsys):
+    bad = tmp_path / "bad.safetensors"
+    bad.write_bytes(b"not a safetensors file")
+    assert peft_main([str(bad), str(tmp_path / "out")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("error: ") and str(bad) in err[0]
+    assert not (tmp_path / "out").exists()
+
+
+def test_hub_id_offline_is_one_line_exit_2(tmp_path: Path, prx_dir: Path, monkeypatch,
+                                           capsys):
+    import huggingface_hub.constants
+
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setenv("HF_HOME", str(tmp_path / "hf"))
+    # The hub library read the variable when first imported (earlier in this process); a
+    # user's run reads it at start. Without this, the hub is tried over the network.
+    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", True)
+    path = prx_job(tmp_path, prx_dir,
+                   model={"arch": "prx_pixel", "name_or_path": "Photoroom/prxpixel-t2i"})
+    assert cli_main([str(path)]) == 2
+    err = [line for line in capsys.readouterr().err.splitlines() if line.startswith("error")]
+    assert len(err) == 1 and "Photoroom/prxpixel-t2i" in err[0] and "Traceback" not in err[0]
+    assert "hub id" in err[0] and "huggingface-cli download" in err[0]
