@@ -2,12 +2,18 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from tests.aitk.aitk_testing import TinyModel, model_settings, write_image
+
+# Tests never reach the model hubs: huggingface_hub reads this once, when first imported,
+# so it is set here, before any test module imports it (a test that sets it later still
+# waits for connection attempts to time out). Subprocesses inherit it.
+os.environ["HF_HUB_OFFLINE"] = "1"
 
 
 @pytest.fixture
