@@ -7,6 +7,9 @@ checks free of torch and diffusers. Add an arch here to register it.
 BUILTIN_ARCHS: dict[str, str] = {
     "example": "aitk.models.example.model:ExampleModel",
     "flux": "aitk.models.flux.model:FluxModel",
+    "flux2_klein": "aitk.models.flux2_klein.model:Flux2KleinModel",
+    "flux2_klein_4b": "aitk.models.flux2_klein.model:Flux2Klein4BModel",
+    "flux2_klein_9b": "aitk.models.flux2_klein.model:Flux2Klein9BModel",
     "qwen_image": "aitk.models.qwen_image.model:QwenImageModel",
     "sdxl": "aitk.models.sdxl.model:SDXLModel",
 }
