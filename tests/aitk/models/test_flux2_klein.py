@@ -237,6 +237,47 @@ def test_batchnorm_normalisation_round_trips_the_vae_path(klein_dir: Path):
     assert torch.allclose(model.decode_latents(latents), direct, atol=1e-5)
 
 
+def test_training_forward_is_the_pipelines_transformer_call(klein_dir: Path):
+    """Packing, the 4-axis ids (image (0, h, w, 0), text (0, 0, 0, l)) and unpacking
+    agree with Flux2KleinPipeline's own preparation of the same latents."""
+    from diffusers import Flux2KleinPipeline as Pipe
+
+    model = loaded_model(klein_dir)
+    gen = torch.Generator().manual_seed(2)
+    latents = torch.randn(2, 16, 2, 3, generator=gen)
+    embeds = model.get_prompt_embeds(["a red circle", "blue"])
+    t = torch.tensor([250.0, 800.0])
+    with torch.no_grad():
+        ours = model.get_noise_prediction(latents, t, embeds)
+        text = torch.stack(embeds.text_embeds)
+        ids = Pipe._prepare_latent_ids(latents)
+        out = model.model(hidden_states=Pipe._pack_latents(latents), timestep=t / 1000,
+                          guidance=None, encoder_hidden_states=text,
+                          txt_ids=Pipe._prepare_text_ids(text), img_ids=ids,
+                          return_dict=False)[0]
+    assert torch.allclose(ours, Pipe._unpack_latents_with_ids(out, ids, 2, 3), atol=1e-6)
+    text_ids = Pipe._prepare_text_ids(text)[0]
+    assert text_ids.shape == (text.shape[1], 4) and text_ids[:, 3].tolist() == list(
+        range(text.shape[1]))
+
+
+def test_lokr_files_round_trip(klein_dir: Path, tmp_path: Path):
+    model = loaded_model(klein_dir)
+    network = AdapterNetwork.attach(model, NetCfg(type="lokr", linear=4, linear_alpha=2.0))
+    with torch.no_grad():
+        for p in network.trainable_parameters():
+            p.normal_(0.0, 0.1)
+    before = network.state_dict()
+    network.save_file(tmp_path / "lokr.safetensors")
+    assert all(k.startswith("diffusion_model.") for k in load_file(tmp_path / "lokr.safetensors"))
+    with torch.no_grad():
+        for p in network.trainable_parameters():
+            p.zero_()
+    network.load_file(tmp_path / "lokr.safetensors")
+    after = network.state_dict()
+    assert all(torch.equal(before[k], after[k]) for k in before)
+
+
 def test_gradient_checkpointing_gives_the_same_lora_gradients(klein_dir: Path):
     model = loaded_model(klein_dir)
     network = AdapterNetwork.attach(model, NetCfg(linear=4, linear_alpha=4.0))
