@@ -344,12 +344,18 @@ def test_training_shift_is_the_pipelines_empirical_mu(klein_dir: Path):
 
 def test_hub_id_offline_is_one_line_exit_2(tmp_path: Path, klein_dir: Path, monkeypatch,
                                            capsys):
+    import huggingface_hub.constants
+
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     monkeypatch.setenv("HF_HOME", str(tmp_path / "hf"))
+    # huggingface_hub reads HF_HUB_OFFLINE once, at import (earlier tests imported it):
+    # without this the hub is tried (DNS errors, 5 retries with backoff, ~25 s).
+    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", True)
+    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_CACHE", str(tmp_path / "hf"))
     hub_id = "black-forest-labs/FLUX.2-klein-base-4B"
     path = klein_job(tmp_path, klein_dir, model={"arch": ARCH, "name_or_path": hub_id})
     assert cli_main([str(path)]) == 2
     err = [line for line in capsys.readouterr().err.splitlines() if line.startswith("error")]
     assert len(err) == 1 and hub_id in err[0] and "Traceback" not in err[0]
-    assert "hub id" in err[0] and "huggingface-cli download" in err[0]
+    assert "hub id" in err[0] and "huggingface-cli download" in err[0], err[0]
 
