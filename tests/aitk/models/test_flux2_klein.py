@@ -28,6 +28,7 @@ from aitk.models.flux2_klein import Flux2Klein4BModel, Flux2KleinModel, lora_key
 from aitk.models.flux2_klein.model import run_pipeline
 from aitk.models.registry import discover
 from aitk.train import compute_loss, step_generator
+from aitk.upstream_keys import divisibility_for
 from tests.aitk.aitk_testing import job_config, write_config
 from tests.aitk.models.conftest import ModelCfg, NetCfg
 
@@ -328,6 +329,8 @@ def test_training_shift_is_the_pipelines_empirical_mu(klein_dir: Path):
 
     model = loaded_model(klein_dir)
     assert model.get_bucket_divisibility() == 16 and not model.is_distilled
+    # The config preflight (dataset audit) buckets with the same cell.
+    assert all(divisibility_for(a) == 16 for a in ("flux2_klein_4b", "flux2_klein_9b"))
     model.configure_training(SimpleNamespace(timestep_type="shift"))
     shift = model.training_schedule.shift
     assert shift.dynamic and shift.exponential
