@@ -122,8 +122,12 @@ class Flux2KleinModel(BaseModel):
                     return False
             else:
                 from huggingface_hub import hf_hub_download
+                from huggingface_hub.errors import RemoteEntryNotFoundError
 
-                index = Path(hf_hub_download(name, "model_index.json"))
+                try:
+                    index = Path(hf_hub_download(name, "model_index.json"))
+                except RemoteEntryNotFoundError:  # a repo of parts only: not distilled
+                    return False
             return bool(json.loads(index.read_text()).get("is_distilled", False))
         except (OSError, ValueError) as exc:
             detail = " ".join(str(exc).split())[:200]

@@ -345,6 +345,25 @@ def test_training_shift_is_the_pipelines_empirical_mu(klein_dir: Path):
     assert float(s) == pytest.approx(np.exp(mu) / (np.exp(mu) + 1.0))
 
 
+def test_a_distilled_folder_samples_without_true_cfg(klein_dir: Path, tmp_path: Path):
+    import json
+    import shutil
+
+    folder = tmp_path / "distilled"
+    shutil.copytree(klein_dir, folder)
+    index = json.loads((folder / "model_index.json").read_text())
+    (folder / "model_index.json").write_text(json.dumps({**index, "is_distilled": True}))
+    model = loaded_model(folder)
+    assert model.is_distilled and model.get_generation_pipeline().config.is_distilled
+    gen = GenerateImageConfig(prompt="a red circle", width=32, height=32, sample_steps=2,
+                              seed=5, guidance_scale=4.0)
+    embeds = model.encode_prompts([gen.prompt, "", "blurry"])
+    # Guidance is ignored: the negative prompt changes nothing.
+    first = image_array(model.generate_images([gen], embeds)[0])
+    gen.negative_prompt = "blurry"
+    assert np.array_equal(first, image_array(model.generate_images([gen], embeds)[0]))
+
+
 def test_hub_id_offline_is_one_line_exit_2(tmp_path: Path, klein_dir: Path, monkeypatch,
                                            capsys):
     import huggingface_hub.constants
