@@ -34,6 +34,7 @@ Conventions at this arch's edges:
 - `model_kwargs`: `max_sequence_length`, `text_encoder_out_layers` (default [9, 18, 27]),
   `shift_steps`, `is_distilled` (overrides model_index.json).
 - `low_vram`: the text encoder and VAE idle on the CPU and visit the device to work.
+- Qwen3's decoder layers after the deepest one read (27, of 36) are dropped at load.
 """
 
 from __future__ import annotations
@@ -93,6 +94,7 @@ class Flux2KleinModel(BaseModel):
         vae = load_part(AutoencoderKLFlux2, name, "vae", self.arch, torch_dtype=torch.float32)
         scheduler = load_part(FlowMatchEulerDiscreteScheduler, name, "scheduler", self.arch)
         self.is_distilled = self._read_is_distilled(name)
+        keep_text_layers(text_encoder, max(self.text_layers) + 1)
         self.low_vram = bool(getattr(cfg, "low_vram", False))
         idle = torch.device("cpu") if self.low_vram else self.device
         for module, where in ((transformer, self.device), (text_encoder, idle), (vae, idle)):
@@ -297,6 +299,17 @@ class Flux2Klein9BModel(Flux2KleinModel):
     """FLUX.2 [klein] 9B (Qwen3-8B text encoder), upstream's `flux2_klein_9b`."""
 
     arch = "flux2_klein_9b"
+
+
+def keep_text_layers(text_encoder: torch.nn.Module, count: int) -> None:
+    """Drop the decoder layers after `count`: the prompt reads hidden states up to layer
+    27 of Qwen3's 36, so the last 8 (a fifth of its memory and time) never matter. One
+    layer past the deepest one read stays, so that state is not the final-normed one."""
+    if count < len(text_encoder.layers):
+        text_encoder.layers = text_encoder.layers[:count]
+        text_encoder.config.num_hidden_layers = count
+        if getattr(text_encoder.config, "layer_types", None):
+            text_encoder.config.layer_types = text_encoder.config.layer_types[:count]
 
 
 def start_latents(pipeline: Any, gen_config: GenerateImageConfig,

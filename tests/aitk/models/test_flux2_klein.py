@@ -262,6 +262,25 @@ def test_training_forward_is_the_pipelines_transformer_call(klein_dir: Path):
         range(text.shape[1]))
 
 
+def test_text_layers_past_the_deepest_one_read_are_dropped(klein_dir: Path):
+    from transformers import Qwen3Model
+
+    model = loaded_model(klein_dir, model_kwargs={"text_encoder_out_layers": [2, 5, 9]})
+    assert len(model.text_encoder.layers) == 10
+    embeds = model.get_prompt_embeds(["a red circle"]).text_embeds[0]
+    full = Qwen3Model.from_pretrained(klein_dir / "text_encoder")
+    assert len(full.layers) == 28
+    text = model.tokenizer.apply_chat_template(
+        [{"role": "user", "content": "a red circle"}], tokenize=False,
+        add_generation_prompt=True, enable_thinking=False)
+    tokens = model.tokenizer([text], padding="max_length", max_length=64,
+                             return_tensors="pt")
+    with torch.no_grad():
+        hidden = full(**tokens, output_hidden_states=True).hidden_states
+    want = torch.cat([hidden[k][0] for k in (2, 5, 9)], dim=-1)
+    assert torch.allclose(embeds, want, atol=1e-5)
+
+
 def test_lokr_files_round_trip(klein_dir: Path, tmp_path: Path):
     model = loaded_model(klein_dir)
     network = AdapterNetwork.attach(model, NetCfg(type="lokr", linear=4, linear_alpha=2.0))
