@@ -94,7 +94,8 @@ class Flux2KleinModel(BaseModel):
         vae = load_part(AutoencoderKLFlux2, name, "vae", self.arch, torch_dtype=torch.float32)
         scheduler = load_part(FlowMatchEulerDiscreteScheduler, name, "scheduler", self.arch)
         self.is_distilled = self._read_is_distilled(name)
-        keep_text_layers(text_encoder, max(self.text_layers) + 1)
+        if min(self.text_layers) >= 0:  # a negative index counts from the last layer
+            keep_text_layers(text_encoder, max(self.text_layers) + 1)
         self.low_vram = bool(getattr(cfg, "low_vram", False))
         idle = torch.device("cpu") if self.low_vram else self.device
         for module, where in ((transformer, self.device), (text_encoder, idle), (vae, idle)):
