@@ -349,9 +349,11 @@ UPSTREAM_ARCHS: dict[str, UpstreamArch] = {a.name: a for a in [
             "wan22_14b_i2v", "omnigen2", "cogview4", "f-lite", "anima", "zimage",
             "zimage_l2p", "ernie_image", "ideogram4", "krea2", "mageflow", "mageflow_edit",
             "boogu_image", "boogu_image_edit", "nucleus_image", "prx_pixel", "example"),
+    # FLUX.2 [klein]: 8x VAE, 2x2 patchified latents (upstream's get_bucket_divisibility)
+    *_archs(16, "flux2_klein_4b", "flux2_klein_9b"),
     # Qwen-Image packs 2x2 latent patches over an 8x VAE
     *_archs(32, "qwen_image", "qwen_image_edit", "qwen_image_edit_plus", "wan22_5b",
-            "flux2", "flux2_klein_4b", "flux2_klein_9b", "ltx2",
+            "flux2", "ltx2",
             "ltx2.3", "ltx2.5", "minimax_h3", "minimax_h3_ref2va", "ace_step_15",
             "ace_step_15_xl"),
 ]}

@@ -188,6 +188,8 @@ CORPUS: dict[str, tuple[dict[str, Any], str]] = {
         "is not supported by aitk"),
     "ui_flex1": (_ui_job("flex1", "ostris/Flex.1-alpha"), RUNS),
     "ui_qwen_image": (_ui_job("qwen_image", "Qwen/Qwen-Image"), RUNS),
+    "ui_flux2_klein": (_ui_job("flux2_klein_4b", "black-forest-labs/FLUX.2-klein-base-4B"),
+                       RUNS),
     "ui_sdxl": (_ui_job("sdxl", "stabilityai/stable-diffusion-xl-base-1.0"), RUNS),
     "ui_wan22": (_ui_job("wan22_14b:t2v", "ai-toolkit/Wan2.2-T2V-A14B-Diffusers-bf16"),
                  RUNS),
