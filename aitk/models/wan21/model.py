@@ -391,7 +391,7 @@ class FirstFrameConditioned:
     @contextlib.contextmanager
     def preview_devices(self):
         encoder = self.image_encoder
-        with self._on_device(self.vae), (self._on_device(encoder) if encoder is not None
+        with super().preview_devices(), (self._on_device(encoder) if encoder is not None
                                          else contextlib.nullcontext()):
             yield
 
