@@ -637,7 +637,8 @@ def train_process(loaded: LoadedConfig, proc: ProcessConfig, out_dir: Path, stop
         network.save_file(lora, meta, dtype=save_dtype)  # atomic, public keys
         ckpt.prune(ckpt_root, proc.save.max_step_saves_to_keep)
         prune_step_loras(out_dir, name, proc.save.max_step_saves_to_keep, suffixes)
-        metrics.message(f"saved {lora.name} and checkpoint {ckpt.dir_name(step)}")
+        names = ", ".join(p.name for p in network.file_paths(lora))
+        metrics.message(f"saved {names} and checkpoint {ckpt.dir_name(step)}")
         status.phase("training")
 
     def sample(step: int) -> None:
