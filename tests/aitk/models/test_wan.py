@@ -84,6 +84,10 @@ def wan_job(tmp: Path, arch: str, model_dir: Path, name: str = "w", **overrides)
                 "prompts": ["[trigger] a red circle"], "seed": 1, "format": "png",
                 "guidance_scale": 1.0},
     )
+    if arch.startswith("wan22"):
+        # Turns of 2 steps: a resume at step 2 must pick the low-noise expert from the
+        # step number (a counter restarted at 0 would pick the high-noise one).
+        settings["train"] = {**settings["train"], "switch_boundary_every": 2}
     settings.update(overrides)
     cfg = job_config(name, tmp / "out", model_dir, **settings)
     return write_config(tmp / f"{name}.yml", cfg)
@@ -153,7 +157,7 @@ def test_previews_are_frames_and_one_frame_is_an_image(arch: str, wan_dirs, tmp_
 @pytest.fixture(scope="module")
 def trained(tmp_path_factory: pytest.TempPathFactory, wan_dirs) -> dict[str, Path]:
     out = {}
-    for arch in ("wan21", "wan22_14b"):
+    for arch in ARCHS:
         tmp = tmp_path_factory.mktemp(f"{arch}-run")
         assert cli_main([str(wan_job(tmp, arch, wan_dirs[arch]))]) == 0
         out[arch] = tmp / "out" / "w"
@@ -186,7 +190,7 @@ def test_wan22_job_writes_one_file_per_expert_and_prunes_by_step(trained):
         assert any(v.abs().max() > 0 for k, v in weights.items() if "lora_B" in k)
 
 
-@pytest.mark.parametrize("arch", ["wan21", "wan22_14b"])
+@pytest.mark.parametrize("arch", ARCHS)
 def test_ctrl_c_then_resume_gives_the_uninterrupted_weights(arch: str, tmp_path: Path,
                                                             wan_dirs, trained, monkeypatch):
     path = wan_job(tmp_path, arch, wan_dirs[arch])
