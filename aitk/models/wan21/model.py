@@ -115,7 +115,10 @@ class Wan21Model(BaseModel):
     def load_transformers(self, name: str) -> torch.nn.Module:
         return self.load_transformer(name, "transformer")
 
-    def load_transformer(self, name: str, subfolder: str) -> torch.nn.Module:
+    def load_transformer(self, name: str, subfolder: str,
+                         where: torch.device | None = None) -> torch.nn.Module:
+        """One denoiser, frozen, quantized on the CPU when asked, then moved to `where`
+        (the device by default)."""
         from diffusers import WanTransformer3DModel
 
         transformer = load_part(WanTransformer3DModel, name, subfolder, self.arch,
@@ -127,7 +130,7 @@ class Wan21Model(BaseModel):
             from aitk.quantize import quantize_linear_layers
 
             quantize_linear_layers(transformer, cfg.qtype, exclude=TRANSFORMER_QUANT_EXCLUDE)
-        return transformer.to(self.device)
+        return transformer.to(where or self.device)
 
     def load_extras(self, name: str) -> None:
         """i2v: the image encoder; nothing for text to video."""

@@ -152,11 +152,11 @@ class Wan22Model(Wan21Model):
                                  "train_low_noise are both false; train at least one expert")
         # The LoRA goes on the blocks of the trained experts only.
         self.lora_block_prefixes = tuple(f"{e}.blocks." for e in self.trainable)
-        experts = WanExperts(self.load_transformer(name, HIGH),
-                             self.load_transformer(name, LOW))
-        if self.low_vram:
-            experts.transformer_2.to("cpu")
-        return experts
+        # With low_vram the low-noise expert starts on the CPU: two 14B experts never
+        # sit on the GPU together.
+        idle = torch.device("cpu") if self.low_vram else None
+        return WanExperts(self.load_transformer(name, HIGH),
+                          self.load_transformer(name, LOW, idle))
 
     @property
     def transformers(self) -> list[nn.Module]:
