@@ -495,3 +495,29 @@ def test_hub_id_offline_is_one_line_exit_2(arch: str, hub_id: str, tmp_path: Pat
     err = [line for line in capsys.readouterr().err.splitlines() if line.startswith("error")]
     assert len(err) == 1 and hub_id in err[0] and "Traceback" not in err[0]
     assert "hub id" in err[0]
+
+
+def test_wan22_low_vram_keeps_the_idle_expert_on_the_cpu(wan_dirs, monkeypatch):
+    model = loaded("wan22_14b", wan_dirs["wan22_14b"])
+    model.low_vram = True
+    model.device = torch.device("cuda", 3)  # only recorded: `.to` is a spy here
+    moves: list[tuple[str, str]] = []
+    for name in (HIGH, LOW, "vae"):
+        module = model.vae if name == "vae" else model.model.expert(name)
+
+        def spy(where, _name=name, _module=module):
+            moves.append((_name, str(where)))
+            return _module
+
+        monkeypatch.setattr(module, "to", spy)
+    assert model._place(LOW) is model.model.transformer_2
+    assert moves == [(HIGH, "cpu"), (LOW, "cuda:3")]
+    # Previews: each expert visits the device when the pipeline calls it.
+    moves.clear()
+    x = torch.zeros(1, 4, 1, 4, 4)
+    with model.preview_devices(), torch.no_grad():
+        for name in (HIGH, LOW):
+            model.model.expert(name)(hidden_states=x, timestep=torch.tensor([500.0]),
+                                     encoder_hidden_states=torch.zeros(1, 3, 32))
+    assert moves == [("vae", "cuda:3"), (LOW, "cpu"), (HIGH, "cuda:3"),
+                     (HIGH, "cpu"), (LOW, "cuda:3"), ("vae", "cpu")]
