@@ -98,14 +98,14 @@ class Wan21Model(BaseModel):
         tokenizer = load_part(AutoTokenizer, name, "tokenizer", self.arch)
         # The VAE stays float32: encode/decode quality matters more than its size.
         vae = load_part(AutoencoderKLWan, name, "vae", self.arch, dtype=torch.float32)
-        self.scheduler_config = dict(load_scheduler_config(name, self.arch))
+        scheduler = load_scheduler(name, self.arch)
         idle = torch.device("cpu") if self.low_vram else self.device
         for module, where in ((text_encoder, idle), (vae, idle)):
             module.requires_grad_(False)
             module.eval()
             module.to(where)
         self.text_encoder, self.tokenizer, self.vae = text_encoder, tokenizer, vae
-        self.noise_scheduler = self.scheduler_config
+        self.noise_scheduler = scheduler
         if getattr(cfg, "quantize_te", False):
             from aitk.quantize import quantize_linear_layers
 
@@ -201,7 +201,7 @@ class Wan21Model(BaseModel):
     # ---- 3. train step -------------------------------------------------------------
     def flow_shift(self) -> FlowShift:
         """The sampler's fixed shift: UniPC's `flow_shift`, or a FlowMatch `shift`."""
-        cfg = self.scheduler_config
+        cfg = self.noise_scheduler.config
         shift = cfg.get("flow_shift") or cfg.get("shift") or 1.0
         return FlowShift(shift=float(shift))
 
@@ -231,15 +231,16 @@ class Wan21Model(BaseModel):
         return run_transformer(self.model, x, t, context, image)
 
     # ---- 4. previews ---------------------------------------------------------------
+    def fresh_scheduler(self) -> Any:
+        """A new sampler from the model's scheduler config (previews keep no state)."""
+        return type(self.noise_scheduler).from_config(self.noise_scheduler.config)
+
     def get_generation_pipeline(self) -> Any:
-        import diffusers
         from diffusers import WanPipeline
 
-        cls = getattr(diffusers, self.scheduler_config.get("_class_name", ""), None)
-        cls = cls or diffusers.UniPCMultistepScheduler
-        scheduler = cls.from_config(self.scheduler_config)
         pipeline = WanPipeline(tokenizer=None, text_encoder=None, vae=self.vae,
-                               scheduler=scheduler, **self.pipeline_transformers())
+                               scheduler=self.fresh_scheduler(),
+                               **self.pipeline_transformers())
         pipeline.set_progress_bar_config(disable=True)
         return pipeline
 
@@ -369,14 +370,11 @@ class FirstFrameConditioned:
         return out.hidden_states[-2].to(self.device, self.dtype)
 
     def get_generation_pipeline(self) -> Any:
-        import diffusers
         from diffusers import WanImageToVideoPipeline
 
-        cls = getattr(diffusers, self.scheduler_config.get("_class_name", ""), None)
-        cls = cls or diffusers.UniPCMultistepScheduler
         pipeline = WanImageToVideoPipeline(
             tokenizer=None, text_encoder=None, vae=self.vae,
-            scheduler=cls.from_config(self.scheduler_config),
+            scheduler=self.fresh_scheduler(),
             image_encoder=self.image_encoder, image_processor=self.image_processor,
             **self.pipeline_transformers())
         pipeline.set_progress_bar_config(disable=True)
@@ -405,10 +403,17 @@ class Wan21I2VModel(FirstFrameConditioned, Wan21Model):
 
 
 # ---- shared helpers (the trainer and the interop tests call the same ones) ------------
-def load_scheduler_config(name: str, arch: str) -> dict[str, Any]:
-    from diffusers import UniPCMultistepScheduler
+def load_scheduler(name: str, arch: str) -> Any:
+    """The scheduler the model ships (UniPC for the Wan-AI repos; FlowMatchEuler in some
+    re-uploads), built from its config by the class the config names."""
+    import diffusers
 
-    return load_part(_ConfigOnly(UniPCMultistepScheduler), name, "scheduler", arch)
+    config = load_part(_ConfigOnly(diffusers.UniPCMultistepScheduler), name, "scheduler",
+                       arch)
+    cls = getattr(diffusers, str(config.get("_class_name", "")), None)
+    if not (isinstance(cls, type) and issubclass(cls, diffusers.SchedulerMixin)):
+        cls = diffusers.UniPCMultistepScheduler
+    return cls.from_config(config)
 
 
 class _ConfigOnly:
