@@ -78,7 +78,6 @@ class Wan21Model(BaseModel):
     is_video: ClassVar[bool] = True
     lora_block_prefixes = ("blocks.",)
     tiny_variant: ClassVar[WanVariant] = WAN21
-    pipeline_boundary: ClassVar[float | None] = None  # 2.2: where transformer_2 takes over
 
     @classmethod
     def build_tiny(cls, target: Path, seed: int = 0) -> None:
