@@ -567,8 +567,9 @@ def train_process(loaded: LoadedConfig, proc: ProcessConfig, out_dir: Path, stop
     suffixes = model.lora_file_suffixes()
     foreign = foreign_loras(out_dir, name, suffixes) if main and suffixes != ("",) else []
     if foreign:  # per-expert file names, known once the model is loaded
-        raise JobInputError(f"{', '.join(str(p) for p in foreign)} not written by aitk "
-                            "would be overwritten; move them away or give this run "
+        raise JobInputError(f"{', '.join(str(p) for p in foreign)} "
+                            f"{'was' if len(foreign) == 1 else 'were'} not written by aitk "
+                            "and would be overwritten; move them away or give this run "
                             "another name")
     stop.check()
 
