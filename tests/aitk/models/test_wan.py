@@ -521,3 +521,15 @@ def test_wan22_low_vram_keeps_the_idle_expert_on_the_cpu(wan_dirs, monkeypatch):
                                      encoder_hidden_states=torch.zeros(1, 3, 32))
     assert moves == [("vae", "cuda:3"), (LOW, "cpu"), (HIGH, "cuda:3"),
                      (HIGH, "cpu"), (LOW, "cuda:3"), ("vae", "cpu")]
+
+
+def test_wan22_refuses_to_overwrite_an_expert_file_it_did_not_write(wan_dirs, tmp_path: Path,
+                                                                     capsys):
+    path = wan_job(tmp_path, "wan22_14b", wan_dirs["wan22_14b"])
+    foreign = tmp_path / "out" / "w" / "w_low_noise.safetensors"
+    foreign.parent.mkdir(parents=True)
+    foreign.write_bytes(b"someone else's LoRA")
+    assert cli_main([str(path)]) == 2
+    err = [line for line in capsys.readouterr().err.splitlines() if line.startswith("error")]
+    assert len(err) == 1 and str(foreign) in err[0] and "not written by aitk" in err[0]
+    assert foreign.read_bytes() == b"someone else's LoRA"
