@@ -196,6 +196,9 @@ class TrainConfig(_Strict):
     # Flux: the value fed to a guidance-distilled model's guidance embedding.
     cfg_scale: float = 1.0
     bypass_guidance_embedding: bool = False
+    # Multi-expert models (wan22_14b): train one expert for this many micro-batches,
+    # then the other (upstream's key).
+    switch_boundary_every: PositiveInt = 1
     loss_type: Literal["mse"] = "mse"
     gradient_checkpointing: bool = True
     cache_text_embeddings: bool = False

@@ -220,12 +220,14 @@ def written_by_aitk(path: Path) -> bool:
         return False
 
 
-def foreign_loras(out_dir: Path, name: str) -> list[Path]:
-    """LoRA-named files in `out_dir` that aitk did not write (it would overwrite them)."""
+def foreign_loras(out_dir: Path, name: str, suffixes: Sequence[str] = ("",)) -> list[Path]:
+    """LoRA-named files in `out_dir` that aitk did not write (it would overwrite them).
+    `suffixes`: the model's per-file suffixes (`_high_noise`, ... for multi-expert)."""
     if not out_dir.is_dir():
         return []
-    return [p for p in out_dir.iterdir() if (p.name == f"{name}.safetensors"
-                                             or _step_lora_step(p, name) is not None)
+    finals = {f"{name}{s}.safetensors" for s in suffixes}
+    return [p for p in out_dir.iterdir() if (p.name in finals
+                                             or _step_lora_step(p, name, suffixes) is not None)
             and not written_by_aitk(p)]
 
 
@@ -461,22 +463,30 @@ def step_lora_name(name: str, step: int) -> str:
     return f"{name}_{step:09d}.safetensors"
 
 
-def _step_lora_step(path: Path, name: str) -> int | None:
+def _step_lora_step(path: Path, name: str, suffixes: Sequence[str] = ("",)) -> int | None:
     # Not glob(): a name like "lora[v2]" would read as a pattern and match nothing.
     prefix = f"{name}_"
-    digits = path.stem[len(prefix):]
-    if path.suffix == ".safetensors" and path.stem.startswith(prefix) and \
-            len(digits) == 9 and digits.isdigit():
-        return int(digits)
+    if path.suffix != ".safetensors" or not path.stem.startswith(prefix):
+        return None
+    rest = path.stem[len(prefix):]
+    for suffix in suffixes:
+        digits = rest[:len(rest) - len(suffix)] if suffix else rest
+        if rest.endswith(suffix) and len(digits) == 9 and digits.isdigit():
+            return int(digits)
     return None
 
 
-def prune_step_loras(out_dir: Path, name: str, keep: int) -> None:
-    """Keep the newest `keep` step LoRAs; only files aitk wrote count or are deleted."""
-    found = sorted(p for p in out_dir.iterdir() if _step_lora_step(p, name) is not None
-                   and not p.is_symlink() and written_by_aitk(p))
-    for old in found[:-keep]:
-        old.unlink(missing_ok=True)
+def prune_step_loras(out_dir: Path, name: str, keep: int,
+                     suffixes: Sequence[str] = ("",)) -> None:
+    """Keep the step LoRAs of the newest `keep` steps (every file of a step, one per
+    suffix); only files aitk wrote count or are deleted."""
+    found = {p: _step_lora_step(p, name, suffixes) for p in out_dir.iterdir()}
+    found = {p: step for p, step in found.items() if step is not None
+             and not p.is_symlink() and written_by_aitk(p)}
+    old_steps = sorted(set(found.values()))[:-keep]
+    for path, step in found.items():
+        if step in old_steps:
+            path.unlink(missing_ok=True)
 
 
 def checkpoint_files(network: Any, optimizer: torch.optim.Optimizer, data: BatchSource,
@@ -554,6 +564,13 @@ def train_process(loaded: LoadedConfig, proc: ProcessConfig, out_dir: Path, stop
     distributed.barrier(world)
     model = load_model(proc, device, report=say)
     model.configure_training(proc.train)
+    suffixes = model.lora_file_suffixes()
+    foreign = foreign_loras(out_dir, name, suffixes) if main and suffixes != ("",) else []
+    if foreign:  # per-expert file names, known once the model is loaded
+        raise JobInputError(f"{', '.join(str(p) for p in foreign)} "
+                            f"{'was' if len(foreign) == 1 else 'were'} not written by aitk "
+                            "and would be overwritten; move them away or give this run "
+                            "another name")
     stop.check()
 
     items = scan_datasets(proc, model.get_bucket_divisibility(), say)
@@ -620,8 +637,9 @@ def train_process(loaded: LoadedConfig, proc: ProcessConfig, out_dir: Path, stop
         lora = lora_path(step)
         network.save_file(lora, meta, dtype=save_dtype)  # atomic, public keys
         ckpt.prune(ckpt_root, proc.save.max_step_saves_to_keep)
-        prune_step_loras(out_dir, name, proc.save.max_step_saves_to_keep)
-        metrics.message(f"saved {lora.name} and checkpoint {ckpt.dir_name(step)}")
+        prune_step_loras(out_dir, name, proc.save.max_step_saves_to_keep, suffixes)
+        names = ", ".join(p.name for p in network.file_paths(lora))
+        metrics.message(f"saved {names} and checkpoint {ckpt.dir_name(step)}")
         status.phase("training")
 
     def sample(step: int) -> None:
@@ -633,7 +651,7 @@ def train_process(loaded: LoadedConfig, proc: ProcessConfig, out_dir: Path, stop
         metrics.message(f"wrote {len(paths)} samples for step {step}")
         status.phase("training")
 
-    if main and start > 0 and not lora_path(start).exists():
+    if main and start > 0 and not all(p.exists() for p in network.file_paths(lora_path(start))):
         # A save cut between its checkpoint and its LoRA file (second Ctrl+C, crash):
         # the checkpoint holds the same weights, and the loop will not save this step.
         network.save_file(lora_path(start), lora_metadata(loaded, proc, start, data.epoch),

@@ -127,6 +127,8 @@ def train(run: Run, start_step: int) -> Outcome:
         run.optimizer.zero_grad(set_to_none=True)
         step_loss = torch.zeros((), device=run.model.device)
         for micro in range(s.accumulation):
+            # A pure function of the step: multi-expert models pick their expert here.
+            run.model.begin_micro_step(step * s.accumulation + micro)
             batch = run.next_batch()
             micro_id = distributed.micro_index(s.world, micro)
             loss = compute_loss(run.model, batch, step_generator(s.seed, step, micro_id))

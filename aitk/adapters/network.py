@@ -5,6 +5,7 @@
     ckpt = net.state_dict()                   # internal names, for checkpoints
     net.load_state_dict(ckpt)                 # exact inverse
     net.save_file(path, metadata)             # public names + metadata, atomic write
+                                              # (one file per model.lora_file_suffixes())
     net.load_file(path)                       # public names back (returns the metadata)
     net.set_multiplier(0.5); net.disable(); net.enable()
 
@@ -42,6 +43,21 @@ NETWORK_TYPES = ("lora", "lokr")
 
 class AdapterError(ValueError):
     """A bad network config, no matching layers, or an adapter file that does not fit."""
+
+
+def part_path(path: Path, suffix: str) -> Path:
+    """`out/NAME.safetensors` + `_high_noise` -> `out/NAME_high_noise.safetensors`."""
+    return path if not suffix else path.with_name(path.stem + suffix + path.suffix)
+
+
+def _read_adapter_file(path: Path) -> tuple[dict[str, str], dict[str, torch.Tensor]]:
+    from safetensors import safe_open
+
+    try:
+        with safe_open(str(path), framework="pt", device="cpu") as fh:
+            return dict(fh.metadata() or {}), {k: fh.get_tensor(k) for k in fh.keys()}
+    except Exception as exc:  # safetensors raises several types for a torn file
+        raise AdapterError(f"{path}: unreadable adapter file: {exc}") from exc
 
 
 def select_targets(module: nn.Module, prefixes: Iterable[str],
@@ -166,12 +182,20 @@ class AdapterNetwork:
               for k, v in self.state_dict().items()}
         for mod in sorted({module_of(k) for k in sd}):
             sd[mod + ALPHA_SUFFIX] = torch.tensor(self.alpha, dtype=torch.float32)
-        public = self._require_model().convert_lora_weights_before_save(sd)
+        model = self._require_model()
+        public = model.convert_lora_weights_before_save(sd)
         meta = {"network_type": self.type, "network_rank": str(self.rank),
                 "network_alpha": str(self.alpha), "base_model_arch": self.arch}
         meta.update({str(k): str(v) for k, v in (metadata or {}).items()})
-        atomic_write_bytes(Path(path), save(public, metadata=meta))
-        self._require_model().on_lora_file_saved(Path(path), self)
+        # One file per part (the model's split: one by default, one per expert for
+        # multi-expert models), each written atomically.
+        for suffix, part in model.split_lora_file(public).items():
+            atomic_write_bytes(part_path(Path(path), suffix), save(part, metadata=meta))
+        model.on_lora_file_saved(Path(path), self)
+
+    def file_paths(self, path: str | Path) -> list[Path]:
+        """The files `save_file(path)` writes (`path` itself for one-file models)."""
+        return [part_path(Path(path), s) for s in self._require_model().lora_file_suffixes()]
 
     def load_file(self, path: str | Path) -> dict[str, str]:
         """Load a public-name file; returns its metadata.
@@ -179,15 +203,16 @@ class AdapterNetwork:
         A file whose alpha differs from this network's is rescaled so that the adapter's
         effect is the one it was saved with.
         """
-        from safetensors import safe_open
-
-        try:
-            with safe_open(str(path), framework="pt", device="cpu") as fh:
-                metadata = dict(fh.metadata() or {})
-                public = {k: fh.get_tensor(k) for k in fh.keys()}
-        except Exception as exc:  # safetensors raises several types for a torn file
-            raise AdapterError(f"{path}: unreadable adapter file: {exc}") from exc
-        internal = self._require_model().convert_lora_weights_before_load(public)
+        model = self._require_model()
+        parts = {s: p for s, p in zip(model.lora_file_suffixes(), self.file_paths(path),
+                                      strict=True) if p.exists()}
+        if not parts or parts == {"": Path(path)}:
+            metadata, public = _read_adapter_file(Path(path))
+        else:  # per-expert files: join them
+            read = {s: _read_adapter_file(p) for s, p in parts.items()}
+            metadata = next(iter(read.values()))[0]
+            public = model.join_lora_files({s: sd for s, (_, sd) in read.items()})
+        internal = model.convert_lora_weights_before_load(public)
         weights, alphas = split_alphas(internal)
         for mod, file_alpha in alphas.items():
             if file_alpha != self.alpha:

@@ -23,9 +23,11 @@ The trainer calls these hooks in this order:
    `latent_space_version` / `text_embedding_space_version` properties: bump those when
    what the encoders produce changes. With text embeddings cached the trainer embeds
    the sample prompts with `encode_prompts()` and calls `unload_text_encoder()`.
-3. Train step: clean latents (cache or `encode_images`) -> noise and timesteps sampled
-   -> `add_noise(clean, noise, t)` -> `condition_noisy_latents(noisy, batch)` (control or
-   reference conditioning; identity by default) ->
+3. Train step: `begin_micro_step(step * accumulation + micro)` (models that train
+   parts by turns pick one; nothing by default) -> clean latents (cache or
+   `encode_images`) -> noise and timesteps sampled -> `add_noise(clean, noise, t)` ->
+   `condition_noisy_latents(noisy, batch)` (control or reference conditioning;
+   identity by default) ->
    `get_noise_prediction(latent_model_input, timestep, text_embeddings, batch=batch)`
    under autograd -> MSE in float32 (weighted per item when the schedule says so)
    against `get_loss_target(noise=..., batch=..., timesteps=t)`. Noise, timesteps,
@@ -46,7 +48,10 @@ The trainer calls these hooks in this order:
 5. Saving: full fine-tunes use `save_model(path)`; LoRA files are written by
    aitk.adapters.AdapterNetwork, which maps keys through
    `convert_lora_weights_before_save/load()` (public keys with the `diffusion_model.`
-   prefix; see aitk.adapters.keys) and then calls `on_lora_file_saved(path, network)`.
+   prefix; see aitk.adapters.keys), then splits them into one file per
+   `lora_file_suffixes()` entry with `split_lora_file()` (one file by default; one per
+   expert for Wan 2.2 14B) and joins them back on load with `join_lora_files()`; after
+   writing it calls `on_lora_file_saved(path, network)`.
 
 Conventions (keep them exactly):
 - Pixels (B, 3, H, W) in [-1, 1]; control tensors arrive in [0, 1] (x * 2 - 1 before
@@ -211,6 +216,12 @@ class BaseModel:
         """Mix per the schedule; flow matching: x_t = (1 - s) clean + s noise, s = t/1000."""
         return self.training_schedule.add_noise(clean, noise, timesteps)
 
+    def begin_micro_step(self, index: int) -> None:
+        """Called by the loop before each micro-batch with its number, `step *
+        accumulation + micro` (the same on every rank, and after a resume): models that
+        train parts by turns (Wan 2.2's two experts, `switch_boundary_every`) pick the
+        part here, so the choice depends on the step alone. Nothing by default."""
+
     def condition_noisy_latents(self, noisy_latents: torch.Tensor,
                                 batch: DataBatch) -> torch.Tensor:
         """Hook for control/reference conditioning; identity by default."""
@@ -317,6 +328,27 @@ class BaseModel:
     def on_lora_file_saved(self, path: Path, network: Any) -> None:
         """Called after `AdapterNetwork.save_file` wrote a LoRA file at `path`: a hook for
         archs that also write the adapter in another layout (e.g. a peft folder)."""
+
+    # LoRA files: one per suffix. A multi-expert model (Wan 2.2 14B) writes one file
+    # per expert, `NAME_high_noise.safetensors` and `NAME_low_noise.safetensors` as
+    # upstream names them; AdapterNetwork.save_file/load_file and the job's pruning
+    # go through these three.
+    def lora_file_suffixes(self) -> tuple[str, ...]:
+        """The file-name suffixes (before `.safetensors`) of one saved LoRA."""
+        return ("",)
+
+    def split_lora_file(self, state_dict: dict[str, torch.Tensor]
+                        ) -> dict[str, dict[str, torch.Tensor]]:
+        """Public state dict -> {suffix: the keys of that file}."""
+        return {"": state_dict}
+
+    def join_lora_files(self, parts: dict[str, dict[str, torch.Tensor]]
+                        ) -> dict[str, torch.Tensor]:
+        """{suffix: file keys} (the files found) -> one public state dict."""
+        out: dict[str, torch.Tensor] = {}
+        for part in parts.values():
+            out.update(part)
+        return out
 
     @classmethod
     def build_tiny(cls, target: Path, seed: int = 0) -> None:

@@ -15,4 +15,8 @@ BUILTIN_ARCHS: dict[str, str] = {
     "prx_pixel": "aitk.models.prx_pixel.model:PRXPixelModel",
     "qwen_image": "aitk.models.qwen_image.model:QwenImageModel",
     "sdxl": "aitk.models.sdxl.model:SDXLModel",
+    "wan21": "aitk.models.wan21.model:Wan21Model",
+    "wan21_i2v": "aitk.models.wan21.model:Wan21I2VModel",
+    "wan22_14b": "aitk.models.wan22.model:Wan22Model",
+    "wan22_14b_i2v": "aitk.models.wan22.model:Wan22I2VModel",
 }
