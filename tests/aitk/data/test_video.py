@@ -274,3 +274,15 @@ def test_image_cache_keys_are_unchanged_by_the_frames_field(tmp_path: Path):
                       "resample": "lanczos", "model": "m", "space": "1"})
     assert latent_key(image_arch, "c", "m", "1") == before
     assert latent_key(video_arch, "c", "m", "1") != before
+
+
+def test_the_preflight_audit_counts_videos_when_num_frames_asks_for_them(tmp_path: Path):
+    from aitk.audit.dataset import DatasetOptions, audit_dataset
+
+    write_video(tmp_path / "ds" / "a.mp4", 5, caption="a clip")
+    for_videos = audit_dataset(DatasetOptions(tmp_path / "ds", videos=True, quick=True))
+    assert [f.code for f in for_videos.findings if f.level.name == "ERROR"] == []
+    assert for_videos.summary["videos"] == 1
+    assert "orphan_caption" not in {f.code for f in for_videos.findings}
+    images_only = audit_dataset(DatasetOptions(tmp_path / "ds", quick=True))
+    assert "no_images" in {f.code for f in images_only.findings}
