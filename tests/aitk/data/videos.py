@@ -62,3 +62,45 @@ class VideoModel(TinyModel):
                               conditional_embeds, unconditional_embeds, generator):
         size = (gen_config.width, gen_config.height)
         return [Image.new("RGB", size, (STEP * i, 0, 0)) for i in range(gen_config.num_frames)]
+
+
+def _framed_example():
+    """A video arch for the end-to-end job test: the example arch run frame by frame
+    (frames folded into the batch), so clips train, cache and preview like Wan's."""
+    from aitk.models.example.model import ExampleModel
+
+    class FramedExample(ExampleModel):
+        arch = "framed_example"
+        is_video = True
+
+        def encode_images(self, images: torch.Tensor) -> torch.Tensor:
+            if images.ndim == 4:
+                images = images.unsqueeze(2)
+            b, c, f, h, w = images.shape
+            flat = images.permute(0, 2, 1, 3, 4).reshape(b * f, c, h, w)
+            latents = super().encode_images(flat)
+            return latents.reshape(b, f, *latents.shape[1:]).permute(0, 2, 1, 3, 4)
+
+        def get_noise_prediction(self, latent_model_input, timestep, text_embeddings,
+                                 batch=None, **kwargs):
+            if latent_model_input.ndim == 4:  # the preview sampler: one frame
+                return super().get_noise_prediction(latent_model_input, timestep,
+                                                    text_embeddings, batch, **kwargs)
+            b, c, f, h, w = latent_model_input.shape
+            flat = latent_model_input.permute(0, 2, 1, 3, 4).reshape(b * f, c, h, w)
+            t = torch.as_tensor(timestep, dtype=torch.float32).reshape(-1).expand(b)
+            embeds = text_embeddings.expand_to_batch(b).select(
+                [i for i in range(b) for _ in range(f)])
+            pred = super().get_noise_prediction(flat, t.repeat_interleave(f), embeds)
+            return pred.reshape(b, f, c, h, w).permute(0, 2, 1, 3, 4)
+
+        def generate_single_image(self, pipeline, gen_config, conditional_embeds,
+                                  unconditional_embeds, generator):
+            image = super().generate_single_image(pipeline, gen_config, conditional_embeds,
+                                                  unconditional_embeds, generator)
+            return [image.rotate(90 * i) for i in range(gen_config.num_frames)]
+
+    return FramedExample
+
+
+FramedExample = _framed_example()
