@@ -286,3 +286,49 @@ def test_the_preflight_audit_counts_videos_when_num_frames_asks_for_them(tmp_pat
     assert "orphan_caption" not in {f.code for f in for_videos.findings}
     images_only = audit_dataset(DatasetOptions(tmp_path / "ds", quick=True))
     assert "no_images" in {f.code for f in images_only.findings}
+
+
+def ffmpeg_program() -> str | None:
+    import shutil
+
+    from tests.aitk.aitk_testing import REPO
+
+    local = REPO / ".ffmpeg" / "bin" / ("ffmpeg.exe" if os.name == "nt" else "ffmpeg")
+    return str(local) if local.is_file() else shutil.which("ffmpeg")
+
+
+@pytest.mark.skipif(ffmpeg_program() is None, reason="needs the ffmpeg program (manager "
+                    "install provisions .ffmpeg/)")
+def test_a_display_rotation_is_applied_as_ffmpeg_itself_shows_the_video(tmp_path: Path):
+    import subprocess
+
+    import av
+    import numpy as np
+    from PIL import Image
+
+    source = tmp_path / "src.mp4"
+    with av.open(str(source), "w") as container:  # 32x16, left half white
+        stream = container.add_stream("libx264", rate=24)
+        stream.width, stream.height, stream.pix_fmt = 32, 16, "yuv420p"
+        arr = np.zeros((16, 32, 3), np.uint8)
+        arr[:, :16] = 255
+        for _ in range(5):
+            for packet in stream.encode(av.VideoFrame.from_ndarray(arr, format="rgb24")):
+                container.mux(packet)
+        for packet in stream.encode():
+            container.mux(packet)
+    ffmpeg = ffmpeg_program()
+    assert ffmpeg is not None
+    (tmp_path / "ds").mkdir()
+    turned = tmp_path / "ds" / "turned.mp4"
+    subprocess.run([ffmpeg, "-v", "error", "-display_rotation", "90", "-i", str(source),
+                    "-c", "copy", str(turned)], check=True, timeout=120)
+    shown = tmp_path / "shown.png"  # ffmpeg applies the rotation when it decodes
+    subprocess.run([ffmpeg, "-v", "error", "-i", str(turned), "-frames:v", "1", str(shown)],
+                   check=True, timeout=120)
+    [item] = scan(tmp_path / "ds", ClipSpec(5), [])
+    assert item.size == (16, 32)  # upright: portrait
+    ours = ((load_pixels(item)[:, 0] + 1) * 127.5).mean(0).round().numpy()
+    theirs = np.asarray(Image.open(shown).convert("L"), dtype=np.float32)
+    assert ours.shape == theirs.shape == (32, 16)
+    assert np.abs(ours - theirs).max() < 40
