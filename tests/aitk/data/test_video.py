@@ -332,3 +332,17 @@ def test_a_display_rotation_is_applied_as_ffmpeg_itself_shows_the_video(tmp_path
     theirs = np.asarray(Image.open(shown).convert("L"), dtype=np.float32)
     assert ours.shape == theirs.shape == (32, 16)
     assert np.abs(ours - theirs).max() < 40
+
+
+def test_the_shipped_example_video_dataset_scans_as_17_frame_clips():
+    from aitk.audit.dataset import DatasetOptions, audit_dataset
+    from tests.aitk.aitk_testing import REPO
+
+    folder = REPO / "datasets" / "example_video"
+    items = scan(folder, ClipSpec(17), [])
+    assert sorted(i.path.suffix for i in items) == [".mkv", ".mp4", ".webm"]
+    assert all(i.frames == tuple(range(17)) and i.size == (64, 48) for i in items)
+    assert all(i.caption for i in items)
+    report = audit_dataset(DatasetOptions(folder, videos=True, quick=True))
+    assert report.summary["videos"] == 3
+    assert not [f for f in report.findings if f.level.name == "ERROR"]
