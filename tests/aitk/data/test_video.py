@@ -346,3 +346,13 @@ def test_the_shipped_example_video_dataset_scans_as_17_frame_clips():
     report = audit_dataset(DatasetOptions(folder, videos=True, quick=True))
     assert report.summary["videos"] == 3
     assert not [f for f in report.findings if f.level.name == "ERROR"]
+
+
+def test_audit_dataset_videos_flag_counts_the_clips(capsys):
+    from aitk.audit.cli import main
+    from tests.aitk.aitk_testing import REPO
+
+    folder = REPO / "datasets" / "example_video"
+    assert main(["dataset", str(folder), "--videos", "--json"]) == 0
+    assert '"videos": 3' in capsys.readouterr().out
+    assert main(["dataset", str(folder), "--json"]) != 0  # images only: none usable
