@@ -13,8 +13,10 @@ from aitk.prompt_embeds import AdvancedPromptEmbeds
 class DataBatch:
     """One training batch.
 
-    tensor:   pixels (B, 3, H, W) in [-1, 1]; None when latents come from the cache.
-    latents:  clean latents (B, C, h, w), filled from the cache or `encode_images`.
+    tensor:   pixels (B, 3, H, W) in [-1, 1] (video archs: (B, 3, F, H, W)); None when
+              latents come from the cache.
+    latents:  clean latents (B, C, h, w) (video archs: (B, C, f, h, w)), filled from the
+              cache or `encode_images`.
     captions: one caption per item, after trigger/dropout processing.
     prompt_embeds: filled from the text-embed cache or `get_prompt_embeds`.
     control_tensor: (B, 3, H, W) in [0, 1] for edit models; control_tensor_list for

@@ -142,6 +142,8 @@ class SampleItem(_Strict):
     seed: int | None = None
     guidance_scale: float | None = None
     sample_steps: PositiveInt | None = None
+    num_frames: PositiveInt | None = None  # video archs; unset: the sample section's
+    fps: PositiveInt | None = None
 
 
 class SampleConfig(_Strict):
@@ -157,6 +159,9 @@ class SampleConfig(_Strict):
     guidance_scale: float = 4.0
     sample_steps: PositiveInt = 20
     format: Literal["jpg", "png", "webp"] = "jpg"
+    # Video archs: frames per preview (the arch may round to its 4k+1) and playback rate.
+    num_frames: PositiveInt = 1
+    fps: PositiveInt = 16
 
     @property
     def items(self) -> list[SampleItem]:
@@ -243,6 +248,16 @@ class ModelConfig(_Strict):
         return self
 
 
+def four_k_plus_one(frames: int) -> int:
+    """Frame counts are 1 or 4k+1: video VAEs (Wan's) keep the first frame and pack
+    each further 4 frames into one latent frame."""
+    if frames < 1 or (frames - 1) % 4:
+        below = max(1, (frames - 1) // 4 * 4 + 1)
+        raise ValueError(f"must be 1 or of the form 4k+1 (1, 5, 9, 13, 17, ..., 81); got "
+                         f"{frames}: use {below} or {below + 4}")
+    return frames
+
+
 class DatasetConfig(_Strict):
     folder_path: str
     caption_ext: str = "txt"
@@ -254,6 +269,10 @@ class DatasetConfig(_Strict):
     cache_latents: bool = False
     cache_latents_to_disk: bool = False
     cache_text_embeddings: bool = False
+    # Video archs (aitk.data.video): frames per clip; 1 = images only (videos skipped).
+    num_frames: Annotated[int, AfterValidator(four_k_plus_one)] = 1
+    fps: PositiveInt = 24  # with shrink_video_to_frames false: the rate frames are taken at
+    shrink_video_to_frames: bool = True  # spread num_frames over the whole clip
 
     @property
     def resolutions(self) -> list[int]:

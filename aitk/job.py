@@ -350,16 +350,26 @@ def enable_gradient_checkpointing(module: torch.nn.Module) -> None:
         module.gradient_checkpointing = True
 
 
-def scan_datasets(proc: ProcessConfig, divisibility: int,
-                  report: Callable[[str], None]) -> list[Item]:
+def scan_datasets(proc: ProcessConfig, divisibility: int, report: Callable[[str], None],
+                  is_video: bool = False) -> list[Item]:
+    """Every dataset's items. For a video arch (`is_video`) each dataset's frame settings
+    apply; an image arch refuses num_frames above 1 (one line, exit 2)."""
+    from aitk.data.video import ClipSpec
+
     items: list[Item] = []
-    for ds in proc.datasets:
+    for i, ds in enumerate(proc.datasets):
+        if ds.num_frames > 1 and not is_video:
+            raise DatasetError(f"datasets[{i}].num_frames is "
+                               f"{ds.num_frames}, but arch {proc.model.arch!r} trains on "
+                               "images; set num_frames: 1 or use a video arch")
+        clip = (ClipSpec(ds.num_frames, float(ds.fps), ds.shrink_video_to_frames)
+                if is_video else None)
         items += scan_folder(Path(ds.folder_path).expanduser(), caption_ext=ds.caption_ext,
                              default_caption=ds.default_caption,
                              trigger_word=ds.trigger_word or proc.trigger_word,
                              resolutions=ds.resolutions, divisibility=divisibility,
                              caption_dropout_rate=ds.caption_dropout_rate,
-                             num_repeats=ds.num_repeats, report=report)
+                             num_repeats=ds.num_repeats, clip=clip, report=report)
     return items
 
 
@@ -573,7 +583,8 @@ def train_process(loaded: LoadedConfig, proc: ProcessConfig, out_dir: Path, stop
                             "another name")
     stop.check()
 
-    items = scan_datasets(proc, model.get_bucket_divisibility(), say)
+    items = scan_datasets(proc, model.get_bucket_divisibility(), say,
+                          getattr(model, "is_video", False))
     tr = proc.train
     samples = [] if tr.disable_sampling else image_configs(proc.sample, proc.trigger_word)
     status = status or StatusFile(None)

@@ -77,7 +77,7 @@ def _datasets(where: str, proc: ProcessConfig, loaded: LoadedConfig) -> list[Fin
         report = audit_dataset(DatasetOptions(
             Path(ds.folder_path).expanduser(), controls=controls, resolutions=ds.resolutions,
             arch=proc.model.arch, caption_ext=ds.caption_ext,
-            default_caption=ds.default_caption, quick=True))
+            default_caption=ds.default_caption, quick=True, videos=ds.num_frames > 1))
         out += _summarised(f"{path}.folder_path", report.findings)
     return out
 

@@ -1,16 +1,24 @@
 """Preview images during training: fixed prompts and seeds, so previews compare across
-steps. Saved atomically as `training_folder/NAME/samples/<step:09d>_<i>.<format>`."""
+steps. Saved atomically as `training_folder/NAME/samples/<step:09d>_<i>.<format>`.
+
+A video arch's preview (a list of frames) is saved as an animated WebP
+`<step:09d>_<i>.webp` (Pillow; each frame shown 1/fps s, looping) plus a frame strip
+`<step:09d>_<i>.<format>`: up to STRIP_FRAMES evenly spaced frames side by side (with
+`format: webp` the strip is `<step:09d>_<i>_strip.webp`, the animation keeping the name).
+"""
 
 from __future__ import annotations
 
 import io
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 import torch
+from PIL import Image
 
 from aitk.config import SampleConfig
 from aitk.data.dataset import TRIGGER_TAG
+from aitk.data.video import spread
 from aitk.files import atomic_write_bytes
 from aitk.models.base import BaseModel, GenerateImageConfig
 from aitk.prompt_embeds import AdvancedPromptEmbeds
@@ -33,6 +41,7 @@ def image_configs(cfg: SampleConfig, trigger: str | None) -> list[GenerateImageC
             guidance_scale=(item.guidance_scale if item.guidance_scale is not None
                             else cfg.guidance_scale),
             sample_steps=item.sample_steps or cfg.sample_steps,
+            num_frames=item.num_frames or cfg.num_frames, fps=item.fps or cfg.fps,
             negative_prompt=sample_prompt(item.neg if item.neg is not None else neg_default,
                                           trigger)))
     return out
@@ -42,21 +51,59 @@ def sample_path(folder: Path, step: int, index: int, fmt: str) -> Path:
     return folder / f"{step:09d}_{index}.{fmt}"
 
 
+PIL_FORMATS = {"jpg": "JPEG", "png": "PNG", "webp": "WEBP"}
+STRIP_FRAMES = 5
+
+
+def image_bytes(image: Image.Image, fmt: str) -> bytes:
+    buf = io.BytesIO()
+    image.save(buf, format=PIL_FORMATS[fmt])
+    return buf.getvalue()
+
+
+def animated_webp(frames: Sequence[Image.Image], fps: float) -> bytes:
+    """The frames as a looping animated WebP, each shown 1/fps s (at least 1 ms)."""
+    first, *rest = [f.convert("RGB") for f in frames]
+    buf = io.BytesIO()
+    first.save(buf, format="WEBP", save_all=True, append_images=rest,
+               duration=max(1, round(1000 / fps)), loop=0)
+    return buf.getvalue()
+
+
+def frame_strip(frames: Sequence[Image.Image], count: int = STRIP_FRAMES) -> Image.Image:
+    """Up to `count` evenly spaced frames (first and last included) side by side."""
+    picked = [frames[i] for i in spread(len(frames), min(count, len(frames)))]
+    width, height = picked[0].size
+    strip = Image.new("RGB", (width * len(picked), height))
+    for n, frame in enumerate(picked):
+        strip.paste(frame.convert("RGB").resize((width, height)), (n * width, 0))
+    return strip
+
+
 def write_samples(model: BaseModel, configs: list[GenerateImageConfig], folder: Path,
                   step: int, fmt: str,
                   prompt_embeds: Mapping[str, AdvancedPromptEmbeds] | None = None
                   ) -> list[Path]:
+    """Every file written: one image per config, or a video's animation and strip."""
     # fork_rng: previews must not move the global generators the training steps use,
     # or a run that sampled would train differently from one that did not.
     devices = [model.device] if model.device.type == "cuda" else []
     with torch.random.fork_rng(devices=devices):
         images = model.generate_images(configs, prompt_embeds=prompt_embeds)
     paths = []
-    pil_format = {"jpg": "JPEG", "png": "PNG", "webp": "WEBP"}[fmt]
-    for i, image in enumerate(images):
-        buf = io.BytesIO()
-        image.save(buf, format=pil_format)
-        path = sample_path(folder, step, i, fmt)
-        atomic_write_bytes(path, buf.getvalue())
-        paths.append(path)
+    for i, (image, cfg) in enumerate(zip(images, configs, strict=True)):
+        if isinstance(image, Image.Image):
+            files = {sample_path(folder, step, i, fmt): image_bytes(image, fmt)}
+        else:
+            if not image:
+                raise ValueError(f"the model returned no frames for sample {i}")
+            animation = sample_path(folder, step, i, "webp")
+            strip = sample_path(folder, step, i, fmt)
+            if strip == animation:
+                strip = animation.with_name(f"{animation.stem}_strip.webp")
+            files = {animation: animated_webp(image, cfg.fps),
+                     strip: image_bytes(frame_strip(image), fmt)}
+        for path, data in files.items():
+            atomic_write_bytes(path, data)
+            paths.append(path)
     return paths

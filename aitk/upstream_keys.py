@@ -224,7 +224,6 @@ QUIET: dict[str, frozenset[str]] = {
 SWITCHED: dict[tuple[str, str], str] = {("train", "ema_config"): "use_ema",
                                         ("process", "ema_config"): "use_ema"}
 
-_NO_VIDEO = (None, 0, 1)  # num_frames: a single frame is an image
 # A setting that only matters while a sibling is on: (section, key) -> (sibling, the
 # sibling's values that mean "off"). The UI writes `diff_output_preservation_class:
 # person` into every job with preservation off; that changes nothing.
@@ -257,10 +256,6 @@ DEPENDS: dict[tuple[str, str], tuple[str, tuple[Any, ...]]] = {
     ("datasets", "random_triggers_max"): ("random_triggers", _OFF),
     ("datasets", "num_controls_from_same_folder"): ("control_from_same_folder", _OFF),
     ("datasets", "diff_output_preservation_class"): ("diff_output_preservation", _OFF),
-    ("datasets", "fps"): ("num_frames", _NO_VIDEO),
-    ("datasets", "shrink_video_to_frames"): ("num_frames", _NO_VIDEO),
-    ("sample", "fps"): ("num_frames", _NO_VIDEO),
-    ("sample.samples", "fps"): ("num_frames", _NO_VIDEO),
 }
 
 

@@ -31,6 +31,8 @@ def _parser() -> argparse.ArgumentParser:
     ds.add_argument("--arch", help="model arch: sets the bucket divisibility")
     ds.add_argument("--caption-ext", default="txt")
     ds.add_argument("--trigger", help="trigger word to look for in captions")
+    ds.add_argument("--videos", action="store_true",
+                    help="count video files as training files (num_frames above 1)")
     ad = sub.add_parser("adapter", help="a LoRA/LoKr .safetensors file")
     ad.add_argument("file", type=Path)
     for p in (cfg, ds, ad):
@@ -55,7 +57,8 @@ def main(argv: list[str] | None = None) -> int:
             return EXIT_USAGE
         report = audit_dataset(DatasetOptions(
             args.folder, controls=args.control, resolutions=args.resolution or [512],
-            arch=args.arch, caption_ext=args.caption_ext, trigger=args.trigger))
+            arch=args.arch, caption_ext=args.caption_ext, trigger=args.trigger,
+            videos=args.videos))
     else:
         from aitk.audit.adapter import AdapterFileError, audit_adapter
 

@@ -6,6 +6,9 @@ smaller than the resolution (upstream upscales them, aitk trains them at their o
 size), the bucket each image lands in for the arch; exact duplicates by content hash;
 EXIF rotation; colour modes (CMYK, 16-bit, alpha).
 
+Videos count as training files when `videos` is set (a dataset with num_frames above 1);
+they are counted here, not decoded: the trainer's scan reports any it cannot use.
+
 `quick=True` reads image headers only (no decode, no hashing): the preflight uses it to
 answer "is this folder usable?" in a moment. No torch here.
 """
@@ -24,7 +27,7 @@ from PIL import Image, UnidentifiedImageError
 
 from aitk.audit.findings import Finding, Report, error, info, warning
 from aitk.data.buckets import bucket_for
-from aitk.data.formats import IMAGE_EXTENSIONS
+from aitk.data.formats import IMAGE_EXTENSIONS, VIDEO_EXTENSIONS
 from aitk.upstream_keys import divisibility_for
 
 CAPTION_READ_LIMIT = 1 << 20  # a caption is text; never read an endless file whole
@@ -44,6 +47,7 @@ class DatasetOptions:
     trigger: str | None = None
     default_caption: str | None = None
     quick: bool = False
+    videos: bool = False  # num_frames > 1: video files are training files too
 
 
 @dataclass
@@ -59,6 +63,7 @@ class _Scan:
     kinds: Counter[str] = field(default_factory=Counter)
     findings: list[Finding] = field(default_factory=list)
     hashes: dict[str, list[str]] = field(default_factory=lambda: defaultdict(list))
+    videos: int = 0
 
 
 def _caption_suffix(ext: str) -> str:
@@ -114,10 +119,15 @@ def _scan(opts: DatasetOptions) -> _Scan:
     scan = _Scan()
     suffix = _caption_suffix(opts.caption_ext)
     files = sorted(p for p in opts.folder.iterdir() if p.is_file())
-    image_stems = {p.stem for p in files if p.suffix.lower() in IMAGE_EXTENSIONS}
+    kinds = IMAGE_EXTENSIONS + (VIDEO_EXTENSIONS if opts.videos else ())
+    image_stems = {p.stem for p in files if p.suffix.lower() in kinds}
     for path in files:
         ext = path.suffix.lower()
         rel = path.name
+        if opts.videos and ext in VIDEO_EXTENSIONS:
+            scan.kinds[f"video {ext.lstrip('.')}"] += 1
+            scan.videos += 1
+            continue
         if ext in IMAGE_EXTENSIONS:
             scan.kinds[f"image {ext.lstrip('.')}"] += 1
         elif ext == suffix.lower():
@@ -253,11 +263,15 @@ def audit_dataset(opts: DatasetOptions) -> Report:
                                      "missing_folder"))
         return report
     scan = _scan(opts)
-    if not scan.images:
-        scan.findings.insert(0, error(str(opts.folder), "no usable images ("
-                                      f"{', '.join(IMAGE_EXTENSIONS)})", code="no_images"))
+    if not scan.images and not scan.videos:
+        what = (f"images or videos ({', '.join(IMAGE_EXTENSIONS + VIDEO_EXTENSIONS)})"
+                if opts.videos else f"images ({', '.join(IMAGE_EXTENSIONS)})")
+        scan.findings.insert(0, error(str(opts.folder), f"no usable {what}",
+                                      code="no_images"))
     summary: dict[str, object] = {"files": dict(sorted(scan.kinds.items())),
                                   "usable_images": len(scan.images)}
+    if opts.videos:
+        summary["videos"] = scan.videos
     summary.update(_caption_findings(opts, scan))
     summary.update(_size_findings(opts, scan))
     _duplicate_findings(scan)

@@ -21,7 +21,7 @@ class BatchSource:
                  embeds: Callable[[list[str]], AdvancedPromptEmbeds]) -> None:
         self.items = list(items)
         self.seed = seed
-        self.sampler = BatchSampler([i.bucket for i in self.items], batch_size, seed)
+        self.sampler = BatchSampler([i.group for i in self.items], batch_size, seed)
         self._latents = latents
         self._encode = encode_images
         self._embeds = embeds

@@ -14,6 +14,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 Size = tuple[int, int]  # (width, height)
+# What batches together: (width, height, frames); frames 0 for an image arch. The third
+# value leaves the order of image datasets as it was (it is the same for all items).
+Group = tuple[int, ...]
 
 
 def bucket_for(width: int, height: int, resolution: int, divisibility: int) -> Size | None:
@@ -46,13 +49,13 @@ def resize_crop(width: int, height: int, bucket: Size) -> ResizeCrop:
     return ResizeCrop(rw, rh, (rw - bw) // 2, (rh - bh) // 2, bw, bh)
 
 
-def epoch_batches(buckets: Sequence[Size], batch_size: int, seed: int,
+def epoch_batches(buckets: Sequence[Group], batch_size: int, seed: int,
                   epoch: int) -> list[list[int]]:
     """Indices grouped into same-bucket batches, shuffled by (seed, epoch)."""
     import numpy as np  # here, not at the top: `run.py --check` sizes buckets without it
 
     rng = np.random.default_rng([seed, epoch])
-    groups: dict[Size, list[int]] = defaultdict(list)
+    groups: dict[Group, list[int]] = defaultdict(list)
     for index, bucket in enumerate(buckets):
         groups[bucket].append(index)
     batches: list[list[int]] = []
@@ -65,7 +68,7 @@ def epoch_batches(buckets: Sequence[Size], batch_size: int, seed: int,
 class BatchSampler:
     """Endless batches over epochs; `position` (epoch, index) is all its state."""
 
-    def __init__(self, buckets: Sequence[Size], batch_size: int, seed: int) -> None:
+    def __init__(self, buckets: Sequence[Group], batch_size: int, seed: int) -> None:
         if not buckets:
             raise ValueError("no items to sample")
         self.buckets = list(buckets)

@@ -2,8 +2,9 @@
 
 A cache entry's key is a sha256 over everything that determines its content:
 
-- latents: the image file's bytes, the processing (bucket, resize and crop), the model's
-  `identity()` and `latent_space_version`;
+- latents: the image or video file's bytes, the processing (bucket, resize and crop;
+  for a video arch the frame indices, which follow from num_frames, fps and
+  shrink_video_to_frames), the model's `identity()` and `latent_space_version`;
 - text embeddings: the caption, the model's `identity()` and
   `text_embedding_space_version`.
 
@@ -49,9 +50,12 @@ def file_digest(path: Path) -> str:
 def latent_key(item: Item, content_sha256: str, model_identity: str,
                space_version: str) -> str:
     plan = resize_crop(*item.size, item.bucket)
-    return _digest({"kind": "latent", "format": CACHE_FORMAT, "content": content_sha256,
-                    "processing": asdict(plan), "resample": "lanczos",
-                    "model": model_identity, "space": space_version})
+    fields = {"kind": "latent", "format": CACHE_FORMAT, "content": content_sha256,
+              "processing": asdict(plan), "resample": "lanczos",
+              "model": model_identity, "space": space_version}
+    if item.frames is not None:  # absent for images: their existing entries stay valid
+        fields["frames"] = list(item.frames)
+    return _digest(fields)
 
 
 def text_key(caption: str, model_identity: str, space_version: str) -> str:
@@ -74,7 +78,8 @@ class LatentCache:
         self.space = space_version
         self.folder = folder
         self.report = report
-        self._memory: dict[tuple[Path, tuple[int, int]], torch.Tensor] = {}
+        self._memory: dict[tuple[Path, tuple[int, ...], tuple[int, ...] | None],
+                           torch.Tensor] = {}
         self.computed = 0  # entries encoded in this process (tests and progress read it)
 
     def key(self, item: Item) -> str:
@@ -84,7 +89,7 @@ class LatentCache:
              stop: Callable[[], None] = lambda: None) -> None:
         for item in dict.fromkeys(items):  # repeats share one entry
             stop()
-            self._memory[(item.path, item.bucket)] = self._load_or_encode(item)
+            self._memory[self._slot(item)] = self._load_or_encode(item)
             progress()
 
     def _load_or_encode(self, item: Item) -> torch.Tensor:
@@ -104,8 +109,12 @@ class LatentCache:
                                           metadata={"key": key}))
         return latent
 
+    @staticmethod
+    def _slot(item: Item) -> tuple[Path, tuple[int, ...], tuple[int, ...] | None]:
+        return item.path, item.bucket, item.frames
+
     def get(self, items: Sequence[Item]) -> torch.Tensor:
-        return torch.stack([self._memory[(i.path, i.bucket)] for i in items])
+        return torch.stack([self._memory[self._slot(i)] for i in items])
 
 
 class TextEmbedCache:

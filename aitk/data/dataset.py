@@ -6,10 +6,18 @@ uses `default_caption` (empty when unset). Unreadable images are skipped. Both a
 reported once each through `report`, and neither stops the job; a dataset with no
 usable image is an error.
 
+Videos (mp4, webm, mov, mkv) are read when the dataset's `num_frames` is above 1 (a
+video arch; aitk.data.video picks and decodes the frames): each becomes a clip of
+`num_frames` frames, pixels (3, F, H, W), bucketed by its frame size. For a video arch
+an image is a 1-frame clip (3, 1, H, W). A video that cannot be decoded, or has fewer
+frames than `num_frames`, is reported once and skipped like an unreadable image; with
+`num_frames: 1` the folder's videos are skipped (one report for the folder).
+
 Every input file is read bounded and without blocking (`open_input`): only regular
 files are read (a FIFO, device or folder named `x.png` is refused, never waited on),
 captions up to MAX_CAPTION_BYTES, images up to MAX_IMAGE_BYTES on disk and
-MAX_IMAGE_PIXELS decoded. Symlinks are followed (datasets are often assembled from
+MAX_IMAGE_PIXELS decoded, videos up to MAX_VIDEO_BYTES on disk, MAX_IMAGE_PIXELS a frame
+and MAX_VIDEO_FRAMES frames. Symlinks are followed (datasets are often assembled from
 links), but only to a regular file: a link to /dev/zero is refused like the device.
 """
 
@@ -30,7 +38,17 @@ import torch
 from PIL import Image, ImageOps, UnidentifiedImageError
 
 from aitk.data.buckets import Size, bucket_for, resize_crop
-from aitk.data.formats import IMAGE_EXTENSIONS, TRIGGER_TAG
+from aitk.data.formats import IMAGE_EXTENSIONS, TRIGGER_TAG, VIDEO_EXTENSIONS
+from aitk.data.video import (
+    MAX_VIDEO_BYTES,
+    ClipSpec,
+    UnreadableVideo,
+    fits_at_fps,
+    frame_indices,
+    is_video,
+    probe,
+    read_frames,
+)
 
 MAX_CAPTION_BYTES = 64 * 1024
 MAX_IMAGE_BYTES = 512 * 2**20
@@ -69,6 +87,14 @@ class Item:
     size: Size  # the source image, after EXIF orientation
     bucket: Size  # the size it trains at
     caption_dropout_rate: float = 0.0
+    # None: an image for an image arch, pixels (3, H, W). Otherwise a clip for a video
+    # arch, pixels (3, F, H, W): the video's frame indices chosen at scan, (0,) for an image.
+    frames: tuple[int, ...] | None = None
+
+    @property
+    def group(self) -> tuple[int, int, int]:
+        """Items batch together when their bucket and frame count agree."""
+        return (*self.bucket, len(self.frames) if self.frames is not None else 0)
 
 
 def apply_trigger(caption: str, trigger: str | None) -> str:
@@ -129,19 +155,47 @@ def image_size(path: Path) -> Size:
     return (h, w) if orientation in (5, 6, 7, 8) else (w, h)
 
 
+def video_clip(path: Path, clip: ClipSpec, report: Callable[[str], None]
+               ) -> tuple[Size, tuple[int, ...]]:
+    """(frame size, frame indices) of a video; UnreadableVideo or BadInputFile."""
+    with open_input(path, MAX_VIDEO_BYTES) as fh:
+        info = probe(fh, MAX_IMAGE_PIXELS)
+    frames = frame_indices(info, clip)
+    if not clip.shrink and not fits_at_fps(info, clip):
+        report(f"{path}: {info.frames} frames are too few for {clip.num_frames} at "
+               f"{clip.fps:g} fps; spread over the whole clip instead")
+    return (info.width, info.height), frames
+
+
 def scan_folder(folder: Path, *, caption_ext: str = "txt", default_caption: str | None = None,
                 trigger_word: str | None = None, resolutions: Sequence[int] = (512,),
                 divisibility: int = 16, caption_dropout_rate: float = 0.0,
-                num_repeats: int = 1, report: Callable[[str], None] = print) -> list[Item]:
-    """Every usable (image, resolution) pair, repeated `num_repeats` times."""
+                num_repeats: int = 1, clip: ClipSpec | None = None,
+                report: Callable[[str], None] = print) -> list[Item]:
+    """Every usable (image or video, resolution) pair, repeated `num_repeats` times.
+    `clip`: the frame settings of a video arch (None for an image arch)."""
     if not folder.is_dir():
         raise DatasetError(f"dataset folder {folder} does not exist")
+    takes_videos = clip is not None and clip.num_frames > 1
+    kinds = IMAGE_EXTENSIONS + (VIDEO_EXTENSIONS if takes_videos else ())
+    videos = sum(1 for p in folder.iterdir() if p.suffix.lower() in VIDEO_EXTENSIONS)
+    if videos and not takes_videos:
+        report(f"{folder}: {videos} video file{'s' * (videos > 1)} skipped (num_frames is 1: "
+               "images only; a video arch with num_frames 4k+1 trains on videos)")
     items: list[Item] = []
-    for path in sorted(p for p in folder.iterdir() if p.suffix.lower() in IMAGE_EXTENSIONS):
+    for path in sorted(p for p in folder.iterdir() if p.suffix.lower() in kinds):
+        frames: tuple[int, ...] | None = None if clip is None else (0,)
         try:
-            size = image_size(path)
+            if is_video(path):
+                assert clip is not None
+                size, frames = video_clip(path, clip, report)
+            else:
+                size = image_size(path)
         except BadInputFile as exc:
             report(f"{path}: skipped ({exc})")
+            continue
+        except UnreadableVideo as exc:
+            report(f"{path}: unusable video, skipped ({exc})")
             continue
         except (OSError, UnidentifiedImageError, SyntaxError, ValueError,
                 Image.DecompressionBombError) as exc:
@@ -155,23 +209,38 @@ def scan_folder(folder: Path, *, caption_ext: str = "txt", default_caption: str 
                 report(f"{path}: {size[0]}x{size[1]} is smaller than one "
                        f"{divisibility}px cell; skipped")
                 break
-            items += [Item(path, caption, size, bucket, caption_dropout_rate)] * num_repeats
+            items += [Item(path, caption, size, bucket, caption_dropout_rate,
+                           frames)] * num_repeats
     if not items:
-        raise DatasetError(f"dataset folder {folder} has no usable images "
-                           f"({', '.join(IMAGE_EXTENSIONS)})")
+        what = "images or videos" if takes_videos else "images"
+        raise DatasetError(f"dataset folder {folder} has no usable {what} "
+                           f"({', '.join(kinds)})")
     return items
 
 
-def load_pixels(item: Item) -> torch.Tensor:
-    """(3, H, W) float32 in [-1, 1] at the item's bucket: resize down, centre crop."""
-    with open_image(item.path) as img:
-        img = ImageOps.exif_transpose(img).convert("RGB")
-        plan = resize_crop(img.width, img.height, item.bucket)
-        if (plan.resize_w, plan.resize_h) != img.size:
-            img = img.resize((plan.resize_w, plan.resize_h), Image.Resampling.LANCZOS)
-        img = img.crop((plan.left, plan.top, plan.left + plan.width, plan.top + plan.height))
-        arr = np.asarray(img, dtype=np.float32)
+def to_bucket(img: Image.Image, bucket: Size) -> torch.Tensor:
+    """(3, H, W) float32 in [-1, 1] at `bucket`: resize down (Lanczos), centre crop."""
+    img = img.convert("RGB")
+    plan = resize_crop(img.width, img.height, bucket)
+    if (plan.resize_w, plan.resize_h) != img.size:
+        img = img.resize((plan.resize_w, plan.resize_h), Image.Resampling.LANCZOS)
+    img = img.crop((plan.left, plan.top, plan.left + plan.width, plan.top + plan.height))
+    arr = np.asarray(img, dtype=np.float32)
     return torch.from_numpy(arr).permute(2, 0, 1) / 127.5 - 1.0
+
+
+def load_pixels(item: Item) -> torch.Tensor:
+    """The item at its bucket, in [-1, 1]: (3, H, W) for an image arch, (3, F, H, W) for
+    a video arch (a video's chosen frames; an image as one frame)."""
+    if is_video(item.path):
+        assert item.frames is not None
+        with open_input(item.path, MAX_VIDEO_BYTES) as fh:
+            frames = [to_bucket(f, item.bucket)
+                      for f in read_frames(fh, item.frames, MAX_IMAGE_PIXELS)]
+        return torch.stack(frames, dim=1)
+    with open_image(item.path) as img:
+        pixels = to_bucket(ImageOps.exif_transpose(img), item.bucket)
+    return pixels if item.frames is None else pixels.unsqueeze(1)
 
 
 def dropped_captions(seed: int, epoch: int, batch_index: int,

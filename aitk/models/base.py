@@ -74,6 +74,14 @@ Conventions (keep them exactly):
   network sets a per-module flag.
 - `get_bucket_divisibility()` = vae scale factor * patch size: image sides are
   multiples of it.
+
+Video archs set the class attribute `is_video = True` (default False). Their datasets then
+take video files (aitk.data.video): pixels arrive as (B, 3, F, H, W) with F = the
+dataset's `num_frames` (1 or 4k+1), an image being a 1-frame clip, so `encode_images`
+takes 5-D pixels (and 4-D ones, as F = 1) and returns latents (B, C, f, h, w). An image
+arch refuses `num_frames` above 1. A video arch's `generate_single_image` returns the
+frames, a `list[PIL.Image]` (`config.num_frames` of them, played at `config.fps`), which
+aitk.sampling writes as an animated WebP plus a frame strip.
 """
 
 from __future__ import annotations
@@ -120,7 +128,8 @@ class GenerateImageConfig:
     sample_steps: int = 20
     negative_prompt: str = ""
     ctrl_img: str | None = None
-    num_frames: int = 1
+    num_frames: int = 1  # video archs: frames to generate
+    fps: int = 16  # video archs: playback rate of the preview (upstream's sample default)
     output_path: str | None = None
 
 
@@ -130,6 +139,8 @@ class BaseModel:
     use_old_lokr_format: ClassVar[bool] = False
     encode_control_in_text_embeddings: ClassVar[bool] = False
     has_multiple_control_images: ClassVar[bool] = False
+    # Video archs: datasets give clips (B, 3, F, H, W); previews are frame lists.
+    is_video: ClassVar[bool] = False
     te_padding_side: ClassVar[str] = "right"
     # LoRA/LoKr attach to the nn.Linear layers whose path (inside get_model_to_train())
     # starts with one of these; override for networks that name their blocks otherwise.
@@ -172,7 +183,8 @@ class BaseModel:
 
     # ---- 2. encoders ---------------------------------------------------------------
     def encode_images(self, images: torch.Tensor) -> torch.Tensor:
-        """(B, 3, H, W) in [-1, 1] -> latents (B, C, h, w)."""
+        """(B, 3, H, W) in [-1, 1] -> latents (B, C, h, w); a video arch also takes
+        (B, 3, F, H, W) -> (B, C, f, h, w)."""
         raise NotImplementedError
 
     def decode_latents(self, latents: torch.Tensor) -> torch.Tensor:
@@ -252,7 +264,8 @@ class BaseModel:
     def generate_single_image(self, pipeline: Any, gen_config: GenerateImageConfig,
                               conditional_embeds: AdvancedPromptEmbeds,
                               unconditional_embeds: AdvancedPromptEmbeds,
-                              generator: torch.Generator) -> Image.Image:
+                              generator: torch.Generator) -> Image.Image | list[Image.Image]:
+        """One preview: an image, or the frames of a video arch's clip."""
         raise NotImplementedError
 
     def encode_prompts(self, prompts: Iterable[str], batch_size: int = 8
@@ -279,8 +292,9 @@ class BaseModel:
 
     def generate_images(self, configs: Sequence[GenerateImageConfig],
                         prompt_embeds: Mapping[str, AdvancedPromptEmbeds] | None = None
-                        ) -> list[Image.Image]:
-        """One PIL image per config, deterministic per `config.seed`.
+                        ) -> list[Image.Image | list[Image.Image]]:
+        """One PIL image (a list of frames for a video arch) per config, deterministic
+        per `config.seed`.
 
         Each distinct prompt and negative prompt is embedded once (prompts found in
         `prompt_embeds` are not re-encoded), `get_generation_pipeline()` is called once

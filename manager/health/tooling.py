@@ -26,9 +26,11 @@ _MISSING_FIX = {
 _MISSING_EFFECT = {
     "uv": "installs fall back to pip (slower)",
     "node": "the web UI cannot run",
-    # The bundled trainer does not use FFmpeg; torchcodec loads its shared libraries.
+    # The trainer decodes video datasets with PyAV, whose wheel bundles FFmpeg's libraries;
+    # torchcodec loads the shared libraries of an FFmpeg installed beside it.
     "ffmpeg": "the optional torchcodec package cannot be used (it loads FFmpeg's shared "
-              "libraries); the trainer itself does not need FFmpeg",
+              "libraries); the trainer itself does not need this program (video datasets "
+              "decode through PyAV's own FFmpeg libraries)",
     "git": "`update` cannot work",
 }
 

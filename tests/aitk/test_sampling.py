@@ -41,3 +41,54 @@ def test_samples_are_written_with_the_step_and_leave_global_rng_alone(tiny_model
     assert np.array_equal(a, b)  # same prompt + seed, same image
     assert sorted(p.name for p in (tmp_path / "samples").iterdir()) == [
         "000000250_0.png", "000000250_1.png"]  # no temp files left
+
+
+# ---- video archs: an animated WebP and a frame strip -----------------------------------
+def video_model():
+    from tests.aitk.aitk_testing import model_settings
+    from tests.aitk.data.videos import VideoModel
+
+    model = VideoModel(model_settings(arch="tiny_video"))
+    model.load_model()
+    return model
+
+
+def test_sample_num_frames_and_fps_reach_the_configs_with_per_item_overrides():
+    cfg = SampleConfig(samples=[SampleItem(prompt="a"), SampleItem(prompt="b", num_frames=5,
+                                                                   fps=8)],
+                       num_frames=17, fps=12)
+    assert [(c.num_frames, c.fps) for c in image_configs(cfg, None)] == [(17, 12), (5, 8)]
+    plain = image_configs(SampleConfig(prompts=["x"]), None)[0]
+    assert (plain.num_frames, plain.fps) == (1, 16)  # upstream's sample defaults
+
+
+def test_a_video_preview_is_an_animated_webp_and_a_strip(tmp_path: Path):
+    from tests.aitk.data.videos import STEP
+
+    configs = image_configs(SampleConfig(prompts=["a"], width=16, height=8, num_frames=9,
+                                         fps=10), None)
+    paths = write_samples(video_model(), configs, tmp_path / "samples", 20, "jpg")
+    assert [p.name for p in paths] == ["000000020_0.webp", "000000020_0.jpg"]
+    with Image.open(paths[0]) as anim:
+        assert anim.format == "WEBP" and anim.is_animated and anim.n_frames == 9
+        reds = []
+        for i in range(anim.n_frames):
+            anim.seek(i)
+            reds.append(round(anim.convert("RGB").getpixel((8, 4))[0] / STEP))
+            assert anim.info["duration"] == 100  # 1 / fps, read once the frame is loaded
+        assert reds == list(range(9))
+    with Image.open(paths[1]) as strip:
+        assert strip.format == "JPEG" and strip.size == (5 * 16, 8)
+        firsts = [round(strip.getpixel((16 * n + 8, 4))[0] / STEP) for n in range(5)]
+        assert firsts == [0, 2, 4, 6, 8]  # evenly spaced, both ends
+    assert sorted(p.name for p in (tmp_path / "samples").iterdir()) == [
+        "000000020_0.jpg", "000000020_0.webp"]  # no temp files left
+
+
+def test_with_webp_format_the_strip_gets_its_own_name(tmp_path: Path):
+    configs = image_configs(SampleConfig(prompts=["a"], width=8, height=8, num_frames=3),
+                            None)
+    paths = write_samples(video_model(), configs, tmp_path, 0, "webp")
+    assert [p.name for p in paths] == ["000000000_0.webp", "000000000_0_strip.webp"]
+    with Image.open(paths[0]) as anim, Image.open(paths[1]) as strip:
+        assert anim.n_frames == 3 and strip.size == (24, 8)
