@@ -69,6 +69,7 @@ class Item:
     size: Size  # the source image, after EXIF orientation
     bucket: Size  # the size it trains at
     caption_dropout_rate: float = 0.0
+    controls: tuple[Path, ...] = ()  # edit models: paired control images (data.controls)
 
 
 def apply_trigger(caption: str, trigger: str | None) -> str:

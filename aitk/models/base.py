@@ -74,7 +74,7 @@ Conventions (keep them exactly):
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar, Protocol
 
@@ -115,6 +115,7 @@ class GenerateImageConfig:
     sample_steps: int = 20
     negative_prompt: str = ""
     ctrl_img: str | None = None
+    ctrl_imgs: list[str] = field(default_factory=list)  # every control, ctrl_img first
     num_frames: int = 1
     output_path: str | None = None
 
