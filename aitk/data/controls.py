@@ -134,13 +134,17 @@ def control_batch(items: Sequence[Item]) -> list[torch.Tensor] | None:
             for k in range(len(items[0].controls))]
 
 
+def open_sample_control(path: str) -> Image.Image:
+    """A preview's ctrl_img file as an upright RGB image, read bounded."""
+    with open_image(Path(path).expanduser()) as img:
+        return ImageOps.exif_transpose(img).convert("RGB")
+
+
 def load_sample_controls(paths: Sequence[str]) -> list[torch.Tensor]:
     """A preview's ctrl_img files as (1, 3, H, W) in [0, 1] at their own size."""
     out = []
     for p in paths:
-        with open_image(Path(p).expanduser()) as img:
-            img = ImageOps.exif_transpose(img).convert("RGB")
-            arr = np.asarray(img, dtype=np.float32)
+        arr = np.asarray(open_sample_control(p), dtype=np.float32)
         out.append(torch.from_numpy(arr).permute(2, 0, 1)[None] / 255.0)
     return out
 

@@ -8,5 +8,7 @@ BUILTIN_ARCHS: dict[str, str] = {
     "example": "aitk.models.example.model:ExampleModel",
     "flux": "aitk.models.flux.model:FluxModel",
     "qwen_image": "aitk.models.qwen_image.model:QwenImageModel",
+    "qwen_image_edit": "aitk.models.qwen_image_edit.model:QwenImageEditModel",
+    "qwen_image_edit_plus": "aitk.models.qwen_image_edit.model:QwenImageEditPlusModel",
     "sdxl": "aitk.models.sdxl.model:SDXLModel",
 }
