@@ -19,7 +19,8 @@ normalisation, 2x2 packing, the timestep shift, LoRA layout, quantization, low_v
     training; the pipeline encodes it at about 1 MP at inference).
   - qwen_image_edit_plus: up to 3 controls, each encoded at about 1 MP (the pipeline's
     VAE_IMAGE_SIZE), or at the training image's area with `model_kwargs:
-    {match_target_res: true}` (upstream's knob; cheaper, the tiny configs use it).
+    {match_target_res: true}` (upstream's knob; cheaper, the tiny configs use it; the
+    previews then size references to the preview's area too).
 - Text. The prompt goes through the edit template with the control image(s) in it, so
   the text encoder's vision tower is kept and the prompt embeddings depend on the control
   (`encode_control_in_text_embeddings`: the text-embed cache keys include the control
@@ -35,7 +36,8 @@ normalisation, 2x2 packing, the timestep shift, LoRA layout, quantization, low_v
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+import contextlib
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -264,4 +266,30 @@ class QwenImageEditPlusModel(QwenImageEditModel):
     def preview_controls(self, gen_config: GenerateImageConfig) -> Any:
         paths = (gen_config.ctrl_imgs or [gen_config.ctrl_img])[:self.max_controls]
         return [open_sample_control(p) for p in paths]
+
+    def generate_single_image(self, pipeline: Any, gen_config: GenerateImageConfig,
+                              conditional_embeds: AdvancedPromptEmbeds,
+                              unconditional_embeds: AdvancedPromptEmbeds,
+                              generator: torch.Generator) -> Image.Image:
+        if not (self.model_config.model_kwargs or {}).get("match_target_res", False):
+            return super().generate_single_image(pipeline, gen_config, conditional_embeds,
+                                                 unconditional_embeds, generator)
+        with vae_image_area(gen_config.width * gen_config.height):
+            return super().generate_single_image(pipeline, gen_config, conditional_embeds,
+                                                 unconditional_embeds, generator)
+
+
+@contextlib.contextmanager
+def vae_image_area(area: int) -> Iterator[None]:
+    """QwenImageEditPlusPipeline sizes its references by the module constant
+    VAE_IMAGE_SIZE (read at call time; no argument sets it): with `match_target_res`
+    the previews use the preview's own area, as training does, for this call only."""
+    from diffusers.pipelines.qwenimage import pipeline_qwenimage_edit_plus as plus
+
+    saved = plus.VAE_IMAGE_SIZE
+    plus.VAE_IMAGE_SIZE = area
+    try:
+        yield
+    finally:
+        plus.VAE_IMAGE_SIZE = saved
 
