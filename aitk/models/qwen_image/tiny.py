@@ -120,7 +120,12 @@ def build_tiny_qwen_image(target: Path, seed: int = 0, sizes: TinySizes = TinySi
                      tokenizer=tokenizer, transformer=transformer)
         if pipeline != "QwenImagePipeline":
             parts["processor"] = None
-        getattr(diffusers, pipeline)(**parts).save_pretrained(tmp)
+        level = diffusers.utils.logging.get_verbosity()
+        diffusers.utils.logging.set_verbosity_error()  # "processor=None cannot be saved"
+        try:
+            getattr(diffusers, pipeline)(**parts).save_pretrained(tmp)
+        finally:
+            diffusers.utils.logging.set_verbosity(level)
         if extra is not None:
             extra(tmp)
     return target

@@ -298,3 +298,53 @@ def test_a_preview_without_ctrl_img_is_a_clear_error(edit_dir: Path):
     model = loaded(edit_dir)
     with pytest.raises(ModelError, match="ctrl_img"):
         model.generate_images([GenerateImageConfig(prompt="x", width=32, height=32)])
+
+
+def test_gradient_checkpointing_gives_the_same_lora_gradients_with_controls(edit_dir: Path):
+    from aitk.train import compute_loss, step_generator
+
+    model = loaded(edit_dir)
+    network = AdapterNetwork.attach(model, NetCfg(linear=4, linear_alpha=4.0))
+    params = list(network.trainable_parameters())
+    with torch.no_grad():
+        for p in params:  # B starts at zero: give both factors values
+            p.normal_(0.0, 0.05)
+    ctrl = torch.rand(2, 3, 32, 32)
+    batch = DataBatch(captions=["a", "b"], control_tensor=ctrl, control_tensor_list=[ctrl],
+                      latents=model.encode_images(torch.rand(2, 3, 32, 32) * 2 - 1),
+                      prompt_embeds=model.get_prompt_embeds(["a", "b"], control_images=[ctrl]))
+
+    def grads() -> list[torch.Tensor]:
+        for p in params:
+            p.grad = None
+        compute_loss(model, batch, step_generator(1, 0, 0)).backward()
+        return [torch.zeros_like(p) if p.grad is None else p.grad.clone() for p in params]
+
+    model.model.train()
+    plain = grads()
+    model.model.enable_gradient_checkpointing()
+    checkpointed = grads()
+    assert any(g.abs().max() > 0 for g in plain)
+    for a, b in zip(plain, checkpointed, strict=True):
+        assert torch.allclose(a, b, atol=1e-6)
+
+
+def test_quantize_te_leaves_the_vision_tower_in_float(edit_dir: Path):
+    from aitk.quantize import is_quantized
+
+    model = loaded(edit_dir, quantize_te=True, qtype_te="qint8")
+    assert is_quantized(model.text_encoder.model.language_model)
+    assert not is_quantized(model.text_encoder.model.visual)
+    embeds = model.get_prompt_embeds(["x"], control_images=[torch.rand(1, 3, 32, 32)])
+    assert torch.isfinite(embeds.text_embeds[0]).all()
+
+
+def test_hub_id_offline_is_one_line_exit_2(tmp_path: Path, edit_dir: Path, monkeypatch,
+                                           capsys):
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setenv("HF_HOME", str(tmp_path / "hf"))
+    path = edit_job(tmp_path, edit_dir, model={"arch": "qwen_image_edit",
+                                               "name_or_path": "Qwen/Qwen-Image-Edit"})
+    assert cli_main([str(path)]) == 2
+    err = [line for line in capsys.readouterr().err.splitlines() if line.startswith("error")]
+    assert len(err) == 1 and "Qwen/Qwen-Image-Edit" in err[0] and "Traceback" not in err[0]
