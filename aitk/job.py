@@ -592,6 +592,9 @@ def train_process(loaded: LoadedConfig, proc: ProcessConfig, out_dir: Path, stop
     stop.check()
 
     items = scan_datasets(proc, model.get_bucket_divisibility(), say)
+    if len(items[0].controls) > 1 and not model.has_multiple_control_images:
+        say(f"{proc.model.arch} takes one control image: only the first control folder "
+            "is used")
     tr = proc.train
     samples = [] if tr.disable_sampling else image_configs(proc.sample, proc.trigger_word)
     status = status or StatusFile(None)
