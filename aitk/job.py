@@ -468,8 +468,7 @@ def control_text_embeddings(proc: ProcessConfig, model: Any, items: list[Item],
     for c in samples:
         images = controls.load_sample_controls(c.ctrl_imgs)
         for text in (c.prompt, c.negative_prompt):
-            sample_embeds[controls.prompt_key(text, c.ctrl_imgs)] = encode(
-                [text], images) if images else encode([text], [])
+            sample_embeds[controls.prompt_key(text, c.ctrl_imgs)] = encode([text], images)
     model.unload_text_encoder()  # every caption is cached: free its memory
     return (lambda captions, batch_items, images: cache.get(captions, batch_items)), \
         sample_embeds
