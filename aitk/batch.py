@@ -19,8 +19,8 @@ class DataBatch:
               cache or `encode_images`.
     captions: one caption per item, after trigger/dropout processing.
     prompt_embeds: filled from the text-embed cache or `get_prompt_embeds`.
-    control_tensor: (B, 3, H, W) in [0, 1] for edit models; control_tensor_list for
-    models with `has_multiple_control_images`.
+    control_tensor_list: edit models, one (B, 3, H, W) tensor in [0, 1] per control
+    folder, in order (aitk.data.controls); control_tensor: the first of them.
     original_sizes: per item, the source image's (height, width) before the bucket resize;
     crop_coords_top_left: per item, the bucket crop's (top, left) in the resized image.
     SDXL conditions on both (its `time_ids`); None when unknown (no resize, no crop).

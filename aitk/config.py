@@ -144,6 +144,18 @@ class SampleItem(_Strict):
     sample_steps: PositiveInt | None = None
     num_frames: PositiveInt | None = None  # video archs; unset: the sample section's
     fps: PositiveInt | None = None
+    # Edit models: the control (reference) image(s) a preview edits; `ctrl_img` or
+    # `ctrl_img_1..3` (upstream's names), in that order (aitk.data.controls).
+    ctrl_img: str | None = None
+    ctrl_img_1: str | None = None
+    ctrl_img_2: str | None = None
+    ctrl_img_3: str | None = None
+
+    @property
+    def ctrl_imgs(self) -> list[str]:
+        """As upstream: `ctrl_img` (else `ctrl_img_1`) first, then _2 and _3."""
+        return [p for p in (self.ctrl_img or self.ctrl_img_1, self.ctrl_img_2,
+                            self.ctrl_img_3) if p]
 
 
 class SampleConfig(_Strict):
@@ -273,6 +285,20 @@ class DatasetConfig(_Strict):
     num_frames: Annotated[int, AfterValidator(four_k_plus_one)] = 1
     fps: PositiveInt = 24  # with shrink_video_to_frames false: the rate frames are taken at
     shrink_video_to_frames: bool = True  # spread num_frames over the whole clip
+    # Edit models: folders of control images paired with the images by file stem
+    # (a list for several references; `control_path_1..3` are upstream's other names).
+    control_path: str | list[str] | None = None
+    control_path_1: str | None = None
+    control_path_2: str | None = None
+    control_path_3: str | None = None
+
+    @property
+    def control_paths(self) -> list[str]:
+        """Every control folder, in order: control_path (or its list), then _1.._3."""
+        first = self.control_path if isinstance(self.control_path, list) else \
+            [self.control_path]
+        return [p for p in (*first, self.control_path_1, self.control_path_2,
+                            self.control_path_3) if p]
 
     @property
     def resolutions(self) -> list[int]:

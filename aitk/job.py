@@ -44,6 +44,7 @@ import aitk
 from aitk import checkpoint as ckpt
 from aitk import distributed, provenance
 from aitk.config import REPO_ROOT, ConfigError, LoadedConfig, ProcessConfig, dump_yaml
+from aitk.data import controls
 from aitk.data.batches import BatchSource
 from aitk.data.cache import LatentCache, TextEmbedCache, default_cache_dir
 from aitk.data.dataset import DatasetError, Item, scan_folder
@@ -364,12 +365,15 @@ def scan_datasets(proc: ProcessConfig, divisibility: int, report: Callable[[str]
                                "images; set num_frames: 1 or use a video arch")
         clip = (ClipSpec(ds.num_frames, float(ds.fps), ds.shrink_video_to_frames)
                 if is_video else None)
-        items += scan_folder(Path(ds.folder_path).expanduser(), caption_ext=ds.caption_ext,
-                             default_caption=ds.default_caption,
-                             trigger_word=ds.trigger_word or proc.trigger_word,
-                             resolutions=ds.resolutions, divisibility=divisibility,
-                             caption_dropout_rate=ds.caption_dropout_rate,
-                             num_repeats=ds.num_repeats, clip=clip, report=report)
+        found = scan_folder(Path(ds.folder_path).expanduser(), caption_ext=ds.caption_ext,
+                            default_caption=ds.default_caption,
+                            trigger_word=ds.trigger_word or proc.trigger_word,
+                            resolutions=ds.resolutions, divisibility=divisibility,
+                            caption_dropout_rate=ds.caption_dropout_rate,
+                            num_repeats=ds.num_repeats, clip=clip, report=report)
+        items += controls.pair_controls(
+            found, [Path(p).expanduser() for p in ds.control_paths], report)
+    controls.check_same_count(items)
     return items
 
 
@@ -450,6 +454,36 @@ def text_embeddings(proc: ProcessConfig, model: Any, items: list[Item],
                 stop)
     model.unload_text_encoder()  # every caption is cached: free its memory
     return cache.get, cache.mapping()
+
+
+def control_text_embeddings(proc: ProcessConfig, model: Any, items: list[Item],
+                            samples: list[Any], stop: StopFlag, say: Callable[[str], None],
+                            cache_dir: Path | None,
+                            world: distributed.World = distributed.SINGLE
+                            ) -> tuple[controls.ControlEmbeds, dict[str, Any] | None]:
+    """`text_embeddings` for a model whose embeddings read the control images
+    (aitk.data.controls): cache entries are keyed by caption and control content, and the
+    preview prompts by `prompt_key(text, ctrl_imgs)`."""
+    def encode(captions: list[str], images: list[torch.Tensor]) -> Any:
+        with torch.no_grad():
+            return model.get_prompt_embeds(captions, control_images=images).detach()
+
+    tr = proc.train
+    if not (tr.cache_text_embeddings or tr.unload_text_encoder
+            or any(ds.cache_text_embeddings for ds in proc.datasets)):
+        return (lambda captions, batch_items, images: encode(captions, images)), None
+    cache = controls.ControlTextEmbedCache(
+        encode, model_identity(model, cache_dir), model.text_embedding_space_version,
+        cache_dir / "text_embeds" if cache_dir else None, report=say)
+    fill_shared(cache.fill, controls.caption_pairs(items), world, cache_dir is not None, stop)
+    sample_embeds = {}
+    for c in samples:
+        images = controls.load_sample_controls(c.ctrl_imgs)
+        for text in (c.prompt, c.negative_prompt):
+            sample_embeds[controls.prompt_key(text, c.ctrl_imgs)] = encode([text], images)
+    model.unload_text_encoder()  # every caption is cached: free its memory
+    return (lambda captions, batch_items, images: cache.get(captions, batch_items)), \
+        sample_embeds
 
 
 # ---- saving ---------------------------------------------------------------------------
@@ -585,14 +619,23 @@ def train_process(loaded: LoadedConfig, proc: ProcessConfig, out_dir: Path, stop
 
     items = scan_datasets(proc, model.get_bucket_divisibility(), say,
                           getattr(model, "is_video", False))
+    if len(items[0].controls) > 1 and not model.has_multiple_control_images:
+        say(f"{proc.model.arch} takes one control image: only the first control folder "
+            "is used")
     tr = proc.train
     samples = [] if tr.disable_sampling else image_configs(proc.sample, proc.trigger_word)
     status = status or StatusFile(None)
     status.phase("caching")
     cache_dir = usable_cache_dir(say)
     latents = cached_latents(proc, model, items, stop, say, stream, cache_dir, world)
-    embeds, sample_embeds = text_embeddings(proc, model, items, samples, stop, say,
-                                            cache_dir, world)
+    control_embeds = None
+    if model.encode_control_in_text_embeddings and items[0].controls:
+        control_embeds, sample_embeds = control_text_embeddings(
+            proc, model, items, samples, stop, say, cache_dir, world)
+        embeds = model.get_prompt_embeds  # unused: every item has its controls
+    else:
+        embeds, sample_embeds = text_embeddings(proc, model, items, samples, stop, say,
+                                                cache_dir, world)
 
     torch.manual_seed(tr.seed)  # adapter init; a resume overwrites both
     network = create_network(model, proc)
@@ -605,7 +648,8 @@ def train_process(loaded: LoadedConfig, proc: ProcessConfig, out_dir: Path, stop
                                 opt.eps)
     schedule = Schedule(tr.lr, tr.steps, tr.lr_scheduler,
                         tr.lr_scheduler_params.warmup_steps, tr.lr_scheduler_params.eta_min)
-    data = BatchSource(items, tr.batch_size, tr.seed, latents, model.encode_images, embeds)
+    data = BatchSource(items, tr.batch_size, tr.seed, latents, model.encode_images, embeds,
+                       control_embeds)
 
     ckpt_root = out_dir / "checkpoints"
     if main:  # rank 0 cleans up and sets invalid checkpoints aside; then all read

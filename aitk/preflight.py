@@ -4,6 +4,7 @@ checked before anything loads, every problem listed at once.
 - the device asked for exists (torch is imported only for an explicit cuda/mps device);
 - the optimizer can be built (adamw8bit needs bitsandbytes);
 - each dataset folder exists and holds usable images with captions; control folders pair;
+- each preview's control image (ctrl_img, ctrl_img_1..3) exists;
 - the output folder is writable, and what it already holds (a run to resume, a finished
   LoRA, files this run would overwrite);
 - free disk space for checkpoints;
@@ -67,13 +68,9 @@ def _optimizer(where: str, proc: ProcessConfig, loaded: LoadedConfig) -> list[Fi
 
 def _datasets(where: str, proc: ProcessConfig, loaded: LoadedConfig) -> list[Finding]:
     out: list[Finding] = []
-    raw_proc = _raw_process(loaded, where)
     for j, ds in enumerate(proc.datasets):
         path = f"{where}.datasets[{j}]"
-        raw_ds = (raw_proc.get("datasets") or [{}])[j] if raw_proc else {}
-        controls = [Path(str(raw_ds[k])).expanduser() for k in
-                    ("control_path", "control_path_1", "control_path_2", "control_path_3")
-                    if isinstance(raw_ds, dict) and isinstance(raw_ds.get(k), str)]
+        controls = [Path(p).expanduser() for p in ds.control_paths]
         report = audit_dataset(DatasetOptions(
             Path(ds.folder_path).expanduser(), controls=controls, resolutions=ds.resolutions,
             arch=proc.model.arch, caption_ext=ds.caption_ext,
@@ -82,16 +79,24 @@ def _datasets(where: str, proc: ProcessConfig, loaded: LoadedConfig) -> list[Fin
     return out
 
 
-def _raw_process(loaded: LoadedConfig, where: str) -> dict:
-    """The process as written (with keys aitk ignores, e.g. control_path)."""
-    index = int(where.rsplit("[", 1)[1].rstrip("]"))
-    procs = loaded.written.get("config", {}).get("process", [])
-    return procs[index] if index < len(procs) and isinstance(procs[index], dict) else {}
+def _sample_controls(where: str, proc: ProcessConfig, loaded: LoadedConfig
+                     ) -> list[Finding]:
+    """Each preview's ctrl_img / ctrl_img_1..3 names a file (an edit preview needs it)."""
+    out = []
+    for j, item in enumerate(proc.sample.samples or []):
+        for key in ("ctrl_img", "ctrl_img_1", "ctrl_img_2", "ctrl_img_3"):
+            value = getattr(item, key)
+            if value and not Path(value).expanduser().is_file():
+                out.append(error(f"{where}.sample.samples[{j}].{key}", f"control image "
+                                 f"{value} does not exist", "point it at an image file",
+                                 "missing_ctrl_img"))
+    return out
 
 
 # Dataset findings that stop a run. The trainer skips an unreadable or too-small image
-# (reported once) and ignores control folders (an upstream-only key), so those warn.
-BLOCKING_DATASET_CODES = frozenset({"missing_folder", "no_images"})
+# and an image without its control image (reported once; aitk.data.controls), so those
+# warn; a control folder that does not exist stops it.
+BLOCKING_DATASET_CODES = frozenset({"missing_folder", "no_images", "missing_control_folder"})
 
 
 def _summarised(path: str, findings: list[Finding]) -> list[Finding]:
@@ -175,8 +180,8 @@ def _quantize(where: str, proc: ProcessConfig, loaded: LoadedConfig) -> list[Fin
                   "qtype")]
 
 
-CHECKS: tuple[PreflightCheck, ...] = (_device, _optimizer, _model, _datasets, _output,
-                                      _quantize)
+CHECKS: tuple[PreflightCheck, ...] = (_device, _optimizer, _model, _datasets,
+                                      _sample_controls, _output, _quantize)
 
 
 def preflight(loaded: LoadedConfig) -> list[Finding]:

@@ -43,7 +43,8 @@ def image_configs(cfg: SampleConfig, trigger: str | None) -> list[GenerateImageC
             sample_steps=item.sample_steps or cfg.sample_steps,
             num_frames=item.num_frames or cfg.num_frames, fps=item.fps or cfg.fps,
             negative_prompt=sample_prompt(item.neg if item.neg is not None else neg_default,
-                                          trigger)))
+                                          trigger),
+            ctrl_img=(item.ctrl_imgs or [None])[0], ctrl_imgs=item.ctrl_imgs))
     return out
 
 

@@ -8,6 +8,7 @@ import torch
 
 from aitk.batch import DataBatch
 from aitk.data.buckets import BatchSampler, resize_crop
+from aitk.data.controls import ControlEmbeds, control_batch
 from aitk.data.dataset import Item, dropped_captions, load_pixels
 from aitk.prompt_embeds import AdvancedPromptEmbeds
 
@@ -18,13 +19,16 @@ class BatchSource:
     def __init__(self, items: Sequence[Item], batch_size: int, seed: int,
                  latents: Callable[[Sequence[Item]], torch.Tensor] | None,
                  encode_images: Callable[[torch.Tensor], torch.Tensor],
-                 embeds: Callable[[list[str]], AdvancedPromptEmbeds]) -> None:
+                 embeds: Callable[[list[str]], AdvancedPromptEmbeds],
+                 control_embeds: ControlEmbeds | None = None) -> None:
         self.items = list(items)
         self.seed = seed
         self.sampler = BatchSampler([i.group for i in self.items], batch_size, seed)
         self._latents = latents
         self._encode = encode_images
         self._embeds = embeds
+        # Edit models whose text embeddings read the control images (data.controls).
+        self._control_embeds = control_embeds
         self.epoch = 0
 
     def next(self) -> DataBatch:
@@ -40,7 +44,14 @@ class BatchSource:
             with torch.no_grad():
                 latents = self._encode(torch.stack([load_pixels(i) for i in items]))
         plans = [resize_crop(*i.size, i.bucket) for i in items]
-        return DataBatch(captions=captions, latents=latents, prompt_embeds=self._embeds(captions),
+        controls = control_batch(items)
+        if controls is not None and self._control_embeds is not None:
+            prompt_embeds = self._control_embeds(captions, items, controls)
+        else:
+            prompt_embeds = self._embeds(captions)
+        return DataBatch(captions=captions, latents=latents, prompt_embeds=prompt_embeds,
+                         control_tensor=None if controls is None else controls[0],
+                         control_tensor_list=controls,
                          file_paths=[str(i.path) for i in items],
                          original_sizes=[(i.size[1], i.size[0]) for i in items],
                          crop_coords_top_left=[(p.top, p.left) for p in plans])

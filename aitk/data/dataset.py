@@ -90,6 +90,7 @@ class Item:
     # None: an image for an image arch, pixels (3, H, W). Otherwise a clip for a video
     # arch, pixels (3, F, H, W): the video's frame indices chosen at scan, (0,) for an image.
     frames: tuple[int, ...] | None = None
+    controls: tuple[Path, ...] = ()  # edit models: paired control images (data.controls)
 
     @property
     def group(self) -> tuple[int, int, int]:

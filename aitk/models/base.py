@@ -87,7 +87,7 @@ aitk.sampling writes as an animated WebP plus a frame strip.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar, Protocol
 
@@ -128,6 +128,7 @@ class GenerateImageConfig:
     sample_steps: int = 20
     negative_prompt: str = ""
     ctrl_img: str | None = None
+    ctrl_imgs: list[str] = field(default_factory=list)  # every control, ctrl_img first
     num_frames: int = 1  # video archs: frames to generate
     fps: int = 16  # video archs: playback rate of the preview (upstream's sample default)
     output_path: str | None = None

@@ -14,6 +14,8 @@ BUILTIN_ARCHS: dict[str, str] = {
     "flux_kontext": "aitk.models.flux_kontext.model:FluxKontextModel",
     "prx_pixel": "aitk.models.prx_pixel.model:PRXPixelModel",
     "qwen_image": "aitk.models.qwen_image.model:QwenImageModel",
+    "qwen_image_edit": "aitk.models.qwen_image_edit.model:QwenImageEditModel",
+    "qwen_image_edit_plus": "aitk.models.qwen_image_edit.model:QwenImageEditPlusModel",
     "sdxl": "aitk.models.sdxl.model:SDXLModel",
     "wan21": "aitk.models.wan21.model:Wan21Model",
     "wan21_i2v": "aitk.models.wan21.model:Wan21I2VModel",

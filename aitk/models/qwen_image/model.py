@@ -27,7 +27,7 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import torch
 from PIL import Image
@@ -54,6 +54,8 @@ class QwenImageModel(BaseModel):
     arch = "qwen_image"
     use_old_lokr_format = False
     lora_block_prefixes = ("transformer_blocks.",)
+    # The edit archs (aitk.models.qwen_image_edit) show the text encoder images.
+    keep_vision_tower: ClassVar[bool] = False
 
     @classmethod
     def build_tiny(cls, target: Path, seed: int = 0) -> None:
@@ -83,7 +85,8 @@ class QwenImageModel(BaseModel):
         scheduler = load_part(FlowMatchEulerDiscreteScheduler, name, "scheduler", self.arch)
         # Text to image never shows the encoder an image: drop its vision tower (and
         # the memory and slow Conv3d it carries).
-        text_encoder.model.visual = None
+        if not self.keep_vision_tower:
+            text_encoder.model.visual = None
         self.low_vram = bool(getattr(cfg, "low_vram", False))
         idle = torch.device("cpu") if self.low_vram else self.device
         for module, where in ((transformer, self.device), (text_encoder, idle), (vae, idle)):
@@ -101,7 +104,8 @@ class QwenImageModel(BaseModel):
         if getattr(cfg, "quantize_te", False):
             from aitk.quantize import quantize_linear_layers
 
-            quantize_linear_layers(text_encoder, cfg.qtype_te, exclude=("lm_head",))
+            quantize_linear_layers(text_encoder, cfg.qtype_te,
+                                   exclude=("lm_head", "model.visual*"))
 
     def _on_device(self, module: torch.nn.Module) -> contextlib.AbstractContextManager:
         """With low_vram, a part idles on the CPU and visits the device to work."""
@@ -237,15 +241,17 @@ def padded(embeds: AdvancedPromptEmbeds, device: torch.device, dtype: torch.dtyp
 def run_pipeline(pipeline: Any, gen_config: GenerateImageConfig,
                  conditional: AdvancedPromptEmbeds, unconditional: AdvancedPromptEmbeds,
                  generator: torch.Generator, device: torch.device, dtype: torch.dtype,
-                 offloaded_vae: torch.nn.Module | None = None) -> Image.Image:
+                 offloaded_vae: torch.nn.Module | None = None, image: Any = None
+                 ) -> Image.Image:
     """One image from diffusers' QwenImagePipeline, called with embeds only. Shared by
     the trainer's previews and the interop tests (the same call on a pipeline that
-    loaded the LoRA file through diffusers)."""
+    loaded the LoRA file through diffusers). The edit pipelines also take `image`, the
+    control image(s)."""
     cond, cond_mask = padded(conditional, device, dtype)
-    kwargs: dict[str, Any] = {}
+    kwargs: dict[str, Any] = {} if image is None else {"image": image}
     if gen_config.guidance_scale > 1.0:  # true CFG against the negative prompt
         neg, neg_mask = padded(unconditional, device, dtype)
-        kwargs = {"negative_prompt_embeds": neg, "negative_prompt_embeds_mask": neg_mask}
+        kwargs.update(negative_prompt_embeds=neg, negative_prompt_embeds_mask=neg_mask)
     vae_context = (contextlib.nullcontext() if offloaded_vae is None
                    else _visiting(offloaded_vae, device))
     with vae_context:

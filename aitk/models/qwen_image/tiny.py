@@ -9,6 +9,7 @@ it needs no vocabulary download and tokenizes any text the real template produce
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -43,30 +44,41 @@ def _byte_vocab() -> dict[str, int]:
     return {chars[b]: b for b in range(256)}
 
 
-def write_tokenizer(folder: Path) -> None:
+def write_tokenizer(folder: Path, extra_special: tuple[str, ...] = ()) -> None:
     from transformers import Qwen2Tokenizer
 
     folder.mkdir(parents=True, exist_ok=True)
     tok = Qwen2Tokenizer(vocab=_byte_vocab(), merges=[], unk_token=None,
                          eos_token="<|endoftext|>", pad_token="<|endoftext|>")
-    tok.add_special_tokens({"additional_special_tokens": list(SPECIAL_TOKENS[1:])})
+    tok.add_special_tokens({"additional_special_tokens": [*SPECIAL_TOKENS[1:],
+                                                          *extra_special]})
     tok.save_pretrained(folder)
 
 
-def build_tiny_qwen_image(target: Path, seed: int = 0, sizes: TinySizes = TinySizes()
-                          ) -> Path:
+def build_tiny_qwen_image(target: Path, seed: int = 0, sizes: TinySizes = TinySizes(),
+                          *, pipeline: str = "QwenImagePipeline",
+                          vision_tokens: tuple[str, ...] = (),
+                          extra: Callable[[Path], None] | None = None) -> Path:
+    """The folder for `pipeline` (a diffusers class name; the edit archs pass theirs,
+    with `processor` left out). `vision_tokens` (start, image pad, end) join the tokenizer
+    and the text encoder's config; `extra(staging folder)` writes more parts."""
+    import diffusers
     from diffusers import (
         AutoencoderKLQwenImage,
         FlowMatchEulerDiscreteScheduler,
-        QwenImagePipeline,
         QwenImageTransformer2DModel,
     )
     from transformers import AutoTokenizer, Qwen2_5_VLConfig, Qwen2_5_VLForConditionalGeneration
 
     target = Path(target)
     with staged_dir(target) as tmp:
-        write_tokenizer(tmp / "tokenizer")
+        write_tokenizer(tmp / "tokenizer", vision_tokens)
         tokenizer = AutoTokenizer.from_pretrained(tmp / "tokenizer")
+        ids = {}
+        if vision_tokens:
+            start, pad, end = tokenizer.convert_tokens_to_ids(list(vision_tokens))
+            ids = {"vision_start_token_id": start, "image_token_id": pad,
+                   "vision_end_token_id": end, "video_token_id": pad}
         vocab_size, eos = len(tokenizer), tokenizer.eos_token_id
         torch.manual_seed(seed)
         half = sizes.text_dim // sizes.heads // 2
@@ -83,7 +95,7 @@ def build_tiny_qwen_image(target: Path, seed: int = 0, sizes: TinySizes = TinySi
             vision_config={"depth": 1, "hidden_size": 16, "intermediate_size": 32,
                            "num_heads": 2, "out_hidden_size": sizes.text_dim,
                            "fullatt_block_indexes": [0]},
-            bos_token_id=eos, eos_token_id=eos, pad_token_id=eos,
+            bos_token_id=eos, eos_token_id=eos, pad_token_id=eos, **ids,
         )
         text_encoder = Qwen2_5_VLForConditionalGeneration(te_config)
         vae = AutoencoderKLQwenImage(base_dim=sizes.vae_base_dim, z_dim=sizes.z_dim,
@@ -104,6 +116,16 @@ def build_tiny_qwen_image(target: Path, seed: int = 0, sizes: TinySizes = TinySi
             max_shift=0.9, base_image_seq_len=256, max_image_seq_len=8192,
             time_shift_type="exponential", shift_terminal=0.02)
         # The pipeline writes model_index.json beside the parts, as a hub folder has.
-        QwenImagePipeline(scheduler=scheduler, vae=vae, text_encoder=text_encoder,
-                          tokenizer=tokenizer, transformer=transformer).save_pretrained(tmp)
+        parts = dict(scheduler=scheduler, vae=vae, text_encoder=text_encoder,
+                     tokenizer=tokenizer, transformer=transformer)
+        if pipeline != "QwenImagePipeline":
+            parts["processor"] = None
+        level = diffusers.utils.logging.get_verbosity()
+        diffusers.utils.logging.set_verbosity_error()  # "processor=None cannot be saved"
+        try:
+            getattr(diffusers, pipeline)(**parts).save_pretrained(tmp)
+        finally:
+            diffusers.utils.logging.set_verbosity(level)
+        if extra is not None:
+            extra(tmp)
     return target
