@@ -105,14 +105,13 @@ def test_the_ui_job_warns_only_about_what_it_switches_on(dataset):
 
 
 def test_unsupported_arch_stops_before_any_other_problem(tmp_path, dataset, capsys):
-    config, _ = corpus_entry("qwen_image_edit", str(dataset))
+    config, _ = corpus_entry("hidream", str(dataset))
     config["config"]["process"][0]["train"]["stpes"] = 5  # would be an error too
-    if "qwen_image_edit" in catalog.builtin_archs():
-        pytest.skip("qwen_image_edit is built in on this branch")
-    code = run_main([str(_write(tmp_path, "edit", config)), "--check"])
+    assert "hidream" not in catalog.builtin_archs()
+    code = run_main([str(_write(tmp_path, "hidream", config)), "--check"])
     err = capsys.readouterr().err
     assert code == 2 and len(err.strip().splitlines()) == 1
-    assert "arch 'qwen_image_edit' is not supported yet" in err
+    assert "arch 'hidream' is not supported yet" in err
 
 
 def test_refusals_through_the_real_run_py(tmp_path, dataset):
