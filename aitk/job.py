@@ -19,7 +19,8 @@ Outputs, in `training_folder/NAME/`:
 
 The trainer only removes or overwrites files it recognises as its own: checkpoints by
 their manifest (aitk.checkpoint), LoRA files by their `software` metadata, config.yaml
-by its first line. Anything else in the output folder is left as it is.
+by its first line, previews by their EXIF mark (aitk.sampling), the loss log by its lines
+(aitk.metrics). Anything else in the output folder is left as it is.
 """
 
 from __future__ import annotations
@@ -629,7 +630,7 @@ def train_process(loaded: LoadedConfig, proc: ProcessConfig, out_dir: Path, stop
             return
         status.phase("sampling")
         paths = write_samples(model, samples, out_dir / "samples", step, proc.sample.format,
-                              sample_embeds)
+                              sample_embeds, say=metrics.message)
         metrics.message(f"wrote {len(paths)} samples for step {step}")
         status.phase("training")
 
