@@ -80,8 +80,15 @@ class JobInputError(Exception):
 # ---- Ctrl+C / SIGTERM / SIGHUP ----------------------------------------------------------
 # SIGHUP: the terminal was closed (or the launcher that started us was); SIGBREAK:
 # Ctrl+Break or the launcher's CTRL_BREAK_EVENT on Windows. All mean "stop, but save".
-STOP_SIGNALS = tuple(getattr(signal, n) for n in ("SIGINT", "SIGTERM", "SIGHUP", "SIGBREAK")
-                     if hasattr(signal, n))
+STOP_SIGNAL_NAMES = ("SIGINT", "SIGTERM", "SIGHUP", "SIGBREAK")
+
+
+def stop_signals(signals: Any = signal) -> tuple[int, ...]:
+    """The stop-and-save signals this OS has (Windows: SIGINT, SIGTERM, SIGBREAK)."""
+    return tuple(getattr(signals, n) for n in STOP_SIGNAL_NAMES if hasattr(signals, n))
+
+
+STOP_SIGNALS = stop_signals()
 
 
 class StopFlag:
