@@ -19,7 +19,8 @@ Outputs, in `training_folder/NAME/`:
 
 The trainer only removes or overwrites files it recognises as its own: checkpoints by
 their manifest (aitk.checkpoint), LoRA files by their `software` metadata, config.yaml
-by its first line. Anything else in the output folder is left as it is.
+by its first line, previews by their EXIF mark (aitk.sampling), the loss log by its lines
+(aitk.metrics). Anything else in the output folder is left as it is.
 """
 
 from __future__ import annotations
@@ -80,8 +81,15 @@ class JobInputError(Exception):
 # ---- Ctrl+C / SIGTERM / SIGHUP ----------------------------------------------------------
 # SIGHUP: the terminal was closed (or the launcher that started us was); SIGBREAK:
 # Ctrl+Break or the launcher's CTRL_BREAK_EVENT on Windows. All mean "stop, but save".
-STOP_SIGNALS = tuple(getattr(signal, n) for n in ("SIGINT", "SIGTERM", "SIGHUP", "SIGBREAK")
-                     if hasattr(signal, n))
+STOP_SIGNAL_NAMES = ("SIGINT", "SIGTERM", "SIGHUP", "SIGBREAK")
+
+
+def stop_signals(signals: Any = signal) -> tuple[int, ...]:
+    """The stop-and-save signals this OS has (Windows: SIGINT, SIGTERM, SIGBREAK)."""
+    return tuple(getattr(signals, n) for n in STOP_SIGNAL_NAMES if hasattr(signals, n))
+
+
+STOP_SIGNALS = stop_signals()
 
 
 class StopFlag:
@@ -702,7 +710,7 @@ def train_process(loaded: LoadedConfig, proc: ProcessConfig, out_dir: Path, stop
             return
         status.phase("sampling")
         paths = write_samples(model, samples, out_dir / "samples", step, proc.sample.format,
-                              sample_embeds)
+                              sample_embeds, say=metrics.message)
         metrics.message(f"wrote {len(paths)} samples for step {step}")
         status.phase("training")
 

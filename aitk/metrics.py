@@ -1,9 +1,11 @@
 """Training progress for people (rich bar, or plain lines when not a tty) and for
-plots (a JSON-lines loss log: step, loss, lr, time)."""
+plots (a JSON-lines loss log: step, loss, lr, time). A `loss_log.jsonl` that is not such
+a log (someone else's file, or a link) is neither trimmed nor appended to."""
 
 from __future__ import annotations
 
 import json
+import os
 import sys
 import time
 from collections import deque
@@ -22,6 +24,30 @@ from rich.progress import (
 
 from aitk.files import atomic_write_text
 from aitk.status import StatusFile
+
+
+def is_loss_log(path: Path) -> bool:
+    """Absent, or a regular file whose every line is one of our entries (a JSON object
+    with an integer `step` and a `loss`); only a last line without its newline (torn by
+    a hard kill) may be anything."""
+    if not os.path.lexists(path):
+        return True
+    if path.is_symlink() or not path.is_file():
+        return False
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, ValueError):
+        return False
+    lines = text.split("\n")
+    for line in lines[:-1]:  # the last piece is "" or a torn line
+        try:
+            entry = json.loads(line)
+        except ValueError:
+            return False
+        if not (isinstance(entry, dict) and type(entry.get("step")) is int
+                and "loss" in entry):
+            return False
+    return True
 
 
 def trim_log(path: Path, upto_step: int) -> None:
@@ -47,6 +73,10 @@ class Metrics:
         self.total = total_steps
         self.start_step = start_step
         self._log: TextIO | None = None
+        if log_path is not None and not is_loss_log(log_path):
+            print(f"{log_path} was not written by aitk; left as it is (this run's losses "
+                  "are not logged to a file)", file=self.stream, flush=True)
+            log_path = None
         if log_path is not None:
             log_path.parent.mkdir(parents=True, exist_ok=True)
             trim_log(log_path, start_step)

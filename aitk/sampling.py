@@ -1,5 +1,7 @@
 """Preview images during training: fixed prompts and seeds, so previews compare across
-steps. Saved atomically as `training_folder/NAME/samples/<step:09d>_<i>.<format>`.
+steps. Saved atomically as `training_folder/NAME/samples/<step:09d>_<i>.<format>`, each
+marked as aitk's (EXIF `Software`); a file at that name without the mark (someone else's,
+or a link) is never overwritten.
 
 A video arch's preview (a list of frames) is saved as an animated WebP
 `<step:09d>_<i>.webp` (Pillow; each frame shown 1/fps s, looping) plus a frame strip
@@ -10,12 +12,15 @@ A video arch's preview (a list of frames) is saved as an animated WebP
 from __future__ import annotations
 
 import io
-from collections.abc import Mapping, Sequence
+import os
+import sys
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
 import torch
 from PIL import Image
 
+import aitk
 from aitk.config import SampleConfig
 from aitk.data.dataset import TRIGGER_TAG
 from aitk.data.video import spread
@@ -54,11 +59,33 @@ def sample_path(folder: Path, step: int, index: int, fmt: str) -> Path:
 
 PIL_FORMATS = {"jpg": "JPEG", "png": "PNG", "webp": "WEBP"}
 STRIP_FRAMES = 5
+EXIF_SOFTWARE = 0x0131  # the EXIF tag PNG, JPEG and WebP all carry
+
+
+def _mark() -> Image.Exif:
+    mark = Image.Exif()
+    mark[EXIF_SOFTWARE] = aitk.SOFTWARE_NAME
+    return mark
+
+
+def written_by_aitk(path: Path) -> bool:
+    """A regular file (not a link) whose EXIF `Software` names aitk."""
+    if path.is_symlink() or not path.is_file():
+        return False
+    try:
+        with Image.open(path) as image:
+            return image.getexif().get(EXIF_SOFTWARE) == aitk.SOFTWARE_NAME
+    except Exception:  # not an image, unreadable: not ours either way
+        return False
+
+
+def _stderr(message: str) -> None:
+    print(message, file=sys.stderr, flush=True)
 
 
 def image_bytes(image: Image.Image, fmt: str) -> bytes:
     buf = io.BytesIO()
-    image.save(buf, format=PIL_FORMATS[fmt])
+    image.save(buf, format=PIL_FORMATS[fmt], exif=_mark())
     return buf.getvalue()
 
 
@@ -67,7 +94,7 @@ def animated_webp(frames: Sequence[Image.Image], fps: float) -> bytes:
     first, *rest = [f.convert("RGB") for f in frames]
     buf = io.BytesIO()
     first.save(buf, format="WEBP", save_all=True, append_images=rest,
-               duration=max(1, round(1000 / fps)), loop=0)
+               duration=max(1, round(1000 / fps)), loop=0, exif=_mark())
     return buf.getvalue()
 
 
@@ -83,9 +110,10 @@ def frame_strip(frames: Sequence[Image.Image], count: int = STRIP_FRAMES) -> Ima
 
 def write_samples(model: BaseModel, configs: list[GenerateImageConfig], folder: Path,
                   step: int, fmt: str,
-                  prompt_embeds: Mapping[str, AdvancedPromptEmbeds] | None = None
-                  ) -> list[Path]:
-    """Every file written: one image per config, or a video's animation and strip."""
+                  prompt_embeds: Mapping[str, AdvancedPromptEmbeds] | None = None,
+                  say: Callable[[str], None] | None = None) -> list[Path]:
+    """Every file written: one image per config, or a video's animation and strip. A path
+    held by a file aitk did not write is skipped (said)."""
     # fork_rng: previews must not move the global generators the training steps use,
     # or a run that sampled would train differently from one that did not.
     devices = [model.device] if model.device.type == "cuda" else []
@@ -94,7 +122,7 @@ def write_samples(model: BaseModel, configs: list[GenerateImageConfig], folder: 
     paths = []
     for i, (image, cfg) in enumerate(zip(images, configs, strict=True)):
         if isinstance(image, Image.Image):
-            files = {sample_path(folder, step, i, fmt): image_bytes(image, fmt)}
+            files = {sample_path(folder, step, i, fmt): image}
         else:
             if not image:
                 raise ValueError(f"the model returned no frames for sample {i}")
@@ -102,9 +130,14 @@ def write_samples(model: BaseModel, configs: list[GenerateImageConfig], folder: 
             strip = sample_path(folder, step, i, fmt)
             if strip == animation:
                 strip = animation.with_name(f"{animation.stem}_strip.webp")
-            files = {animation: animated_webp(image, cfg.fps),
-                     strip: image_bytes(frame_strip(image), fmt)}
-        for path, data in files.items():
+            files = {animation: image, strip: frame_strip(image)}
+        for path, content in files.items():
+            if os.path.lexists(path) and not written_by_aitk(path):
+                (say or _stderr)(f"{path} was not written by aitk; left as it is (no "
+                                 "preview written there)")
+                continue
+            data = (image_bytes(content, fmt) if isinstance(content, Image.Image)
+                    else animated_webp(content, cfg.fps))
             atomic_write_bytes(path, data)
             paths.append(path)
     return paths

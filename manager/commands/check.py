@@ -5,6 +5,9 @@ Exit codes (errors.py): 0 nothing due; 10 an update is available (the update run
 sync too, so 10 wins when both are due); 11 a sync is due (dependencies out of sync or
 migrations pending); an error's own code (1 and up) when the question cannot be
 answered. Offline it says the remote was not reached and answers from the last fetch.
+When the incoming commits add files where the user has files git does not track (which
+`update` refuses on, exit 6), they are listed in `in_the_way` and as a problem with its
+fix; the exit code stays 10.
 """
 
 from __future__ import annotations
@@ -29,7 +32,18 @@ class Options:
     fetch: bool = True
 
 
-def assess(st: RepoStatus, sync: SyncStatus, pending: list[str]) -> tuple[dict[str, Any], int]:
+def collision_problem(in_the_way: tuple[str, ...]) -> dict[str, str] | None:
+    """What `update` would refuse on (manager.commands.update.collision_refusal)."""
+    if not in_the_way:
+        return None
+    return {"problem": "the incoming commits add files where you have files git does not "
+                       "track (ignored ones included); `update` refuses rather than "
+                       f"overwrite them: {', '.join(in_the_way)}",
+            "fix": "move or rename them, then run `python3 -m manager update`"}
+
+
+def assess(st: RepoStatus, sync: SyncStatus, pending: list[str],
+           in_the_way: tuple[str, ...] = ()) -> tuple[dict[str, Any], int]:
     """The report and the exit code; pure."""
     update_available = bool(st.behind)
     diverged = bool(st.behind) and bool(st.ahead)
@@ -56,6 +70,8 @@ def assess(st: RepoStatus, sync: SyncStatus, pending: list[str]) -> tuple[dict[s
         "update_available": update_available,
         "diverged": diverged,
         "sync_due": sync_due,
+        "in_the_way": list(in_the_way),
+        "problems": [p for p in (collision_problem(in_the_way),) if p],
         "notes": notes,
     }
     if update_available:
@@ -72,7 +88,10 @@ def run(options: Options) -> Result:
     st = repo.status(p.root, fetch=options.fetch, timeout=repo.timeout_from_env())
     sync = envstatus.quick_status(p)  # looked up at call time: tests may replace it
     pending = migrations.pending(load_state(p).migrations)
-    data, code = assess(st, sync, pending)
+    in_the_way: tuple[str, ...] = ()
+    if st.behind and st.commit and st.upstream_commit:
+        in_the_way = repo.in_the_way(p.root, st.commit, st.upstream_commit)
+    data, code = assess(st, sync, pending, in_the_way)
     messages = ()
     if options.fetch and st.upstream and not st.remote_reached:
         messages = (f"aitk: note: the remote was not reached ({st.fetch_error}); "
@@ -111,6 +130,10 @@ def render(console: Console, data: Mapping[str, Any]) -> None:
             console.print(f"  {line}", markup=False)
     for note in data["notes"]:
         console.print(f"note: {note}", markup=False)
+    for problem in data["problems"]:
+        console.print(f"problem: {problem['problem']}\n  fix: {problem['fix']}", markup=False)
+    if data["problems"]:
+        return  # each problem's fix says what to run
     if data["update_available"]:
         console.print("run `python3 -m manager update`", markup=False)
     elif envstatus.NOT_INSTALLED in data["deps_reasons"]:

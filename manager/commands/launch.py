@@ -34,6 +34,7 @@ import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from manager import errors, process
 from manager.paths import Paths, paths
@@ -44,6 +45,9 @@ NOT_INSTALLED = ("nothing is installed in this checkout yet: run ./install.sh "
 # Leftover members of the trainer's group get this long to exit after SIGTERM.
 GROUP_GRACE_S = 5.0
 _FORWARDED = ("SIGINT", "SIGTERM", "SIGHUP", "SIGBREAK")  # those this OS has
+# Windows' values, where the modules lack them (so the decisions below test on Linux).
+CTRL_BREAK_EVENT = getattr(signal, "CTRL_BREAK_EVENT", 1)
+CREATE_NEW_PROCESS_GROUP = getattr(subprocess, "CREATE_NEW_PROCESS_GROUP", 0x200)
 
 
 @dataclass(frozen=True)
@@ -153,6 +157,26 @@ def run(options: Options) -> int:
                      stdout_to_stderr=options.stdout_to_stderr)
 
 
+def forwarded_signals(signals: Any = signal) -> tuple[int, ...]:
+    """The stops the launcher catches and passes on: those of `_FORWARDED` this OS has
+    (Windows: SIGINT, SIGTERM, SIGBREAK)."""
+    return tuple(getattr(signals, n) for n in _FORWARDED if hasattr(signals, n))
+
+
+def group_options(os_name: str) -> dict[str, Any]:
+    """Popen options that give the trainer its own process group."""
+    if os_name == "nt":
+        return {"creationflags": CREATE_NEW_PROCESS_GROUP}
+    return {"start_new_session": True}
+
+
+def signal_for_group(os_name: str, signum: int) -> int:
+    """What the trainer's group is sent for the stop `signum` the launcher caught: on
+    Windows CTRL_BREAK_EVENT whatever the stop (the one console event a group can be
+    sent; the trainer sees SIGBREAK), elsewhere the same signal."""
+    return CTRL_BREAK_EVENT if os_name == "nt" else signum
+
+
 def exit_code(returncode: int) -> int:
     """A child killed by signal N reports -N; shells (and we) say 128+N."""
     return 128 - returncode if returncode < 0 else returncode
@@ -162,8 +186,7 @@ def supervise(argv: list[str], env: dict[str, str], cwd: Path,
               stdout_to_stderr: bool = False) -> int:
     """Run argv in its own process group, forward stop signals to it, return its code."""
     windows = os.name == "nt"
-    group = {"creationflags": subprocess.CREATE_NEW_PROCESS_GROUP} if windows else {
-        "start_new_session": True}
+    group = group_options(os.name)
     stdout = sys.stderr.fileno() if stdout_to_stderr else None
     try:
         child = subprocess.Popen(argv, env=env, cwd=cwd, stdin=subprocess.DEVNULL,
@@ -185,11 +208,7 @@ def supervise(argv: list[str], env: dict[str, str], cwd: Path,
                 _signal_group(child, signal.SIGKILL)
             say("killing the trainer")
 
-    previous = {}
-    for name in _FORWARDED:
-        if hasattr(signal, name):
-            sig = getattr(signal, name)
-            previous[sig] = signal.signal(sig, forward)
+    previous = {sig: signal.signal(sig, forward) for sig in forwarded_signals()}
     try:
         returncode = child.wait()
     finally:
@@ -201,11 +220,12 @@ def supervise(argv: list[str], env: dict[str, str], cwd: Path,
 
 
 def _signal_group(child: subprocess.Popen[bytes], signum: int) -> None:
+    sent = signal_for_group(os.name, signum)
     try:
         if os.name == "nt":
-            child.send_signal(signal.CTRL_BREAK_EVENT)  # type: ignore[attr-defined]
+            child.send_signal(sent)
         else:
-            os.killpg(child.pid, signum)
+            os.killpg(child.pid, sent)
     except (ProcessLookupError, PermissionError):
         pass  # the group is already gone
 

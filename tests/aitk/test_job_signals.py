@@ -14,6 +14,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 import torch
@@ -224,3 +225,19 @@ def test_sigint_and_sigterm_request_a_stop_then_stop_at_once(signum: int):
             os.kill(os.getpid(), signum)
             time.sleep(5)  # the handler raises here at the latest; never waits this long
     assert signal.getsignal(signum) is before  # handlers restored after the job
+
+
+# Windows' `signal` module has SIGBREAK (21) and no SIGHUP; its values, as plain data.
+WINDOWS_SIGNALS = SimpleNamespace(SIGINT=2, SIGTERM=15, SIGBREAK=21, SIGABRT=22)
+LINUX_SIGNALS = SimpleNamespace(SIGINT=2, SIGTERM=15, SIGHUP=1, SIGABRT=6)
+
+
+def test_on_windows_ctrl_break_is_a_stop_that_saves_like_ctrl_c():
+    """Issue 14: the launcher and the web UI stop a trainer on Windows with
+    CTRL_BREAK_EVENT, which reaches it as SIGBREAK: that must be a stop-and-save signal
+    there (the decision, tested on Linux; the handler is the same for every one)."""
+    from aitk.job import stop_signals
+
+    assert stop_signals(WINDOWS_SIGNALS) == (2, 15, 21)
+    assert stop_signals(LINUX_SIGNALS) == (2, 15, 1)
+    assert set(stop_signals()) >= {signal.SIGINT, signal.SIGTERM, signal.SIGHUP}

@@ -92,3 +92,42 @@ def test_with_webp_format_the_strip_gets_its_own_name(tmp_path: Path):
     assert [p.name for p in paths] == ["000000000_0.webp", "000000000_0_strip.webp"]
     with Image.open(paths[0]) as anim, Image.open(paths[1]) as strip:
         assert anim.n_frames == 3 and strip.size == (24, 8)
+
+def test_a_sample_file_the_trainer_did_not_write_is_never_overwritten(tiny_model,
+                                                                      tmp_path: Path):
+    """Issue 14: only files the trainer recognises as its own (its `Software` mark)
+    are overwritten; someone else's file at a preview's name is left as it is."""
+    configs = image_configs(SampleConfig(prompts=["a", "b"], width=16, height=16,
+                                         sample_steps=2), None)
+    folder = tmp_path / "samples"
+    folder.mkdir()
+    (folder / "000000250_0.png").write_bytes(b"the user's picture")
+    said: list[str] = []
+
+    paths = write_samples(tiny_model, configs, folder, 250, "png", say=said.append)
+
+    assert (folder / "000000250_0.png").read_bytes() == b"the user's picture"
+    assert [p.name for p in paths] == ["000000250_1.png"]
+    assert said == [f"{folder / '000000250_0.png'} was not written by aitk; left as it is "
+                    "(no preview written there)"]
+    # Its own previews (a resumed run sampling that step again) are rewritten.
+    ours = folder / "000000250_1.png"
+    before = ours.stat().st_ino
+    assert write_samples(tiny_model, configs, folder, 250, "png", say=said.append) == [ours]
+    assert ours.stat().st_ino != before  # a new file, published by rename
+
+
+def test_every_sample_format_carries_the_trainers_mark(tiny_model, tmp_path: Path):
+    from aitk.sampling import written_by_aitk
+
+    configs = image_configs(SampleConfig(prompts=["a"], width=16, height=16,
+                                         sample_steps=2), None)
+    for fmt in ("png", "jpg", "webp"):
+        [path] = write_samples(tiny_model, configs, tmp_path / fmt, 1, fmt)
+        assert written_by_aitk(path), fmt
+        plain = tmp_path / f"plain.{fmt}"
+        Image.open(path).save(plain)  # the same picture, saved by someone else
+        assert not written_by_aitk(plain), fmt
+    link = tmp_path / "link.png"
+    link.symlink_to(tmp_path / "png" / "000000001_0.png")
+    assert not written_by_aitk(link)  # replacing a link would replace the user's link

@@ -294,3 +294,24 @@ def test_closing_the_terminal_forwards_hup_and_waits_for_the_save(healthy, train
     (trainer / "release").touch()
     assert launcher.wait(timeout=60) == 130
     assert (trainer / "signals").read_text() == "SIGHUP\n"
+
+
+def test_on_windows_every_stop_reaches_the_trainers_group_as_ctrl_break():
+    """Issue 14 (the decisions, tested on Linux): on Windows the launcher catches
+    SIGINT, SIGTERM and SIGBREAK (there is no SIGHUP), starts the trainer in a new process
+    group and sends that group CTRL_BREAK_EVENT for any of them (the trainer sees SIGBREAK,
+    one of its stop-and-save signals: tests/aitk/test_job_signals.py); elsewhere the
+    group gets the very signal the launcher caught."""
+    from types import SimpleNamespace
+
+    from manager.commands import launch
+
+    windows = SimpleNamespace(SIGINT=2, SIGTERM=15, SIGBREAK=21, SIGABRT=22)
+    assert launch.forwarded_signals(windows) == (2, 15, 21)
+    assert {launch.signal_for_group("nt", s) for s in (2, 15, 21)} == {1}  # CTRL_BREAK_EVENT
+    assert launch.group_options("nt") == {"creationflags": 0x200}  # CREATE_NEW_PROCESS_GROUP
+
+    here = launch.forwarded_signals()
+    assert set(here) >= {signal.SIGINT, signal.SIGTERM, signal.SIGHUP}
+    assert [launch.signal_for_group("posix", s) for s in here] == list(here)
+    assert launch.group_options("posix") == {"start_new_session": True}

@@ -44,6 +44,7 @@ def test_nothing_due_exits_0(synced: Checkout, capsys) -> None:
     assert data["remote_reached"] is True
     assert data["update_available"] is False and data["sync_due"] is False
     assert data["dirty"] is False and data["pending_migrations"] == []
+    assert data["in_the_way"] == [] and data["problems"] == []
     assert data["version"]
 
 
@@ -59,6 +60,34 @@ def test_update_available_exits_10_with_the_incoming_log(synced: Checkout, capsy
     assert len(data["incoming"]) == 20  # capped, one line each, newest first
     assert data["incoming"][0].endswith("upstream change 21")
     assert synced.head() != new  # check pulls nothing
+
+
+def test_an_ignored_file_the_update_would_overwrite_is_a_problem_with_its_fix(
+        synced: Checkout, capsys) -> None:
+    """Issue 14: `update` refuses (exit 6, naming the paths) when the incoming commits add
+    a file where the user has one git does not track; `check` says so before."""
+    synced.push_upstream({"output/result.txt": "upstream placeholder\n"},
+                         "ship a placeholder in output/")
+    (synced.path / "output").mkdir()
+    (synced.path / "output" / "result.txt").write_text("my training result\n")
+
+    code, env = check_json(capsys)
+    data = env["data"]
+    assert code == errors.EXIT_UPDATE_AVAILABLE
+    assert data["update_available"] is True
+    assert data["in_the_way"] == ["output/result.txt"]
+    [problem] = data["problems"]
+    assert "output/result.txt" in problem["problem"] and "overwrite" in problem["problem"]
+    assert problem["fix"] == "move or rename them, then run `python3 -m manager update`"
+    assert (synced.path / "output" / "result.txt").read_text() == "my training result\n"
+
+    assert main(["check"]) == errors.EXIT_UPDATE_AVAILABLE
+    out = capsys.readouterr().out
+    assert "output/result.txt" in out and "fix: move or rename them" in out
+    assert out.strip().splitlines()[-1] != "run `python3 -m manager update`"  # it refuses
+    refused = synced.manager("update")  # what check foretold
+    assert refused.returncode == errors.DirtyTree.exit_code
+    assert "output/result.txt" in refused.stderr
 
 
 def test_sync_due_exits_11(synced: Checkout, capsys, monkeypatch) -> None:
