@@ -52,7 +52,7 @@ from aitk.models.base import BaseModel, GenerateImageConfig, ModelLoadError
 from aitk.models.flux2_klein import lora_keys
 from aitk.models.flux2_klein.schedule import EmpiricalShift
 from aitk.models.loading import load_part
-from aitk.models.qwen_image.model import _visiting
+from aitk.models.offload import visiting
 from aitk.noise import NoiseSchedule, NoiseSettings
 from aitk.prompt_embeds import AdvancedPromptEmbeds
 
@@ -144,7 +144,7 @@ class Flux2KleinModel(BaseModel):
 
     def _on_device(self, module: torch.nn.Module) -> contextlib.AbstractContextManager:
         """With low_vram, a part idles on the CPU and visits the device to work."""
-        return _visiting(module, self.device) if self.low_vram else contextlib.nullcontext()
+        return visiting(module, self.device) if self.low_vram else contextlib.nullcontext()
 
     # ---- 2. encoders ---------------------------------------------------------------
     @property

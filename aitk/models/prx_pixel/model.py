@@ -141,9 +141,9 @@ class PRXPixelModel(BaseModel):
 
     def _on_device(self, module: torch.nn.Module) -> contextlib.AbstractContextManager:
         """With low_vram, the text encoder idles on the CPU and visits the device."""
-        from aitk.models.qwen_image.model import _visiting
+        from aitk.models.offload import visiting
 
-        return _visiting(module, self.device) if self.low_vram else contextlib.nullcontext()
+        return visiting(module, self.device) if self.low_vram else contextlib.nullcontext()
 
     # ---- 2. encoders ---------------------------------------------------------------
     def encode_images(self, images: torch.Tensor) -> torch.Tensor:

@@ -25,7 +25,6 @@ Conventions at this arch's edges:
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -36,6 +35,7 @@ from aitk.adapters.keys import from_public_keys, to_public_keys
 from aitk.flow_matching import FlowMatchSchedule, image_tokens
 from aitk.models.base import BaseModel, GenerateImageConfig, ModelLoadError
 from aitk.models.loading import load_part
+from aitk.models.offload import visiting
 from aitk.noise import NoiseSchedule, NoiseSettings
 from aitk.prompt_embeds import AdvancedPromptEmbeds
 from aitk.timesteps import FlowShift
@@ -109,7 +109,7 @@ class QwenImageModel(BaseModel):
 
     def _on_device(self, module: torch.nn.Module) -> contextlib.AbstractContextManager:
         """With low_vram, a part idles on the CPU and visits the device to work."""
-        return _visiting(module, self.device) if self.low_vram else contextlib.nullcontext()
+        return visiting(module, self.device) if self.low_vram else contextlib.nullcontext()
 
     # ---- 2. encoders ---------------------------------------------------------------
     @property
@@ -253,18 +253,10 @@ def run_pipeline(pipeline: Any, gen_config: GenerateImageConfig,
         neg, neg_mask = padded(unconditional, device, dtype)
         kwargs.update(negative_prompt_embeds=neg, negative_prompt_embeds_mask=neg_mask)
     vae_context = (contextlib.nullcontext() if offloaded_vae is None
-                   else _visiting(offloaded_vae, device))
+                   else visiting(offloaded_vae, device))
     with vae_context:
         return pipeline(prompt_embeds=cond, prompt_embeds_mask=cond_mask,
                         true_cfg_scale=gen_config.guidance_scale, width=gen_config.width,
                         height=gen_config.height, num_inference_steps=gen_config.sample_steps,
                         generator=generator, output_type="pil", **kwargs).images[0]
 
-
-@contextlib.contextmanager
-def _visiting(module: torch.nn.Module, device: torch.device) -> Iterator[None]:
-    module.to(device)
-    try:
-        yield
-    finally:
-        module.to("cpu")

@@ -45,7 +45,7 @@ from PIL import Image
 from aitk.flow_matching import FlowMatchSchedule, image_tokens
 from aitk.models.base import BaseModel, GenerateImageConfig, ModelLoadError
 from aitk.models.loading import load_part
-from aitk.models.qwen_image.model import _visiting
+from aitk.models.offload import visiting
 from aitk.models.wan21.lora_keys import from_wan_keys, to_wan_keys
 from aitk.models.wan21.tiny import TEXT_LEN, WAN21, WAN21_I2V, WanVariant, build_tiny_wan
 from aitk.noise import NoiseSchedule, NoiseSettings
@@ -136,7 +136,7 @@ class Wan21Model(BaseModel):
 
     def _on_device(self, module: torch.nn.Module) -> contextlib.AbstractContextManager:
         """With low_vram, a part idles on the CPU and visits the device to work."""
-        return _visiting(module, self.device) if self.low_vram else contextlib.nullcontext()
+        return visiting(module, self.device) if self.low_vram else contextlib.nullcontext()
 
     @property
     def transformers(self) -> list[torch.nn.Module]:
