@@ -59,6 +59,7 @@ from aitk.files import (
 from aitk.metrics import Metrics
 from aitk.noise import NonFiniteLoss
 from aitk.optim import OptimizerUnavailable, Schedule, build_optimizer, lr_at
+from aitk.ownership import CONFIG_HEADER, lora_is_ours
 from aitk.status import StatusFile, status_path
 from aitk.train import LoopSettings, Outcome, Run, train
 
@@ -176,7 +177,6 @@ def registered(name: str, config: Path) -> Iterator[None]:
 
 # ---- the output folder: one trainer at a time, only our own files touched ------------
 LOCK_NAME = ".aitk.lock"
-CONFIG_HEADER = "# the config as run, written by aitk at every start of this job\n"
 
 
 def _holder_text(out_dir: Path) -> str:
@@ -217,18 +217,6 @@ def output_lock(out_dir: Path, config: Path) -> Iterator[None]:
         lock.release()
 
 
-def written_by_aitk(path: Path) -> bool:
-    """A safetensors file whose metadata names aitk as its software."""
-    from safetensors import safe_open
-
-    try:
-        with safe_open(str(path), "pt") as fh:
-            meta = fh.metadata() or {}
-        return json.loads(meta.get("software", "{}")).get("name") == aitk.SOFTWARE_NAME
-    except Exception:  # not safetensors, unreadable, a folder: not ours either way
-        return False
-
-
 def foreign_loras(out_dir: Path, name: str, suffixes: Sequence[str] = ("",)) -> list[Path]:
     """LoRA-named files in `out_dir` that aitk did not write (it would overwrite them).
     `suffixes`: the model's per-file suffixes (`_high_noise`, ... for multi-expert)."""
@@ -237,7 +225,7 @@ def foreign_loras(out_dir: Path, name: str, suffixes: Sequence[str] = ("",)) -> 
     finals = {f"{name}{s}.safetensors" for s in suffixes}
     return [p for p in out_dir.iterdir() if (p.name in finals
                                              or _step_lora_step(p, name, suffixes) is not None)
-            and not written_by_aitk(p)]
+            and not lora_is_ours(p)]
 
 
 def write_run_config(path: Path, loaded: LoadedConfig, say: Callable[[str], None]) -> None:
@@ -534,7 +522,7 @@ def prune_step_loras(out_dir: Path, name: str, keep: int,
     suffix); only files aitk wrote count or are deleted."""
     found = {p: _step_lora_step(p, name, suffixes) for p in out_dir.iterdir()}
     found = {p: step for p, step in found.items() if step is not None
-             and not p.is_symlink() and written_by_aitk(p)}
+             and not p.is_symlink() and lora_is_ours(p)}
     old_steps = sorted(set(found.values()))[:-keep]
     for path, step in found.items():
         if step in old_steps:

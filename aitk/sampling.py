@@ -20,12 +20,12 @@ from pathlib import Path
 import torch
 from PIL import Image
 
-import aitk
 from aitk.config import SampleConfig
 from aitk.data.dataset import TRIGGER_TAG
 from aitk.data.video import spread
 from aitk.files import atomic_write_bytes
 from aitk.models.base import BaseModel, GenerateImageConfig
+from aitk.ownership import image_is_ours, image_mark
 from aitk.prompt_embeds import AdvancedPromptEmbeds
 
 
@@ -59,24 +59,6 @@ def sample_path(folder: Path, step: int, index: int, fmt: str) -> Path:
 
 PIL_FORMATS = {"jpg": "JPEG", "png": "PNG", "webp": "WEBP"}
 STRIP_FRAMES = 5
-EXIF_SOFTWARE = 0x0131  # the EXIF tag PNG, JPEG and WebP all carry
-
-
-def _mark() -> Image.Exif:
-    mark = Image.Exif()
-    mark[EXIF_SOFTWARE] = aitk.SOFTWARE_NAME
-    return mark
-
-
-def written_by_aitk(path: Path) -> bool:
-    """A regular file (not a link) whose EXIF `Software` names aitk."""
-    if path.is_symlink() or not path.is_file():
-        return False
-    try:
-        with Image.open(path) as image:
-            return image.getexif().get(EXIF_SOFTWARE) == aitk.SOFTWARE_NAME
-    except Exception:  # not an image, unreadable: not ours either way
-        return False
 
 
 def _stderr(message: str) -> None:
@@ -85,7 +67,7 @@ def _stderr(message: str) -> None:
 
 def image_bytes(image: Image.Image, fmt: str) -> bytes:
     buf = io.BytesIO()
-    image.save(buf, format=PIL_FORMATS[fmt], exif=_mark())
+    image.save(buf, format=PIL_FORMATS[fmt], exif=image_mark())
     return buf.getvalue()
 
 
@@ -94,7 +76,7 @@ def animated_webp(frames: Sequence[Image.Image], fps: float) -> bytes:
     first, *rest = [f.convert("RGB") for f in frames]
     buf = io.BytesIO()
     first.save(buf, format="WEBP", save_all=True, append_images=rest,
-               duration=max(1, round(1000 / fps)), loop=0, exif=_mark())
+               duration=max(1, round(1000 / fps)), loop=0, exif=image_mark())
     return buf.getvalue()
 
 
@@ -132,7 +114,7 @@ def write_samples(model: BaseModel, configs: list[GenerateImageConfig], folder: 
                 strip = animation.with_name(f"{animation.stem}_strip.webp")
             files = {animation: image, strip: frame_strip(image)}
         for path, content in files.items():
-            if os.path.lexists(path) and not written_by_aitk(path):
+            if os.path.lexists(path) and not image_is_ours(path):
                 (say or _stderr)(f"{path} was not written by aitk; left as it is (no "
                                  "preview written there)")
                 continue

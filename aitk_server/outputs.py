@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -58,29 +59,55 @@ def loras(out_dir: Path, name: str) -> list[dict[str, Any]]:
     return out
 
 
-TRAINER_FILES = ("config.yaml", "loss_log.jsonl", "status.json")
-TRAINER_DIRS = ("checkpoints", "samples")
+def _owned_files(out_dir: Path, name: str) -> list[Path]:
+    """Files at the top of the output folder that aitk wrote (aitk.ownership)."""
+    from aitk.metrics import is_loss_log
+    from aitk.ownership import config_is_ours, lora_is_ours
+
+    found = []
+    for entry in out_dir.iterdir():
+        if entry.is_symlink() or not entry.is_file():
+            continue
+        lora = re.fullmatch(re.escape(name) + r"(_[a-z_]+)?(_\d{9})?\.safetensors", entry.name)
+        if ((lora and lora_is_ours(entry))
+                or (entry.name == "config.yaml" and config_is_ours(entry))
+                or (entry.name == "loss_log.jsonl" and is_loss_log(entry))
+                or (entry.name == "status.json" and _is_status(entry))):
+            found.append(entry)
+    return found
+
+
+def _is_status(path: Path) -> bool:
+    try:
+        fields = json.loads(path.read_bytes()[:1 << 20])
+    except (OSError, ValueError):
+        return False
+    return isinstance(fields, dict) and {"schema_version", "phase", "step"} <= fields.keys()
+
+
+def _owned_in(folder: Path, is_ours: Callable[[Path], bool]) -> list[Path]:
+    if folder.is_symlink() or not folder.is_dir():
+        return []
+    return [entry for entry in folder.iterdir() if not entry.is_symlink() and is_ours(entry)]
 
 
 def trainer_written(out_dir: Path, name: str) -> list[Path]:
-    """What the trainer writes in its output folder, and nothing else: a config may
-    point `training_folder` anywhere, so deleting outputs never means deleting a folder
-    wholesale."""
+    """What the trainer wrote in its output folder and nothing else (aitk.ownership): a
+    config may point `training_folder` anywhere, and a user's file at one of the trainer's
+    names (a picture in samples/, their own config.yaml) is theirs."""
+    from aitk.checkpoint import is_ours as checkpoint_is_ours
+    from aitk.ownership import image_is_ours
+
     if not out_dir.is_dir() or out_dir.is_symlink():
         return []
-    found = []
-    for entry in out_dir.iterdir():
-        lora = re.fullmatch(re.escape(name) + r"(_\d{9})?\.safetensors", entry.name)
-        if entry.is_symlink():
-            continue
-        if (entry.is_file() and (entry.name in TRAINER_FILES or lora)) or (
-                entry.is_dir() and entry.name in TRAINER_DIRS):
-            found.append(entry)
-    return sorted(found)
+    return sorted([*_owned_files(out_dir, name),
+                   *_owned_in(out_dir / "samples", image_is_ours),
+                   *_owned_in(out_dir / "checkpoints", checkpoint_is_ours)])
 
 
 def delete_outputs(out_dir: Path, name: str) -> list[str]:
-    """Remove what the trainer wrote; the folder too when nothing else is left."""
+    """Remove what the trainer wrote (paths relative to the output folder); a folder it
+    made goes too when nothing else is left in it, and so does the output folder."""
     import shutil
 
     removed = []
@@ -89,9 +116,10 @@ def delete_outputs(out_dir: Path, name: str) -> list[str]:
             shutil.rmtree(entry)
         else:
             entry.unlink()
-        removed.append(entry.name)
-    try:
-        out_dir.rmdir()  # only when empty: someone else's files stay
-    except OSError:
-        pass
+        removed.append(entry.relative_to(out_dir).as_posix())
+    for folder in (out_dir / "samples", out_dir / "checkpoints", out_dir):
+        try:
+            folder.rmdir()  # only when empty: someone else's files stay
+        except OSError:
+            pass
     return removed

@@ -3,14 +3,20 @@ token, file routes that must not leave their folder, datasets and uploads."""
 
 from __future__ import annotations
 
+import io
 import json
 import os
 from pathlib import Path
 
+import numpy as np
 import pytest
 import yaml
+from PIL import Image
+from safetensors.numpy import save_file
 from starlette.testclient import TestClient
 
+import aitk
+from aitk.ownership import image_mark
 from aitk_server.app import create_app
 from tests.aitk_server.conftest import REPO
 
@@ -127,20 +133,38 @@ def test_the_token_is_made_once_owner_only_or_taken_from_the_environment(tmp_pat
     assert not auth.is_loopback("0.0.0.0") and not auth.is_loopback("192.168.1.5")
 
 
-def fake_outputs(out_dir: Path, name: str) -> None:
+def aitk_png(path: Path, shade: int = 0) -> bytes:
+    """A preview as the trainer writes it: a PNG carrying aitk's EXIF mark."""
+    buf = io.BytesIO()
+    Image.new("RGB", (4, 4), (shade, 0, 0)).save(buf, format="PNG", exif=image_mark())
+    path.write_bytes(buf.getvalue())
+    return buf.getvalue()
+
+
+def aitk_lora(path: Path, value: float) -> bytes:
+    """A LoRA file as the trainer writes it: safetensors whose metadata names aitk."""
+    save_file({"w": np.full(2, value, dtype=np.float32)}, str(path),
+              metadata={"software": json.dumps({"name": aitk.SOFTWARE_NAME})})
+    return path.read_bytes()
+
+
+def fake_outputs(out_dir: Path, name: str) -> dict[str, bytes]:
     (out_dir / "samples").mkdir(parents=True)
-    (out_dir / "samples" / "000000002_0.png").write_bytes(b"png")
-    (out_dir / "samples" / "000000000_0.png").write_bytes(b"png0")
-    (out_dir / f"{name}_000000002.safetensors").write_bytes(b"step")
-    (out_dir / f"{name}.safetensors").write_bytes(b"final")
+    written = {
+        "samples/000000002_0.png": aitk_png(out_dir / "samples" / "000000002_0.png", 2),
+        "samples/000000000_0.png": aitk_png(out_dir / "samples" / "000000000_0.png", 0),
+        f"{name}_000000002.safetensors": aitk_lora(out_dir / f"{name}_000000002.safetensors",
+                                                   2.0),
+        f"{name}.safetensors": aitk_lora(out_dir / f"{name}.safetensors", 1.0)}
     (out_dir / "loss_log.jsonl").write_text(
         "".join(json.dumps({"step": s, "loss": 1 / s, "lr": 1e-3, "time": 0}) + "\n"
                 for s in range(1, 11)) + '{"step": 11, "lo')  # a torn last line
+    return written
 
 
 def test_outputs_loss_samples_loras_and_files(client, job_yaml):
     job = create(client, job_yaml("out"))
-    fake_outputs(Path(job["out_dir"]), "out")
+    written = fake_outputs(Path(job["out_dir"]), "out")
     base = f"/api/jobs/{job['id']}"
     loss = client.get(f"{base}/loss").json()
     assert loss[0] == [1, 1.0] and loss[-1] == [10, 0.1] and len(loss) == 10
@@ -151,8 +175,10 @@ def test_outputs_loss_samples_loras_and_files(client, job_yaml):
     assert [(f["file"], f["final"]) for f in client.get(f"{base}/loras").json()] == [
         ("out.safetensors", True), ("out_000000002.safetensors", False)]
     r = client.get(f"{base}/files/out.safetensors?download=1")
-    assert r.content == b"final" and "attachment" in r.headers["content-disposition"]
-    assert client.get(f"{base}/files/samples/000000002_0.png").content == b"png"
+    assert r.content == written["out.safetensors"]
+    assert "attachment" in r.headers["content-disposition"]
+    assert (client.get(f"{base}/files/samples/000000002_0.png").content
+            == written["samples/000000002_0.png"])
     assert client.get(f"{base}/log").json() == {"log": ""}
 
 
@@ -185,17 +211,26 @@ def test_deleting_outputs_needs_the_name_as_confirmation(client, job_yaml):
 
 
 def test_deleting_outputs_removes_only_what_the_trainer_wrote(client, job_yaml):
-    """`training_folder` may point anywhere: a user's own files beside the outputs stay."""
+    """`training_folder` may point anywhere: a user's own files beside the outputs stay,
+    and so does a user's file at one of the trainer's names (issue 14: only files the
+    trainer recognises as its own are removed)."""
     job = create(client, job_yaml("mixed"))
     out = Path(job["out_dir"])
     fake_outputs(out, "mixed")
     (out / "notes.txt").write_text("mine")
     (out / "mixed_final_v2.safetensors").write_bytes(b"mine too")
+    (out / "mixed_000000009.safetensors").write_bytes(b"a LoRA-like name, not aitk's")
+    (out / "config.yaml").write_text("# my own notes about this run\n")
+    (out / "samples" / "000000004_0.png").write_bytes(b"the user's picture")
     r = client.request("DELETE", f"/api/jobs/{job['id']}/outputs", json={"confirm": "mixed"})
-    assert sorted(r.json()["removed"]) == ["loss_log.jsonl", "mixed.safetensors",
-                                           "mixed_000000002.safetensors", "samples"]
-    assert sorted(p.name for p in out.iterdir()) == ["mixed_final_v2.safetensors",
-                                                     "notes.txt"]
+    assert sorted(r.json()["removed"]) == [
+        "loss_log.jsonl", "mixed.safetensors", "mixed_000000002.safetensors",
+        "samples/000000000_0.png", "samples/000000002_0.png"]
+    assert sorted(p.name for p in out.iterdir()) == [
+        "config.yaml", "mixed_000000009.safetensors", "mixed_final_v2.safetensors",
+        "notes.txt", "samples"]
+    assert [p.name for p in (out / "samples").iterdir()] == ["000000004_0.png"]
+    assert (out / "config.yaml").read_text() == "# my own notes about this run\n"
 
 
 def test_queue_needs_known_job_ids(client):

@@ -1,0 +1,72 @@
+"""How aitk recognises the files it wrote, so that it removes or overwrites only those
+(a user's file at one of its names is left alone). Light on purpose: the web UI uses it
+too, and it must not import torch.
+
+- LoRA files: safetensors metadata `software` names aitk (aitk.provenance writes it);
+- previews: EXIF `Software` = aitk (PNG, JPEG, WebP, animated WebP);
+- config.yaml: its first line is CONFIG_HEADER;
+- loss_log.jsonl: aitk.metrics.is_loss_log; checkpoints: aitk.checkpoint.is_ours.
+Links are never ours: replacing one would replace the user's link.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import aitk
+
+CONFIG_HEADER = "# the config as run, written by aitk at every start of this job\n"
+EXIF_SOFTWARE = 0x0131  # the EXIF tag PNG, JPEG and WebP all carry
+
+
+def _regular(path: Path) -> bool:
+    return not path.is_symlink() and path.is_file()
+
+
+def lora_is_ours(path: Path) -> bool:
+    """A safetensors file whose metadata names aitk as its software."""
+    from safetensors import safe_open
+
+    if not _regular(path):
+        return False
+    try:
+        with safe_open(str(path), "numpy") as fh:  # numpy: no torch needed to read a header
+            meta = fh.metadata() or {}
+        return json.loads(meta.get("software", "{}")).get("name") == aitk.SOFTWARE_NAME
+    except Exception:  # not safetensors, unreadable: not ours either way
+        return False
+
+
+def image_mark() -> Any:
+    """The EXIF block every preview is saved with."""
+    from PIL import Image
+
+    mark = Image.Exif()
+    mark[EXIF_SOFTWARE] = aitk.SOFTWARE_NAME
+    return mark
+
+
+def image_is_ours(path: Path) -> bool:
+    """A regular file whose EXIF `Software` names aitk."""
+    from PIL import Image
+
+    if not _regular(path):
+        return False
+    try:
+        with Image.open(path) as image:
+            return image.getexif().get(EXIF_SOFTWARE) == aitk.SOFTWARE_NAME
+    except Exception:  # not an image, unreadable: not ours either way
+        return False
+
+
+def config_is_ours(path: Path) -> bool:
+    """A config.yaml whose first line is aitk's header."""
+    if not _regular(path):
+        return False
+    try:
+        with open(path, "rb") as fh:
+            return fh.read(len(CONFIG_HEADER.encode())).decode("utf-8") == CONFIG_HEADER
+    except (OSError, ValueError):
+        return False
