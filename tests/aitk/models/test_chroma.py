@@ -4,11 +4,8 @@ ChromaPipeline loads, checkpointing, quantization, offline hub id."""
 
 from __future__ import annotations
 
-import json
-import signal
-from collections.abc import Iterator
+from functools import partial
 from pathlib import Path
-from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -17,35 +14,27 @@ from safetensors.torch import load_file, save_file
 
 from aitk.adapters import AdapterNetwork
 from aitk.config import load_config
-from aitk.job import EXIT_CONFIG, EXIT_INTERRUPTED, EXIT_OK, StopFlag, run_job
+from aitk.job import EXIT_CONFIG, EXIT_OK, run_job
 from aitk.models.base import GenerateImageConfig, ModelLoadError
 from aitk.models.chroma import ChromaModel
 from aitk.models.chroma.model import kept_token_mask
 from aitk.models.registry import load_model
 from tests.aitk.aitk_testing import job_config, write_config
+from tests.aitk.models.arch_checks import (
+    assert_same_weights,
+    assert_trained_lora,
+    interrupt_via_stop_flag_then_resume,
+    last_step_sample,
+    model_cfg,
+    randomise,
+    train_cfg,
+    write_lora_job,
+)
+from tests.aitk.models.conftest import NetCfg
 
-STEPS = 4
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
-
-@pytest.fixture(scope="module", autouse=True)
-def _one_thread() -> Iterator[None]:
-    """Tiny layers: OpenMP threads waiting on each other cost more than the work."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
-
-
-def chroma_cfg(path: Path | str, **overrides):
-    base = dict(arch="chroma", name_or_path=str(path), quantize=False, quantize_te=False,
-                qtype="qfloat8", qtype_te="qfloat8", model_kwargs={}, low_vram=False)
-    return SimpleNamespace(**{**base, **overrides})
-
-
-def train_cfg(**overrides):
-    base = dict(timestep_type="sigmoid", noise_offset=0.0, min_snr_gamma=None,
-                cfg_scale=1.0, bypass_guidance_embedding=False)
-    return SimpleNamespace(**{**base, **overrides})
+chroma_cfg = partial(model_cfg, "chroma")
 
 
 @pytest.fixture(scope="module")
@@ -68,13 +57,6 @@ def inputs(model: ChromaModel):
     latents = torch.randn(2, 4, 4, 6, generator=gen)  # a 32x48 image pair
     embeds = model.get_prompt_embeds(["a red square on grey", "cat"])  # unequal lengths
     return latents, torch.tensor([250.0, 800.0]), embeds
-
-
-def randomise(net: AdapterNetwork, seed: int = 1, scale: float = 0.3) -> None:
-    gen = torch.Generator().manual_seed(seed)
-    with torch.no_grad():
-        for p in net.trainable_parameters():
-            p.copy_(torch.randn(p.shape, generator=gen) * scale)
 
 
 # ---- load, text, shapes ------------------------------------------------------------------
@@ -148,8 +130,7 @@ def test_saved_lora_loads_in_diffusers_and_gives_the_preview(model: ChromaModel,
     != the image without the LoRA."""
     from diffusers import ChromaPipeline
 
-    net = AdapterNetwork.attach(model, SimpleNamespace(type="lora", linear=4,
-                                                       linear_alpha=8.0))
+    net = AdapterNetwork.attach(model, NetCfg(linear=4, linear_alpha=8.0))
     randomise(net)
     path = tmp_path / "lora.safetensors"
     net.save_file(path, {"step": "1"}, dtype=torch.float32)
@@ -194,8 +175,7 @@ def test_bf16_model_previews_through_the_float32_vae(chroma_dir: Path) -> None:
 
 
 def test_old_diffusion_model_layout_reads_back(model: ChromaModel, tmp_path: Path) -> None:
-    net = AdapterNetwork.attach(model, SimpleNamespace(type="lora", linear=4,
-                                                       linear_alpha=4.0))
+    net = AdapterNetwork.attach(model, NetCfg(linear=4, linear_alpha=4.0))
     randomise(net)
     expected = net.state_dict()
     old = {("diffusion_model." + k.removeprefix("transformer.")): v
@@ -222,8 +202,7 @@ def _lora_grads(model: ChromaModel, net: AdapterNetwork, inputs, checkpointing: 
 
 def test_gradient_checkpointing_gives_the_same_gradients(model: ChromaModel, inputs) -> None:
     """With a padded batch: diffusers' checkpointed single blocks would run unmasked."""
-    net = AdapterNetwork.attach(model, SimpleNamespace(type="lora", linear=4,
-                                                       linear_alpha=4.0))
+    net = AdapterNetwork.attach(model, NetCfg(linear=4, linear_alpha=4.0))
     randomise(net)
     calls = []
     model.model.single_transformer_blocks[0].register_forward_pre_hook(
@@ -250,7 +229,7 @@ def test_quantized_step_trains_only_the_lora(chroma_dir: Path) -> None:
     for kept in (tr.x_embedder, tr.context_embedder, tr.proj_out,
                  tr.distilled_guidance_layer.in_proj, tr.distilled_guidance_layer.out_proj):
         assert not isinstance(kept, QModuleMixin)
-    net = AdapterNetwork.attach(m, SimpleNamespace(type="lora", linear=4, linear_alpha=4.0))
+    net = AdapterNetwork.attach(m, NetCfg(linear=4, linear_alpha=4.0))
     randomise(net, scale=0.1)
     before = {k: v.clone() for k, v in tr.state_dict().items()}
     opt = torch.optim.AdamW(net.trainable_parameters(), lr=1e-2)
@@ -299,16 +278,10 @@ def test_missing_part_and_offline_hub_id_are_one_line_errors(chroma_dir: Path, t
 
 # ---- the job end to end -----------------------------------------------------------------------
 def chroma_job(root: Path, chroma_dir: Path, name: str) -> Path:
-    cfg = job_config(name, root / "out", chroma_dir, steps=STEPS,
-                     network={"type": "lora", "linear": 4, "linear_alpha": 8},
-                     save={"dtype": "float32", "save_every": 2, "max_step_saves_to_keep": 2},
-                     train={"timestep_type": "flux_shift", "gradient_checkpointing": True,
-                            "lr": 5e-3},
-                     sample={"sample_every": STEPS, "width": 32, "height": 32,
-                             "sample_steps": 2, "prompts": ["[trigger] a red circle"],
-                             "seed": 1, "format": "png", "guidance_scale": 3.0},
-                     model={"arch": "chroma", "name_or_path": str(chroma_dir)})
-    return write_config(root / f"{name}.yml", cfg)
+    return write_lora_job(root, name, "chroma", chroma_dir,
+                          train={"timestep_type": "flux_shift", "gradient_checkpointing": True,
+                                 "lr": 5e-3},
+                          sample=last_step_sample(guidance_scale=3.0))
 
 
 @pytest.fixture(scope="module")
@@ -319,45 +292,14 @@ def straight(tmp_path_factory, chroma_dir: Path) -> Path:
 
 
 def test_job_trains_saves_and_samples(straight: Path) -> None:
-    losses = [json.loads(x)["loss"] for x in (straight / "loss_log.jsonl").read_text()
-              .splitlines()]
-    assert len(losses) == STEPS and all(np.isfinite(losses))
-    lora = load_file(straight / "run.safetensors")
-    ups = [v for k, v in lora.items() if k.endswith(".lora_B.weight")]
-    assert ups and all(k.startswith("transformer.") for k in lora)
-    assert any(v.abs().sum() > 0 for v in ups)  # trained away from the zero init
-    assert (straight / "samples" / f"{STEPS:09d}_0.png").is_file()
+    assert_trained_lora(straight, "run", "transformer.")
 
 
 def test_ctrl_c_then_resume_matches_the_uninterrupted_run(tmp_path: Path, chroma_dir: Path,
                                                           straight: Path, monkeypatch) -> None:
     """The in-process StopFlag path: a SIGINT handled mid-step 2 finishes the step,
     saves and exits 130; running again resumes to the same weights."""
-    from aitk import train
-
-    flags: list[StopFlag] = []
-    original_init, original_loss = StopFlag.__init__, train.compute_loss
-
-    def init(self, *args, **kwargs):
-        original_init(self, *args, **kwargs)
-        flags.append(self)
-
-    calls = []
-
-    def loss(*args, **kwargs):
-        calls.append(1)
-        if len(calls) == 2:
-            flags[-1].handle(signal.SIGINT, None)
-        return original_loss(*args, **kwargs)
-
-    path = chroma_job(tmp_path, chroma_dir, "run")
-    with monkeypatch.context() as mp:
-        mp.setattr(StopFlag, "__init__", init)
-        mp.setattr(train, "compute_loss", loss)
-        assert run_job(load_config(str(path))) == EXIT_INTERRUPTED
     out = tmp_path / "out" / "run"
-    assert (out / "run_000000002.safetensors").exists()
-    assert run_job(load_config(str(path))) == EXIT_OK
-    ours, theirs = load_file(out / "run.safetensors"), load_file(straight / "run.safetensors")
-    assert ours.keys() == theirs.keys()
-    assert max((ours[k] - theirs[k]).abs().max().item() for k in ours) <= 1e-6
+    interrupt_via_stop_flag_then_resume(chroma_job(tmp_path, chroma_dir, "run"),
+                                        out / "run_000000002.safetensors", monkeypatch)
+    assert_same_weights(out / "run.safetensors", straight / "run.safetensors")

@@ -4,8 +4,8 @@ quantization, guidance, assistant LoRA, offline hub id."""
 
 from __future__ import annotations
 
+from functools import partial
 from pathlib import Path
-from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -14,26 +14,23 @@ from safetensors.torch import load_file, save_file
 
 from aitk.adapters import AdapterNetwork
 from aitk.config import load_config
-from aitk.job import EXIT_CONFIG, EXIT_INTERRUPTED, EXIT_OK, StopFlag, run_job
+from aitk.job import EXIT_CONFIG, EXIT_OK, run_job
 from aitk.models.base import GenerateImageConfig, ModelLoadError
 from aitk.models.flux import FluxModel
 from aitk.models.registry import load_model
 from tests.aitk.aitk_testing import job_config, write_config
+from tests.aitk.models.arch_checks import (
+    assert_same_weights,
+    assert_trained_lora,
+    interrupt_via_stop_flag_then_resume,
+    model_cfg,
+    randomise,
+    train_cfg,
+    write_lora_job,
+)
+from tests.aitk.models.conftest import NetCfg
 
-STEPS = 4
-
-
-def flux_cfg(path: Path, **overrides):
-    base = dict(arch="flux", name_or_path=str(path), quantize=False, quantize_te=False,
-                qtype="qfloat8", qtype_te="qfloat8", model_kwargs={}, low_vram=False,
-                assistant_lora_path=None)
-    return SimpleNamespace(**{**base, **overrides})
-
-
-def train_cfg(**overrides):
-    base = dict(timestep_type="sigmoid", noise_offset=0.0, min_snr_gamma=None,
-                cfg_scale=1.0, bypass_guidance_embedding=False)
-    return SimpleNamespace(**{**base, **overrides})
+flux_cfg = partial(model_cfg, "flux")
 
 
 @pytest.fixture(scope="module")
@@ -56,13 +53,6 @@ def inputs(model: FluxModel):
     latents = torch.randn(2, 4, 4, 6, generator=gen)  # a 32x48 image pair
     embeds = model.get_prompt_embeds(["a red square on grey", "cat"])
     return latents, torch.tensor([250.0, 800.0]), embeds
-
-
-def randomise(net: AdapterNetwork, seed: int = 1, scale: float = 0.3) -> None:
-    gen = torch.Generator().manual_seed(seed)
-    with torch.no_grad():
-        for p in net.trainable_parameters():
-            p.copy_(torch.randn(p.shape, generator=gen) * scale)
 
 
 # ---- load, encoders, shapes --------------------------------------------------------------
@@ -150,8 +140,7 @@ def test_saved_lora_loads_in_diffusers_and_gives_the_preview(model: FluxModel,
     load_lora_weights(file), same seed and embeds; and != the image without the LoRA."""
     from diffusers import FluxPipeline
 
-    net = AdapterNetwork.attach(model, SimpleNamespace(type="lora", linear=4,
-                                                       linear_alpha=8.0))
+    net = AdapterNetwork.attach(model, NetCfg(linear=4, linear_alpha=8.0))
     randomise(net)
     path = tmp_path / "lora.safetensors"
     net.save_file(path, {"step": "1"}, dtype=torch.float32)
@@ -193,8 +182,7 @@ def test_bf16_model_previews_through_the_float32_vae(flux_dir: Path) -> None:
 
 
 def test_old_diffusion_model_layout_reads_back(model: FluxModel, tmp_path: Path) -> None:
-    net = AdapterNetwork.attach(model, SimpleNamespace(type="lora", linear=4,
-                                                       linear_alpha=4.0))
+    net = AdapterNetwork.attach(model, NetCfg(linear=4, linear_alpha=4.0))
     randomise(net)
     expected = net.state_dict()
     old = {("diffusion_model." + k.removeprefix("transformer.")): v
@@ -222,8 +210,7 @@ def _lora_grads(model: FluxModel, net: AdapterNetwork, inputs, checkpointing: bo
 
 
 def test_gradient_checkpointing_gives_the_same_gradients(model: FluxModel, inputs) -> None:
-    net = AdapterNetwork.attach(model, SimpleNamespace(type="lora", linear=4,
-                                                       linear_alpha=4.0))
+    net = AdapterNetwork.attach(model, NetCfg(linear=4, linear_alpha=4.0))
     randomise(net)
     calls = []
     model.model.transformer_blocks[0].register_forward_pre_hook(lambda *a: calls.append(1))
@@ -248,7 +235,7 @@ def test_quantized_step_trains_only_the_lora(flux_dir: Path, qtype: str) -> None
     for kept in (tr.x_embedder, tr.context_embedder, tr.proj_out, tr.norm_out.linear,
                  tr.time_text_embed.timestep_embedder.linear_1):
         assert not isinstance(kept, QModuleMixin)
-    net = AdapterNetwork.attach(m, SimpleNamespace(type="lora", linear=4, linear_alpha=4.0))
+    net = AdapterNetwork.attach(m, NetCfg(linear=4, linear_alpha=4.0))
     randomise(net, scale=0.1)
     before = {k: v.clone() for k, v in tr.state_dict().items()}
     opt = torch.optim.AdamW(net.trainable_parameters(), lr=1e-2)
@@ -329,16 +316,8 @@ def test_missing_part_and_offline_hub_id_are_one_line_errors(flux_dir: Path, tmp
 
 # ---- the job end to end -----------------------------------------------------------------------
 def flux_job(root: Path, flux_dir: Path, name: str) -> Path:
-    cfg = job_config(name, root / "out", flux_dir, steps=STEPS,
-                     network={"type": "lora", "linear": 4, "linear_alpha": 8},
-                     save={"dtype": "float32", "save_every": 2, "max_step_saves_to_keep": 2},
-                     train={"timestep_type": "flux_shift", "gradient_checkpointing": True,
-                            "lr": 5e-3},
-                     sample={"sample_every": STEPS, "width": 32, "height": 32,
-                             "sample_steps": 2, "prompts": ["[trigger] a red circle"],
-                             "seed": 1, "format": "png"},
-                     model={"arch": "flux", "name_or_path": str(flux_dir)})
-    return write_config(root / f"{name}.yml", cfg)
+    return write_lora_job(root, name, "flux", flux_dir, train={
+        "timestep_type": "flux_shift", "gradient_checkpointing": True, "lr": 5e-3})
 
 
 @pytest.fixture(scope="module")
@@ -349,49 +328,14 @@ def straight(tmp_path_factory, flux_dir: Path) -> Path:
 
 
 def test_job_trains_saves_and_samples(straight: Path) -> None:
-    import json
-
-    losses = [json.loads(x)["loss"] for x in (straight / "loss_log.jsonl").read_text()
-              .splitlines()]
-    assert len(losses) == STEPS and all(np.isfinite(losses))
-    lora = load_file(straight / "run.safetensors")
-    ups = [v for k, v in lora.items() if k.endswith(".lora_B.weight")]
-    assert ups and all(k.startswith("transformer.") for k in lora)
-    assert any(v.abs().sum() > 0 for v in ups)  # trained away from the zero init
-    assert (straight / "samples" / f"{STEPS:09d}_0.png").is_file()
+    assert_trained_lora(straight, "run", "transformer.")
 
 
 def test_ctrl_c_then_resume_matches_the_uninterrupted_run(tmp_path: Path, flux_dir: Path,
                                                           straight: Path, monkeypatch) -> None:
     """The in-process StopFlag path: a SIGINT handled mid-step 2 finishes the step,
     saves and exits 130; running again resumes to the same weights."""
-    import signal
-
-    from aitk import train
-
-    flags: list[StopFlag] = []
-    original_init, original_loss = StopFlag.__init__, train.compute_loss
-
-    def init(self, *args, **kwargs):
-        original_init(self, *args, **kwargs)
-        flags.append(self)
-
-    calls = []
-
-    def loss(*args, **kwargs):
-        calls.append(1)
-        if len(calls) == 2:
-            flags[-1].handle(signal.SIGINT, None)
-        return original_loss(*args, **kwargs)
-
-    path = flux_job(tmp_path, flux_dir, "run")
-    with monkeypatch.context() as mp:
-        mp.setattr(StopFlag, "__init__", init)
-        mp.setattr(train, "compute_loss", loss)
-        assert run_job(load_config(str(path))) == EXIT_INTERRUPTED
     out = tmp_path / "out" / "run"
-    assert (out / "run_000000002.safetensors").exists()
-    assert run_job(load_config(str(path))) == EXIT_OK
-    ours, theirs = load_file(out / "run.safetensors"), load_file(straight / "run.safetensors")
-    assert ours.keys() == theirs.keys()
-    assert max((ours[k] - theirs[k]).abs().max().item() for k in ours) <= 1e-6
+    interrupt_via_stop_flag_then_resume(flux_job(tmp_path, flux_dir, "run"),
+                                        out / "run_000000002.safetensors", monkeypatch)
+    assert_same_weights(out / "run.safetensors", straight / "run.safetensors")

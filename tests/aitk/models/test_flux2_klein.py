@@ -6,19 +6,16 @@ the offline hub error."""
 
 from __future__ import annotations
 
-import os
-import signal
-from collections.abc import Iterator
 from pathlib import Path
 from types import SimpleNamespace
+from typing import Any
 
 import numpy as np
 import pytest
 import torch
 from safetensors import safe_open
-from safetensors.torch import load_file, save_file
+from safetensors.torch import load_file
 
-from aitk import train as train_module
 from aitk.adapters import AdapterNetwork
 from aitk.adapters.keys import AdapterKeyError
 from aitk.batch import DataBatch
@@ -29,20 +26,21 @@ from aitk.models.flux2_klein.model import run_pipeline
 from aitk.models.registry import discover
 from aitk.train import compute_loss, step_generator
 from aitk.upstream_keys import divisibility_for
-from tests.aitk.aitk_testing import job_config, write_config
-from tests.aitk.models.conftest import ModelCfg, NetCfg
+from tests.aitk.models.arch_checks import (
+    STEPS,
+    amplified,
+    assert_same_weights,
+    image_array,
+    interrupt_via_sigint_then_resume,
+    last_step_sample,
+    model_cfg,
+    write_lora_job,
+)
+from tests.aitk.models.conftest import NetCfg
 
-STEPS = 4
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
+
 ARCH = "flux2_klein_4b"
-
-
-@pytest.fixture(scope="module", autouse=True)
-def _one_thread() -> Iterator[None]:
-    """Tiny layers: OpenMP threads waiting on each other cost more than the work."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
 
 
 @pytest.fixture(scope="module")
@@ -52,22 +50,12 @@ def klein_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return folder
 
 
-def klein_job(tmp: Path, model_dir: Path, name: str = "k", **overrides) -> Path:
+def klein_job(tmp: Path, model_dir: Path, name: str = "k", **overrides: Any) -> Path:
     settings = dict(
-        # alpha != rank: the file must carry the scale other tools apply.
-        network={"type": "lora", "linear": 4, "linear_alpha": 8},
-        model={"arch": ARCH, "name_or_path": str(model_dir)},
-        train={"batch_size": 2, "steps": STEPS, "lr": 5e-3, "optimizer": "adamw",
-               "gradient_checkpointing": True, "cache_text_embeddings": True, "seed": 3,
-               "timestep_type": "shift"},
-        save={"dtype": "float32", "save_every": 2, "max_step_saves_to_keep": 2},
-        sample={"sample_every": STEPS, "width": 32, "height": 32, "sample_steps": 2,
-                "prompts": ["[trigger] a red circle"], "seed": 1, "format": "png",
-                "guidance_scale": 2.0},
+        train={"lr": 5e-3, "gradient_checkpointing": True, "seed": 3, "timestep_type": "shift"},
+        sample=last_step_sample(guidance_scale=2.0),
     )
-    settings.update(overrides)
-    cfg = job_config(name, tmp / "out", model_dir, **settings)
-    return write_config(tmp / f"{name}.yml", cfg)
+    return write_lora_job(tmp, name, ARCH, model_dir, **{**settings, **overrides})
 
 
 @pytest.fixture(scope="module")
@@ -78,7 +66,7 @@ def trained(tmp_path_factory: pytest.TempPathFactory, klein_dir: Path) -> Path:
 
 
 def loaded_model(model_dir: Path, **cfg) -> Flux2KleinModel:
-    model = Flux2Klein4BModel(ModelCfg(name_or_path=str(model_dir), arch=ARCH, **cfg))
+    model = Flux2Klein4BModel(model_cfg(ARCH, model_dir, **cfg))
     model.load_model()
     return model
 
@@ -148,40 +136,8 @@ def test_lora_layouts_round_trip_and_upstream_files_read_exactly():
 
 def test_ctrl_c_then_resume_gives_the_uninterrupted_weights(tmp_path: Path, klein_dir: Path,
                                                             trained: Path, monkeypatch):
-    path = klein_job(tmp_path, klein_dir)
-    real = train_module.compute_loss
-    calls = []
-
-    def signalling(*args, **kwargs):  # a real SIGINT to this process during step 2
-        calls.append(1)
-        if len(calls) == 2:
-            os.kill(os.getpid(), signal.SIGINT)
-        return real(*args, **kwargs)
-
-    monkeypatch.setattr(train_module, "compute_loss", signalling)
-    assert cli_main([str(path)]) == 130
-    monkeypatch.setattr(train_module, "compute_loss", real)
-    assert cli_main([str(path)]) == 0
-    resumed = load_file(tmp_path / "out" / "k" / "k.safetensors")
-    straight = load_file(trained / "k.safetensors")
-    assert resumed.keys() == straight.keys()
-    assert max((resumed[k] - straight[k]).abs().max().item() for k in straight) <= 1e-6
-
-
-def image_array(image) -> np.ndarray:
-    return np.asarray(image, dtype=np.float32) / 255.0
-
-
-def amplified(lora: Path, out: Path, factor: float = 30.0) -> Path:
-    """The trained file with every up weight scaled: four tiny steps move a random
-    model's image by a pixel level; this makes the LoRA's effect plain to measure while
-    keeping the trainer's keys, alphas and metadata."""
-    with safe_open(str(lora), "pt") as fh:
-        meta = fh.metadata()
-    weights = {k: v * factor if k.endswith("lora_up.weight") else v
-               for k, v in load_file(lora).items()}
-    save_file(weights, str(out), metadata=meta)
-    return out
+    interrupt_via_sigint_then_resume([str(klein_job(tmp_path, klein_dir))], monkeypatch)
+    assert_same_weights(tmp_path / "out" / "k" / "k.safetensors", trained / "k.safetensors")
 
 
 def test_diffusers_load_lora_weights_reproduces_the_trainer_preview(klein_dir: Path,

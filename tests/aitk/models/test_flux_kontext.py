@@ -7,8 +7,8 @@ resume, checkpointing."""
 from __future__ import annotations
 
 from collections.abc import Iterator
+from functools import partial
 from pathlib import Path
-from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -22,30 +22,23 @@ from aitk.models.base import GenerateImageConfig, ModelError
 from aitk.models.flux_kontext import FluxKontextModel
 from aitk.models.registry import load_model
 from aitk.train import compute_loss
+from tests.aitk.models.arch_checks import (
+    assert_same_weights,
+    assert_trained_lora,
+    interrupt_via_stop_flag_then_resume,
+    last_step_sample,
+    model_cfg,
+    randomise,
+    train_cfg,
+    write_lora_job,
+)
+from tests.aitk.models.conftest import NetCfg
+
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 SIZE = (32, 48)  # H, W of the training pair: latents 4x6, 2x3 packed tokens
 
-
-@pytest.fixture(scope="module", autouse=True)
-def _one_thread() -> Iterator[None]:
-    """Tiny layers: OpenMP threads waiting on each other cost more than the work."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
-
-
-def kontext_cfg(path: Path, **overrides):
-    base = dict(arch="flux_kontext", name_or_path=str(path), quantize=False,
-                quantize_te=False, qtype="qfloat8", qtype_te="qfloat8", model_kwargs={},
-                low_vram=False, assistant_lora_path=None)
-    return SimpleNamespace(**{**base, **overrides})
-
-
-def train_cfg(**overrides):
-    base = dict(timestep_type="sigmoid", noise_offset=0.0, min_snr_gamma=None,
-                cfg_scale=1.0, bypass_guidance_embedding=False)
-    return SimpleNamespace(**{**base, **overrides})
+kontext_cfg = partial(model_cfg, "flux_kontext")
 
 
 @pytest.fixture(scope="module")
@@ -70,13 +63,6 @@ def edit_batch(model: FluxKontextModel, seed: int = 0) -> DataBatch:
     captions = ["make it red", "add a cat"]
     return DataBatch(captions=captions, tensor=pixels, latents=model.encode_images(pixels),
                      prompt_embeds=model.get_prompt_embeds(captions), control_tensor=control)
-
-
-def randomise(net: AdapterNetwork, seed: int = 1, scale: float = 0.3) -> None:
-    gen = torch.Generator().manual_seed(seed)
-    with torch.no_grad():
-        for p in net.trainable_parameters():
-            p.copy_(torch.randn(p.shape, generator=gen) * scale)
 
 
 def write_control(path: Path, size: tuple[int, int] = (40, 24), seed: int = 3) -> Path:
@@ -143,8 +129,7 @@ def test_a_wrong_size_control_is_resized_to_the_bucket(model: FluxKontextModel) 
 
 
 def test_training_steps_with_control_move_the_lora(model: FluxKontextModel) -> None:
-    net = AdapterNetwork.attach(model, SimpleNamespace(type="lora", linear=4,
-                                                       linear_alpha=8.0))
+    net = AdapterNetwork.attach(model, NetCfg(linear=4, linear_alpha=8.0))
     opt = torch.optim.AdamW(net.trainable_parameters(), lr=1e-2)
     gen = torch.Generator().manual_seed(0)
     batch = edit_batch(model)
@@ -161,8 +146,7 @@ def test_training_steps_with_control_move_the_lora(model: FluxKontextModel) -> N
 
 
 def test_gradient_checkpointing_gives_the_same_gradients(model: FluxKontextModel) -> None:
-    net = AdapterNetwork.attach(model, SimpleNamespace(type="lora", linear=4,
-                                                       linear_alpha=4.0))
+    net = AdapterNetwork.attach(model, NetCfg(linear=4, linear_alpha=4.0))
     randomise(net)
     batch = edit_batch(model)
     conditioned = model.condition_noisy_latents(
@@ -195,8 +179,7 @@ def test_saved_lora_loads_in_diffusers_and_gives_the_preview(model: FluxKontextM
     without the LoRA, and != the preview without the control image."""
     from diffusers import FluxKontextPipeline
 
-    net = AdapterNetwork.attach(model, SimpleNamespace(type="lora", linear=4,
-                                                       linear_alpha=8.0))
+    net = AdapterNetwork.attach(model, NetCfg(linear=4, linear_alpha=8.0))
     randomise(net)
     path = tmp_path / "lora.safetensors"
     net.save_file(path, {"step": "1"}, dtype=torch.float32)
@@ -255,9 +238,6 @@ def test_an_unreadable_ctrl_img_is_one_line(model: FluxKontextModel, tmp_path: P
 # The control-image data layer lands on another branch; until then the job's batches get
 # their control_tensor here, derived from the batch's own latents (deterministic, so an
 # interrupted and resumed run must train exactly like a straight one).
-STEPS = 4
-
-
 def with_control(compute):
     def compute_loss_with_control(model, batch, generator):
         if batch.control_tensor is None:
@@ -270,18 +250,10 @@ def with_control(compute):
 
 
 def kontext_job(root: Path, kontext_dir: Path, name: str) -> Path:
-    from tests.aitk.aitk_testing import job_config, write_config
-
-    cfg = job_config(name, root / "out", kontext_dir, steps=STEPS,
-                     network={"type": "lora", "linear": 4, "linear_alpha": 8},
-                     save={"dtype": "float32", "save_every": 2, "max_step_saves_to_keep": 2},
-                     train={"timestep_type": "flux_shift", "gradient_checkpointing": True,
-                            "lr": 5e-3},
-                     sample={"sample_every": STEPS, "width": 32, "height": 32,
-                             "sample_steps": 2, "prompts": ["[trigger] make it red"],
-                             "seed": 1, "format": "png"},
-                     model={"arch": "flux_kontext", "name_or_path": str(kontext_dir)})
-    return write_config(root / f"{name}.yml", cfg)
+    return write_lora_job(root, name, "flux_kontext", kontext_dir,
+                          train={"timestep_type": "flux_shift", "gradient_checkpointing": True,
+                                 "lr": 5e-3},
+                          sample=last_step_sample(prompts=["[trigger] make it red"]))
 
 
 @pytest.fixture(scope="module")
@@ -298,54 +270,18 @@ def straight(tmp_path_factory, kontext_dir: Path) -> Iterator[Path]:
 
 
 def test_job_trains_saves_and_samples(straight: Path) -> None:
-    import json
-
-    losses = [json.loads(x)["loss"] for x in (straight / "loss_log.jsonl").read_text()
-              .splitlines()]
-    assert len(losses) == STEPS and all(np.isfinite(losses))
-    lora = load_file(straight / "run.safetensors")
-    ups = [v for k, v in lora.items() if k.endswith(".lora_B.weight")]
-    assert ups and all(k.startswith("transformer.") for k in lora)
-    assert any(v.abs().sum() > 0 for v in ups)
-    assert (straight / "samples" / f"{STEPS:09d}_0.png").is_file()
+    assert_trained_lora(straight, "run", "transformer.")
 
 
 def test_ctrl_c_then_resume_matches_the_uninterrupted_run(tmp_path: Path, kontext_dir: Path,
                                                           straight: Path, monkeypatch) -> None:
     """A SIGINT handled mid-step 2 (the in-process StopFlag path) finishes the step, saves
-    and exits 130; running again resumes to the same weights."""
-    import signal
-
+    and exits 130; running again resumes to the same weights. Both runs with the control
+    the straight one had."""
     from aitk import train
-    from aitk.config import load_config
-    from aitk.job import EXIT_INTERRUPTED, EXIT_OK, StopFlag, run_job
 
-    flags: list[StopFlag] = []
-    original_init = StopFlag.__init__
-    controlled = with_control(train.compute_loss)
-
-    def init(self, *args, **kwargs):
-        original_init(self, *args, **kwargs)
-        flags.append(self)
-
-    calls = []
-
-    def loss(*args, **kwargs):
-        calls.append(1)
-        if len(calls) == 2:
-            flags[-1].handle(signal.SIGINT, None)
-        return controlled(*args, **kwargs)
-
-    path = kontext_job(tmp_path, kontext_dir, "run")
-    with monkeypatch.context() as mp:
-        mp.setattr(StopFlag, "__init__", init)
-        mp.setattr(train, "compute_loss", loss)
-        assert run_job(load_config(str(path))) == EXIT_INTERRUPTED
+    monkeypatch.setattr(train, "compute_loss", with_control(train.compute_loss))
     out = tmp_path / "out" / "run"
-    assert (out / "run_000000002.safetensors").exists()
-    with monkeypatch.context() as mp:
-        mp.setattr(train, "compute_loss", controlled)
-        assert run_job(load_config(str(path))) == EXIT_OK
-    ours, theirs = load_file(out / "run.safetensors"), load_file(straight / "run.safetensors")
-    assert ours.keys() == theirs.keys()
-    assert max((ours[k] - theirs[k]).abs().max().item() for k in ours) <= 1e-6
+    interrupt_via_stop_flag_then_resume(kontext_job(tmp_path, kontext_dir, "run"),
+                                        out / "run_000000002.safetensors", monkeypatch)
+    assert_same_weights(out / "run.safetensors", straight / "run.safetensors")

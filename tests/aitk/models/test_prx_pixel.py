@@ -7,19 +7,15 @@ PRXPixelPipeline, gives the trainer's own preview."""
 from __future__ import annotations
 
 import json
-import os
-import signal
-from collections.abc import Iterator
 from pathlib import Path
 from types import SimpleNamespace
+from typing import Any
 
 import numpy as np
 import pytest
 import torch
-from safetensors import safe_open
 from safetensors.torch import load_file
 
-from aitk import train as train_module
 from aitk.adapters import AdapterNetwork
 from aitk.batch import DataBatch
 from aitk.cli_run import main as cli_main
@@ -30,19 +26,19 @@ from aitk.models.prx_pixel.peft_adapter import convert_file
 from aitk.models.prx_pixel.peft_adapter import main as peft_main
 from aitk.models.registry import load_model
 from aitk.train import compute_loss, step_generator
-from tests.aitk.aitk_testing import job_config, write_config
-from tests.aitk.models.conftest import ModelCfg, NetCfg
+from tests.aitk.models.arch_checks import (
+    STEPS,
+    assert_lora_file,
+    assert_same_weights,
+    image_array,
+    interrupt_via_sigint_then_resume,
+    last_step_sample,
+    model_cfg,
+    write_lora_job,
+)
+from tests.aitk.models.conftest import NetCfg
 
-STEPS = 4
-
-
-@pytest.fixture(scope="module", autouse=True)
-def _one_thread() -> Iterator[None]:
-    """Tiny layers: OpenMP threads waiting on each other cost more than the work."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 @pytest.fixture(scope="session")
@@ -52,22 +48,12 @@ def prx_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return folder
 
 
-def prx_job(tmp: Path, model_dir: Path, name: str = "p", **overrides) -> Path:
+def prx_job(tmp: Path, model_dir: Path, name: str = "p", **overrides: Any) -> Path:
     settings = dict(
-        # alpha != rank: the files must carry the scale other tools apply.
-        network={"type": "lora", "linear": 4, "linear_alpha": 8},
-        model={"arch": "prx_pixel", "name_or_path": str(model_dir)},
-        train={"batch_size": 2, "steps": STEPS, "lr": 2e-2, "optimizer": "adamw",
-               "gradient_checkpointing": True, "cache_text_embeddings": True, "seed": 3,
-               "timestep_type": "shift"},
-        save={"dtype": "float32", "save_every": 2, "max_step_saves_to_keep": 2},
-        sample={"sample_every": STEPS, "width": 32, "height": 32, "sample_steps": 2,
-                "prompts": ["[trigger] a red circle"], "neg": "", "seed": 1,
-                "format": "png", "guidance_scale": 2.0},
+        train={"lr": 2e-2, "gradient_checkpointing": True, "seed": 3, "timestep_type": "shift"},
+        sample=last_step_sample(neg="", guidance_scale=2.0),
     )
-    settings.update(overrides)
-    cfg = job_config(name, tmp / "out", model_dir, **settings)
-    return write_config(tmp / f"{name}.yml", cfg)
+    return write_lora_job(tmp, name, "prx_pixel", model_dir, **{**settings, **overrides})
 
 
 @pytest.fixture(scope="session")
@@ -78,13 +64,9 @@ def trained(tmp_path_factory: pytest.TempPathFactory, prx_dir: Path) -> Path:
 
 
 def loaded_model(model_dir: Path, **cfg) -> PRXPixelModel:
-    model = PRXPixelModel(ModelCfg(name_or_path=str(model_dir), arch="prx_pixel", **cfg))
+    model = PRXPixelModel(model_cfg("prx_pixel", model_dir, **cfg))
     model.load_model()
     return model
-
-
-def image_array(image) -> np.ndarray:
-    return np.asarray(image, dtype=np.float32) / 255.0
 
 
 def test_builds_and_loads_the_diffusers_layout(prx_dir: Path):
@@ -93,7 +75,7 @@ def test_builds_and_loads_the_diffusers_layout(prx_dir: Path):
     assert {p.name for p in prx_dir.iterdir()} >= {"transformer", "text_encoder",
                                                    "tokenizer", "scheduler",
                                                    "model_index.json"}
-    model = load_model(ModelCfg(name_or_path=str(prx_dir), arch="prx_pixel"))
+    model = load_model(model_cfg("prx_pixel", prx_dir))
     assert isinstance(model, PRXPixelModel)
     assert type(model.text_encoder) is Qwen3VLTextModel  # the text tower alone
     assert model.noise_scale == 2.0 and model.prompt_max_tokens == 64  # model_index.json
@@ -132,16 +114,9 @@ def test_a_whole_qwen3_vl_checkpoint_loads_its_text_tower_alone(prx_dir: Path,
 def test_trains_previews_and_writes_the_lora_and_its_peft_folder(trained: Path,
                                                                  tmp_path: Path):
     lora = trained / "p.safetensors"
-    weights = load_file(lora)
-    assert weights and all(k.startswith("diffusion_model.blocks.") for k in weights)
-    alphas = {k: v for k, v in weights.items() if k.endswith(".alpha")}
-    assert alphas and all(float(v) == 8.0 for v in alphas.values())
-    ups = [v for k, v in weights.items() if k.endswith("lora_B.weight")]
-    assert ups and all(torch.isfinite(v).all() for v in ups)
-    assert any(v.abs().max() > 0 for v in ups)  # trained: B left zero-init
-    with safe_open(str(lora), "pt") as fh:
-        assert fh.metadata()["base_model_arch"] == "prx_pixel"
+    assert_lora_file(lora, "diffusion_model.blocks.", "prx_pixel")
     assert (trained / "samples" / f"{STEPS:09d}_0.png").exists()
+    weights = load_file(lora)
     # peft/ is the final file in peft's layout: same weights, its rank and alpha.
     config = json.loads((trained / "peft" / "adapter_config.json").read_text())
     assert config["peft_type"] == "LORA" and config["r"] == 4 and config["lora_alpha"] == 8
@@ -211,24 +186,8 @@ def test_preview_samples_x0_as_velocity_with_the_pipelines_clamp(prx_dir: Path):
 
 def test_ctrl_c_then_resume_gives_the_uninterrupted_weights(tmp_path: Path, prx_dir: Path,
                                                             trained: Path, monkeypatch):
-    path = prx_job(tmp_path, prx_dir)
-    real = train_module.compute_loss
-    calls = []
-
-    def signalling(*args, **kwargs):  # a real SIGINT to this process during step 2
-        calls.append(1)
-        if len(calls) == 2:
-            os.kill(os.getpid(), signal.SIGINT)
-        return real(*args, **kwargs)
-
-    monkeypatch.setattr(train_module, "compute_loss", signalling)
-    assert cli_main([str(path)]) == 130
-    monkeypatch.setattr(train_module, "compute_loss", real)
-    assert cli_main([str(path)]) == 0
-    resumed = load_file(tmp_path / "out" / "p" / "p.safetensors")
-    straight = load_file(trained / "p.safetensors")
-    assert resumed.keys() == straight.keys()
-    assert max((resumed[k] - straight[k]).abs().max().item() for k in straight) <= 1e-6
+    interrupt_via_sigint_then_resume([str(prx_job(tmp_path, prx_dir))], monkeypatch)
+    assert_same_weights(tmp_path / "out" / "p" / "p.safetensors", trained / "p.safetensors")
 
 
 def test_peft_on_the_diffusers_transformer_reproduces_the_trainer_preview(

@@ -4,26 +4,30 @@ preview, Ctrl+C and exact resume, and interop with diffusers' QwenImagePipeline
 
 from __future__ import annotations
 
-import os
-import signal
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
 import torch
-from safetensors import safe_open
-from safetensors.torch import load_file
 
-from aitk import train as train_module
 from aitk.adapters import AdapterNetwork
 from aitk.cli_run import main as cli_main
 from aitk.models.base import GenerateImageConfig
 from aitk.models.qwen_image import QwenImageModel
 from aitk.models.qwen_image.model import run_pipeline
-from tests.aitk.aitk_testing import job_config, write_config
-from tests.aitk.models.conftest import ModelCfg, NetCfg
-
-STEPS = 4
+from tests.aitk.models.arch_checks import (
+    STEPS,
+    amplified,
+    assert_lora_file,
+    assert_same_weights,
+    image_array,
+    interrupt_via_sigint_then_resume,
+    last_step_sample,
+    model_cfg,
+    write_lora_job,
+)
+from tests.aitk.models.conftest import NetCfg
 
 
 @pytest.fixture(scope="module")
@@ -33,22 +37,12 @@ def qwen_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return folder
 
 
-def qwen_job(tmp: Path, model_dir: Path, name: str = "q", **overrides) -> Path:
+def qwen_job(tmp: Path, model_dir: Path, name: str = "q", **overrides: Any) -> Path:
     settings = dict(
-        # alpha != rank: the file must carry the scale other tools apply.
-        network={"type": "lora", "linear": 4, "linear_alpha": 8},
-        model={"arch": "qwen_image", "name_or_path": str(model_dir)},
-        train={"batch_size": 2, "steps": STEPS, "lr": 5e-3, "optimizer": "adamw",
-               "gradient_checkpointing": True, "cache_text_embeddings": True, "seed": 3,
-               "timestep_type": "shift"},
-        save={"dtype": "float32", "save_every": 2, "max_step_saves_to_keep": 2},
-        sample={"sample_every": STEPS, "width": 32, "height": 32, "sample_steps": 2,
-                "prompts": ["[trigger] a red circle"], "seed": 1, "format": "png",
-                "guidance_scale": 1.0},
+        train={"lr": 5e-3, "gradient_checkpointing": True, "seed": 3, "timestep_type": "shift"},
+        sample=last_step_sample(guidance_scale=1.0),
     )
-    settings.update(overrides)
-    cfg = job_config(name, tmp / "out", model_dir, **settings)
-    return write_config(tmp / f"{name}.yml", cfg)
+    return write_lora_job(tmp, name, "qwen_image", model_dir, **{**settings, **overrides})
 
 
 @pytest.fixture(scope="module")
@@ -59,64 +53,21 @@ def trained(tmp_path_factory: pytest.TempPathFactory, qwen_dir: Path) -> Path:
 
 
 def loaded_model(model_dir: Path, **cfg) -> QwenImageModel:
-    model = QwenImageModel(ModelCfg(name_or_path=str(model_dir), arch="qwen_image", **cfg))
+    model = QwenImageModel(model_cfg("qwen_image", model_dir, **cfg))
     model.load_model()
     return model
 
 
 def test_trains_previews_and_writes_the_diffusers_layout(trained: Path):
-    lora = trained / "q.safetensors"
-    weights = load_file(lora)
-    assert weights and all(k.startswith("diffusion_model.transformer_blocks.")
-                           for k in weights)
-    alphas = {k: v for k, v in weights.items() if k.endswith(".alpha")}
-    assert alphas and all(float(v) == 8.0 for v in alphas.values())
-    ups = [v for k, v in weights.items() if k.endswith("lora_B.weight")]
-    assert ups and all(torch.isfinite(v).all() for v in ups)
-    assert any(v.abs().max() > 0 for v in ups)  # trained: B left zero-init
-    with safe_open(str(lora), "pt") as fh:
-        assert fh.metadata()["base_model_arch"] == "qwen_image"
+    assert_lora_file(trained / "q.safetensors", "diffusion_model.transformer_blocks.",
+                     "qwen_image")
     assert (trained / "samples" / f"{STEPS:09d}_0.png").exists()
 
 
 def test_ctrl_c_then_resume_gives_the_uninterrupted_weights(tmp_path: Path, qwen_dir: Path,
                                                             trained: Path, monkeypatch):
-    path = qwen_job(tmp_path, qwen_dir)
-    real = train_module.compute_loss
-    calls = []
-
-    def signalling(*args, **kwargs):  # a real SIGINT to this process during step 2
-        calls.append(1)
-        if len(calls) == 2:
-            os.kill(os.getpid(), signal.SIGINT)
-        return real(*args, **kwargs)
-
-    monkeypatch.setattr(train_module, "compute_loss", signalling)
-    assert cli_main([str(path)]) == 130
-    monkeypatch.setattr(train_module, "compute_loss", real)
-    assert cli_main([str(path)]) == 0
-    resumed = load_file(tmp_path / "out" / "q" / "q.safetensors")
-    straight = load_file(trained / "q.safetensors")
-    assert resumed.keys() == straight.keys()
-    assert max((resumed[k] - straight[k]).abs().max().item() for k in straight) <= 1e-6
-
-
-def image_array(image) -> np.ndarray:
-    return np.asarray(image, dtype=np.float32) / 255.0
-
-
-def amplified(lora: Path, out: Path, factor: float = 30.0) -> Path:
-    """The trained file with every up (B) weight scaled: four tiny steps move a random
-    model's image by a pixel level; this makes the LoRA's effect plain to measure while
-    keeping the trainer's keys, alphas and metadata."""
-    from safetensors.torch import save_file
-
-    with safe_open(str(lora), "pt") as fh:
-        meta = fh.metadata()
-    weights = {k: v * factor if k.endswith("lora_B.weight") else v
-               for k, v in load_file(lora).items()}
-    save_file(weights, str(out), metadata=meta)
-    return out
+    interrupt_via_sigint_then_resume([str(qwen_job(tmp_path, qwen_dir))], monkeypatch)
+    assert_same_weights(tmp_path / "out" / "q" / "q.safetensors", trained / "q.safetensors")
 
 
 def test_diffusers_load_lora_weights_reproduces_the_trainer_preview(qwen_dir: Path,

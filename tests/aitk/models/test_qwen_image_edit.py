@@ -14,18 +14,14 @@ takes a fraction of a second instead of ~10 s of tiny-VAE work.
 from __future__ import annotations
 
 import math
-import os
-import signal
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
 import torch
 from PIL import Image
-from safetensors import safe_open
-from safetensors.torch import load_file
 
-from aitk import train as train_module
 from aitk.adapters import AdapterNetwork
 from aitk.batch import DataBatch
 from aitk.cli_run import main as cli_main
@@ -35,10 +31,19 @@ from aitk.models.base import GenerateImageConfig
 from aitk.models.qwen_image.model import run_pipeline
 from aitk.models.qwen_image_edit import QwenImageEditModel, QwenImageEditPlusModel
 from aitk.models.qwen_image_edit.vision import VisionTextInputs, resized
-from tests.aitk.aitk_testing import job_config, write_config
-from tests.aitk.models.conftest import ModelCfg, NetCfg
+from tests.aitk.aitk_testing import write_config
+from tests.aitk.models.arch_checks import (
+    STEPS,
+    amplified,
+    assert_lora_file,
+    assert_same_weights,
+    image_array,
+    interrupt_via_sigint_then_resume,
+    lora_job_config,
+    model_cfg,
+)
+from tests.aitk.models.conftest import NetCfg
 
-STEPS = 4
 DATA = REPO_ROOT / "datasets" / "example_edit"
 CTRL = DATA / "control" / "circle_to_red.png"
 CTRL_2 = DATA / "control_2" / "circle_to_red.png"
@@ -80,22 +85,16 @@ def plus_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return folder
 
 
-def edit_job(tmp: Path, model_dir: Path, name: str = "e", **overrides) -> Path:
+def edit_job(tmp: Path, model_dir: Path, name: str = "e", **overrides: Any) -> Path:
     settings = dict(
-        network={"type": "lora", "linear": 4, "linear_alpha": 8},  # alpha != rank
-        model={"arch": "qwen_image_edit", "name_or_path": str(model_dir)},
         datasets=[{"folder_path": str(DATA), "control_path": str(DATA / "control"),
                    "resolution": [32], "caption_dropout_rate": 0.3}],
-        train={"batch_size": 2, "steps": STEPS, "lr": 5e-3, "optimizer": "adamw",
-               "gradient_checkpointing": True, "cache_text_embeddings": True, "seed": 3,
-               "timestep_type": "shift"},
-        save={"dtype": "float32", "save_every": 2, "max_step_saves_to_keep": 2},
+        train={"lr": 5e-3, "gradient_checkpointing": True, "seed": 3, "timestep_type": "shift"},
         sample={"sample_every": STEPS, "width": 32, "height": 32, "sample_steps": 2,
                 "samples": [{"prompt": "make the circle red", "ctrl_img": str(CTRL)}],
                 "seed": 1, "format": "png", "guidance_scale": 1.0},
     )
-    settings.update(overrides)
-    cfg = job_config(name, tmp / "out", model_dir, **settings)
+    cfg = lora_job_config(tmp, name, "qwen_image_edit", model_dir, **{**settings, **overrides})
     cfg["config"]["process"][0].pop("trigger_word")
     return write_config(tmp / f"{name}.yml", cfg)
 
@@ -108,13 +107,9 @@ def trained(tmp_path_factory: pytest.TempPathFactory, edit_dir: Path) -> Path:
 
 
 def loaded(model_dir: Path, cls=QwenImageEditModel, **kwargs) -> QwenImageEditModel:
-    model = cls(ModelCfg(name_or_path=str(model_dir), arch=cls.arch, **kwargs))
+    model = cls(model_cfg(cls.arch, model_dir, **kwargs))
     model.load_model()
     return model
-
-
-def image_array(image) -> np.ndarray:
-    return np.asarray(image, dtype=np.float32) / 255.0
 
 
 def test_load_keeps_the_vision_tower_and_reads_the_processor(edit_dir: Path):
@@ -125,15 +120,8 @@ def test_load_keeps_the_vision_tower_and_reads_the_processor(edit_dir: Path):
 
 
 def test_trains_an_edit_lora_and_previews_with_ctrl_img(trained: Path):
-    lora = trained / "e.safetensors"
-    weights = load_file(lora)
-    assert weights and all(k.startswith("diffusion_model.transformer_blocks.")
-                           for k in weights)
-    assert {float(v) for k, v in weights.items() if k.endswith(".alpha")} == {8.0}
-    ups = [v for k, v in weights.items() if k.endswith("lora_B.weight")]
-    assert all(torch.isfinite(v).all() for v in ups) and any(v.abs().max() > 0 for v in ups)
-    with safe_open(str(lora), "pt") as fh:
-        assert fh.metadata()["base_model_arch"] == "qwen_image_edit"
+    assert_lora_file(trained / "e.safetensors", "diffusion_model.transformer_blocks.",
+                     "qwen_image_edit")
     sample = trained / "samples" / f"{STEPS:09d}_0.png"
     assert Image.open(sample).size == (32, 32)
 
@@ -142,23 +130,8 @@ def test_ctrl_c_then_resume_gives_the_uninterrupted_weights(tmp_path: Path, edit
                                                             trained: Path, monkeypatch):
     path = edit_job(tmp_path, edit_dir, sample={"sample_every": 100, "samples": [
         {"prompt": "make the circle red", "ctrl_img": str(CTRL)}]})
-    real = train_module.compute_loss
-    calls = []
-
-    def signalling(*args, **kwargs):  # a real SIGINT to this process during step 2
-        calls.append(1)
-        if len(calls) == 2:
-            os.kill(os.getpid(), signal.SIGINT)
-        return real(*args, **kwargs)
-
-    monkeypatch.setattr(train_module, "compute_loss", signalling)
-    assert cli_main([str(path), "--name", "e"]) == 130
-    monkeypatch.setattr(train_module, "compute_loss", real)
-    assert cli_main([str(path), "--name", "e"]) == 0
-    resumed = load_file(tmp_path / "out" / "e" / "e.safetensors")
-    straight = load_file(trained / "e.safetensors")
-    assert resumed.keys() == straight.keys()
-    assert max((resumed[k] - straight[k]).abs().max().item() for k in straight) <= 1e-6
+    interrupt_via_sigint_then_resume([str(path), "--name", "e"], monkeypatch)
+    assert_same_weights(tmp_path / "out" / "e" / "e.safetensors", trained / "e.safetensors")
 
 
 def test_the_prediction_is_the_noisy_part_and_reads_the_control(edit_dir: Path):
@@ -204,17 +177,6 @@ def test_text_embeddings_match_the_pipelines_encode_prompt(edit_dir: Path, plus_
                                        device=torch.device("cpu"))
         assert ours.shape == theirs[0].shape and ours.shape[0] > 16  # image tokens kept
         assert torch.allclose(ours, theirs[0], atol=1e-5)
-
-
-def amplified(lora: Path, out: Path, factor: float = 30.0) -> Path:
-    """The trained file with every up (B) weight scaled, so a few tiny steps show."""
-    from safetensors.torch import save_file
-
-    with safe_open(str(lora), "pt") as fh:
-        meta = fh.metadata()
-    save_file({k: v * factor if k.endswith("lora_B.weight") else v
-               for k, v in load_file(lora).items()}, str(out), metadata=meta)
-    return out
 
 
 def interop(model_dir: Path, lora: Path, cls, pipe_cls, gen: GenerateImageConfig,

@@ -9,8 +9,7 @@ import os
 import signal
 import subprocess
 import sys
-from collections.abc import Iterator
-from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -36,45 +35,13 @@ from aitk.models.sdxl import SDXLModel
 from aitk.models.sdxl.model import batch_time_ids, time_ids
 from aitk.train import compute_loss, step_generator
 from tests.aitk.aitk_testing import REPO, write_config, write_image
+from tests.aitk.models.arch_checks import model_cfg, randomise, train_cfg
+from tests.aitk.models.conftest import NetCfg
 
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
-@pytest.fixture(scope="module", autouse=True)
-def _one_thread() -> Iterator[None]:
-    """Tiny layers: on a shared 2-core box, OpenMP threads waiting on each other cost
-    10-40x the work itself (measured: 2 s vs 0.05 s of CPU per step)."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
-
-
-@dataclass
-class Cfg:
-    name_or_path: str
-    arch: str = "sdxl"
-    quantize: bool = False
-    quantize_te: bool = False
-    qtype: str = "qfloat8"
-    qtype_te: str = "qfloat8"
-    low_vram: bool = False
-    is_v_pred: bool | None = None
-    model_kwargs: dict[str, Any] = field(default_factory=dict)
-
-
-@dataclass
-class Net:
-    type: str = "lora"
-    linear: int = 4
-    linear_alpha: float = 2.0  # != rank: files must carry it
-    dropout: float = 0.0
-    network_kwargs: dict[str, Any] = field(default_factory=dict)
-
-
-@dataclass
-class Train:
-    min_snr_gamma: float | None = None
-    noise_offset: float = 0.0
-    timestep_type: str = "sigmoid"
+sdxl_cfg = partial(model_cfg, "sdxl")
+NET = NetCfg(linear=4, linear_alpha=2.0)  # alpha != rank: files must carry it
 
 
 @pytest.fixture(scope="session")
@@ -85,17 +52,14 @@ def sdxl_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def make(sdxl_dir: Path, **kw: Any) -> SDXLModel:
-    model = load_model(Cfg(name_or_path=str(sdxl_dir), **kw))
-    model.configure_training(Train())
+    model = load_model(sdxl_cfg(sdxl_dir, **kw))
+    model.configure_training(train_cfg())
     return model
 
 
-def perturb(net: AdapterNetwork, seed: int = 0) -> None:
+def perturb(net: AdapterNetwork) -> None:
     """Non-zero LoRA up weights, as training would leave them."""
-    gen = torch.Generator().manual_seed(seed)
-    with torch.no_grad():
-        for p in net.trainable_parameters():
-            p.copy_(torch.randn(p.shape, generator=gen) * 0.2)
+    randomise(net, seed=0, scale=0.2)
 
 
 def batch_of(model: SDXLModel, size: int = 2) -> DataBatch:
@@ -127,13 +91,13 @@ def test_builds_and_loads_through_the_registry(sdxl_dir: Path) -> None:
 
 def test_missing_part_is_one_line_load_error(sdxl_dir: Path, tmp_path: Path) -> None:
     with pytest.raises(ModelLoadError, match="neither a diffusers model folder"):
-        load_model(Cfg(name_or_path=str(tmp_path / "nowhere")))
+        load_model(sdxl_cfg(tmp_path / "nowhere"))
     (tmp_path / "partial" / "unet").mkdir(parents=True)
     with pytest.raises(ModelLoadError, match="lacks vae/"):
-        load_model(Cfg(name_or_path=str(tmp_path / "partial")))
+        load_model(sdxl_cfg(tmp_path / "partial"))
     # A weight variant the folder does not have: one line naming the folder.
     with pytest.raises(ModelLoadError, match="cannot load the SDXL model folder") as info:
-        load_model(Cfg(name_or_path=str(sdxl_dir), model_kwargs={"variant": "fp16"}))
+        load_model(sdxl_cfg(sdxl_dir, model_kwargs={"variant": "fp16"}))
     assert "\n" not in str(info.value) and "fp16" in str(info.value)
 
 
@@ -171,7 +135,7 @@ def test_ddpm_targets_in_a_real_training_step_and_lora_trains(sdxl_dir: Path, v_
     kind = "v_prediction" if v_pred else "epsilon"
     assert model.training_schedule.prediction_type == kind
     assert model.noise_scheduler.config.prediction_type == kind  # previews agree
-    net = AdapterNetwork.attach(model, Net())
+    net = AdapterNetwork.attach(model, NET)
     batch = batch_of(model)
     seen: dict[str, torch.Tensor] = {}
     real_loss = train_module.diffusion_loss
@@ -209,7 +173,7 @@ def test_min_snr_gamma_changes_the_loss(sdxl_dir: Path) -> None:
     batch = batch_of(model)
     with torch.no_grad():
         plain = compute_loss(model, batch, step_generator(5, 0, 0))
-        model.configure_training(Train(min_snr_gamma=1.0))
+        model.configure_training(train_cfg(min_snr_gamma=1.0))
         weighted = compute_loss(model, batch, step_generator(5, 0, 0))
     t = torch.tensor([10.0, 500.0])
     snr = model.training_schedule.snr(t)
@@ -228,7 +192,7 @@ def predict(model: SDXLModel, batch: DataBatch) -> torch.Tensor:
 def test_lora_file_is_kohya_with_alpha_and_every_layout_reads_back(sdxl_dir: Path,
                                                                    tmp_path: Path) -> None:
     model = make(sdxl_dir)
-    net = AdapterNetwork.attach(model, Net())
+    net = AdapterNetwork.attach(model, NET)
     perturb(net)
     batch = batch_of(model)
     trained = predict(model, batch)
@@ -242,7 +206,7 @@ def test_lora_file_is_kohya_with_alpha_and_every_layout_reads_back(sdxl_dir: Pat
 
     def reloaded(file: Path) -> torch.Tensor:
         fresh = make(sdxl_dir)
-        AdapterNetwork.attach(fresh, Net()).load_file(file)
+        AdapterNetwork.attach(fresh, NET).load_file(file)
         return predict(fresh, batch)
 
     assert torch.equal(reloaded(path), trained)
@@ -370,7 +334,7 @@ def test_file_metadata_names_the_arch(uninterrupted: Path) -> None:
 # ---- memory features ----------------------------------------------------------------
 def test_gradient_checkpointing_gives_the_same_gradients(sdxl_dir: Path) -> None:
     model = make(sdxl_dir)
-    net = AdapterNetwork.attach(model, Net())
+    net = AdapterNetwork.attach(model, NET)
     perturb(net)
     batch = batch_of(model)
     # diffusers checkpoints each transformer block (and each resnet) of the UNet.
@@ -400,7 +364,7 @@ def test_quantized_step_trains_only_lora(sdxl_dir: Path) -> None:
     assert is_quantized(model.model) and is_quantized(model.text_encoder_2)
     assert not is_quantized(model.model.time_embedding)
     assert not is_quantized(model.text_encoder_2.text_projection)  # the pooled output
-    net = AdapterNetwork.attach(model, Net())
+    net = AdapterNetwork.attach(model, NET)
     perturb(net)
     batch = batch_of(model)
 

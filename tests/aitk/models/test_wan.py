@@ -7,11 +7,9 @@ experts: which one runs for a timestep, `train_high_noise: false`, and
 
 from __future__ import annotations
 
-import os
-import signal
-from collections.abc import Iterator
 from pathlib import Path
 from types import SimpleNamespace
+from typing import Any
 
 import numpy as np
 import pytest
@@ -30,22 +28,21 @@ from aitk.models.wan21.model import run_pipeline
 from aitk.models.wan22.model import HIGH, LOW, expert_for_micro_step
 from aitk.optim import Schedule
 from aitk.train import LoopSettings, Run, compute_loss, step_generator
-from tests.aitk.aitk_testing import job_config, write_config
-from tests.aitk.models.conftest import ModelCfg, NetCfg
+from tests.aitk.models.arch_checks import (
+    STEPS,
+    assert_same_weights,
+    interrupt_via_sigint_then_resume,
+    last_step_sample,
+    model_cfg,
+    randomise,
+    write_lora_job,
+)
+from tests.aitk.models.conftest import NetCfg
+
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 ARCHS = ("wan21", "wan21_i2v", "wan22_14b", "wan22_14b_i2v")
-STEPS = 4
 FRAMES = 5  # 4k + 1 pixel frames -> 2 latent frames
-
-
-@pytest.fixture(scope="module", autouse=True)
-def _one_thread() -> Iterator[None]:
-    """Tiny layers: on a shared 2-core box, OpenMP threads waiting on each other cost
-    far more than the work itself."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
 
 
 @pytest.fixture(scope="module")
@@ -59,7 +56,7 @@ def wan_dirs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
 
 
 def loaded(arch: str, folder: Path, **cfg) -> object:
-    model = get_model_class(arch)(ModelCfg(name_or_path=str(folder), arch=arch, **cfg))
+    model = get_model_class(arch)(model_cfg(arch, folder, **cfg))
     model.load_model()
     return model
 
@@ -71,26 +68,17 @@ def video_batch(model, seed: int = 0, frames: int = FRAMES) -> DataBatch:
                      prompt_embeds=model.get_prompt_embeds(["a red circle", "blue"]))
 
 
-def wan_job(tmp: Path, arch: str, model_dir: Path, name: str = "w", **overrides) -> Path:
+def wan_job(tmp: Path, arch: str, model_dir: Path, name: str = "w", **overrides: Any) -> Path:
     settings = dict(
-        # alpha != rank: the file must carry the scale other tools apply.
-        network={"type": "lora", "linear": 4, "linear_alpha": 8},
-        model={"arch": arch, "name_or_path": str(model_dir)},
-        train={"batch_size": 2, "steps": STEPS, "lr": 5e-3, "optimizer": "adamw",
-               "gradient_checkpointing": True, "cache_text_embeddings": True, "seed": 3,
-               "timestep_type": "shift"},
+        train={"lr": 5e-3, "gradient_checkpointing": True, "seed": 3, "timestep_type": "shift"},
         save={"dtype": "float32", "save_every": 1, "max_step_saves_to_keep": 1},
-        sample={"sample_every": STEPS, "width": 32, "height": 32, "sample_steps": 2,
-                "prompts": ["[trigger] a red circle"], "seed": 1, "format": "png",
-                "guidance_scale": 1.0},
+        sample=last_step_sample(guidance_scale=1.0),
     )
     if arch.startswith("wan22"):
         # Turns of 2 steps: a resume at step 2 must pick the low-noise expert from the
         # step number (a counter restarted at 0 would pick the high-noise one).
         settings["train"] = {**settings["train"], "switch_boundary_every": 2}
-    settings.update(overrides)
-    cfg = job_config(name, tmp / "out", model_dir, **settings)
-    return write_config(tmp / f"{name}.yml", cfg)
+    return write_lora_job(tmp, name, arch, model_dir, **{**settings, **overrides})
 
 
 # ---- load, encode, schedule -----------------------------------------------------------
@@ -193,26 +181,11 @@ def test_wan22_job_writes_one_file_per_expert_and_prunes_by_step(trained):
 @pytest.mark.parametrize("arch", ARCHS)
 def test_ctrl_c_then_resume_gives_the_uninterrupted_weights(arch: str, tmp_path: Path,
                                                             wan_dirs, trained, monkeypatch):
-    path = wan_job(tmp_path, arch, wan_dirs[arch])
-    real = train_module.compute_loss
-    calls = []
-
-    def signalling(*args, **kwargs):  # a real SIGINT to this process during step 2
-        calls.append(1)
-        if len(calls) == 2:
-            os.kill(os.getpid(), signal.SIGINT)
-        return real(*args, **kwargs)
-
-    monkeypatch.setattr(train_module, "compute_loss", signalling)
-    assert cli_main([str(path)]) == 130
-    monkeypatch.setattr(train_module, "compute_loss", real)
-    assert cli_main([str(path)]) == 0
+    interrupt_via_sigint_then_resume([str(wan_job(tmp_path, arch, wan_dirs[arch]))],
+                                     monkeypatch)
     files = sorted(p.name for p in trained[arch].glob("*.safetensors"))
     for name in files:
-        resumed = load_file(tmp_path / "out" / "w" / name)
-        straight = load_file(trained[arch] / name)
-        assert resumed.keys() == straight.keys()
-        assert max((resumed[k] - straight[k]).abs().max().item() for k in straight) <= 1e-6
+        assert_same_weights(tmp_path / "out" / "w" / name, trained[arch] / name)
 
 
 # ---- interop: diffusers' own pipeline + load_lora_weights -----------------------------
@@ -223,10 +196,7 @@ def frames_array(frames) -> np.ndarray:
 def random_lora(model, path: Path) -> AdapterNetwork:
     """A LoRA with clearly visible weights (alpha 8 != rank 4), saved by the trainer."""
     network = AdapterNetwork.attach(model, NetCfg(linear=4, linear_alpha=8.0))
-    gen = torch.Generator().manual_seed(4)
-    with torch.no_grad():
-        for p in network.trainable_parameters():
-            p.copy_(torch.randn(p.shape, generator=gen) * 0.3)
+    randomise(network, seed=4, scale=0.3)
     network.save_file(path)
     return network
 

@@ -1,0 +1,187 @@
+"""What the per-arch model tests (test_flux.py, test_qwen_image.py, ...) share: stand-ins
+for the trainer's `model:` and `train:` sections, the small end-to-end LoRA job, and the
+checks on what a job leaves behind (a trained LoRA file and its preview; a Ctrl+C then a
+resume that ends on the uninterrupted run's weights). Each arch's test file keeps what is
+its own: how its tiny model is built, its LoRA layout, its interop with diffusers.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+import numpy as np
+import pytest
+import torch
+from safetensors import safe_open
+from safetensors.torch import load_file, save_file
+
+from aitk import train as train_module
+from aitk.adapters import AdapterNetwork
+from aitk.cli_run import main as cli_main
+from aitk.config import load_config
+from aitk.job import EXIT_INTERRUPTED, EXIT_OK, StopFlag, run_job
+from tests.aitk.aitk_testing import job_config, write_config
+from tests.aitk.models.conftest import ModelCfg
+
+STEPS = 4  # the end-to-end job's length: saves at 2 and 4, a resume from 2
+ALPHA = 8  # the job's LoRA alpha, != rank 4: the file must carry the scale other tools apply
+
+
+# ---- the trainer's sections, as a model reads them ---------------------------------------
+def model_cfg(arch: str, path: Path | str, **overrides: Any) -> ModelCfg:
+    """The `model:` section for the model of `arch` at `path`."""
+    return ModelCfg(name_or_path=str(path), arch=arch, **overrides)
+
+
+def train_cfg(**overrides: Any) -> SimpleNamespace:
+    """The `train:` section as `configure_training` reads it, at the trainer's defaults."""
+    base = dict(timestep_type="sigmoid", noise_offset=0.0, min_snr_gamma=None,
+                cfg_scale=1.0, bypass_guidance_embedding=False)
+    return SimpleNamespace(**{**base, **overrides})
+
+
+def randomise(net: AdapterNetwork, seed: int = 1, scale: float = 0.3) -> None:
+    """Every adapter weight random: a fresh LoRA's zero B would hide what it does."""
+    gen = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for p in net.trainable_parameters():
+            p.copy_(torch.randn(p.shape, generator=gen) * scale)
+
+
+# ---- the end-to-end job ------------------------------------------------------------------
+def last_step_sample(**extra: Any) -> dict[str, Any]:
+    """The job's `sample:` section: one 2-step 32x32 preview, fixed prompt and seed, at the
+    last step."""
+    return {"sample_every": STEPS, "width": 32, "height": 32, "sample_steps": 2,
+            "prompts": ["[trigger] a red circle"], "seed": 1, "format": "png", **extra}
+
+
+def lora_job_config(root: Path, name: str, arch: str, model_dir: Path,
+                    **sections: Any) -> dict[str, Any]:
+    """aitk_testing.job_config's job, made the arch tests' STEPS-step LoRA job on the model
+    of `arch` at `model_dir`, training into `root/out/<name>`: rank 4 with alpha ALPHA,
+    float32 saves every 2 steps (2 kept), `last_step_sample()`. Each of `sections`
+    replaces one of these sections whole; job_config merges the result over its own."""
+    settings: dict[str, Any] = {
+        "network": {"type": "lora", "linear": 4, "linear_alpha": ALPHA},
+        "model": {"arch": arch, "name_or_path": str(model_dir)},
+        "save": {"dtype": "float32", "save_every": 2, "max_step_saves_to_keep": 2},
+        "sample": last_step_sample(),
+        **sections,
+    }
+    return job_config(name, root / "out", model_dir, steps=STEPS, **settings)
+
+
+def write_lora_job(root: Path, name: str, arch: str, model_dir: Path,
+                   **sections: Any) -> Path:
+    """`lora_job_config(...)`, written to `root/<name>.yml`."""
+    return write_config(root / f"{name}.yml",
+                        lora_job_config(root, name, arch, model_dir, **sections))
+
+
+# ---- what a job leaves behind ------------------------------------------------------------
+def assert_trained_lora(out: Path, name: str, key_prefix: str) -> None:
+    """The job folder `out` after the whole job: STEPS finite losses logged, the final
+    `<name>.safetensors` with only `key_prefix` keys and up (B) weights that left their
+    zero init, and the last step's preview."""
+    losses = [json.loads(x)["loss"] for x in (out / "loss_log.jsonl").read_text()
+              .splitlines()]
+    assert len(losses) == STEPS and all(np.isfinite(losses))
+    lora = load_file(out / f"{name}.safetensors")
+    ups = [v for k, v in lora.items() if k.endswith(".lora_B.weight")]
+    assert ups and all(k.startswith(key_prefix) for k in lora)
+    assert any(v.abs().sum() > 0 for v in ups)  # trained away from the zero init
+    assert (out / "samples" / f"{STEPS:09d}_0.png").is_file()
+
+
+def assert_lora_file(path: Path, key_prefix: str, arch: str) -> None:
+    """A trained LoRA file in a diffusers-named layout: only `key_prefix` keys, alpha
+    ALPHA on every module, finite up (B) weights that left their zero init, and the arch
+    in its metadata."""
+    weights = load_file(path)
+    assert weights and all(k.startswith(key_prefix) for k in weights)
+    alphas = {k: v for k, v in weights.items() if k.endswith(".alpha")}
+    assert alphas and all(float(v) == ALPHA for v in alphas.values())
+    ups = [v for k, v in weights.items() if k.endswith("lora_B.weight")]
+    assert ups and all(torch.isfinite(v).all() for v in ups)
+    assert any(v.abs().max() > 0 for v in ups)  # trained: B left zero-init
+    with safe_open(str(path), "pt") as fh:
+        assert fh.metadata()["base_model_arch"] == arch
+
+
+# ---- Ctrl+C, then resume -----------------------------------------------------------------
+def interrupt_via_stop_flag_then_resume(config: Path, checkpoint: Path,
+                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Runs the job at `config` in this process with its own SIGINT handler (the StopFlag)
+    called during step 2's loss: it must finish the step, save `checkpoint` and exit 130.
+    Then runs it again: it must resume and finish. Wraps whatever `train.compute_loss` is
+    at the call."""
+    flags: list[StopFlag] = []
+    original_init, original_loss = StopFlag.__init__, train_module.compute_loss
+
+    def init(self, *args, **kwargs):
+        original_init(self, *args, **kwargs)
+        flags.append(self)
+
+    calls = []
+
+    def loss(*args, **kwargs):
+        calls.append(1)
+        if len(calls) == 2:
+            flags[-1].handle(signal.SIGINT, None)
+        return original_loss(*args, **kwargs)
+
+    with monkeypatch.context() as mp:
+        mp.setattr(StopFlag, "__init__", init)
+        mp.setattr(train_module, "compute_loss", loss)
+        assert run_job(load_config(str(config))) == EXIT_INTERRUPTED
+    assert checkpoint.exists()
+    assert run_job(load_config(str(config))) == EXIT_OK
+
+
+def interrupt_via_sigint_then_resume(argv: list[str],
+                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    """`aitk run <argv>` in this process, a real SIGINT sent to it during step 2's loss:
+    exit 130. Then the same again, undisturbed: it must resume and finish (exit 0)."""
+    real = train_module.compute_loss
+    calls = []
+
+    def signalling(*args, **kwargs):
+        calls.append(1)
+        if len(calls) == 2:
+            os.kill(os.getpid(), signal.SIGINT)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(train_module, "compute_loss", signalling)
+    assert cli_main(argv) == 130
+    monkeypatch.setattr(train_module, "compute_loss", real)
+    assert cli_main(argv) == 0
+
+
+def assert_same_weights(resumed: Path, straight: Path) -> None:
+    """The interrupted-and-resumed run's LoRA file holds the uninterrupted run's weights."""
+    ours, theirs = load_file(resumed), load_file(straight)
+    assert ours.keys() == theirs.keys()
+    assert max((ours[k] - theirs[k]).abs().max().item() for k in theirs) <= 1e-6
+
+
+# ---- interop with diffusers' pipelines ---------------------------------------------------
+def image_array(image) -> np.ndarray:
+    return np.asarray(image, dtype=np.float32) / 255.0
+
+
+def amplified(lora: Path, out: Path, factor: float = 30.0) -> Path:
+    """The trained file with every up weight (`lora_B`, or kohya's `lora_up`) scaled: four
+    tiny steps move a random model's image by a pixel level; this makes the LoRA's effect
+    plain to measure while keeping the trainer's keys, alphas and metadata."""
+    with safe_open(str(lora), "pt") as fh:
+        meta = fh.metadata()
+    weights = {k: v * factor if k.endswith(("lora_B.weight", "lora_up.weight")) else v
+               for k, v in load_file(lora).items()}
+    save_file(weights, str(out), metadata=meta)
+    return out
