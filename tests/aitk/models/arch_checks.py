@@ -12,7 +12,7 @@ import os
 import signal
 from pathlib import Path
 from types import SimpleNamespace
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 import pytest
@@ -25,6 +25,7 @@ from aitk.adapters import AdapterNetwork
 from aitk.cli_run import main as cli_main
 from aitk.config import load_config
 from aitk.job import EXIT_INTERRUPTED, EXIT_OK, StopFlag, run_job
+from aitk.models.base import BaseModel
 from tests.aitk.aitk_testing import job_config, write_config
 from tests.aitk.models.conftest import ModelCfg
 
@@ -32,7 +33,21 @@ STEPS = 4  # the end-to-end job's length: saves at 2 and 4, a resume from 2
 ALPHA = 8  # the job's LoRA alpha, != rank 4: the file must carry the scale other tools apply
 
 
-# ---- the trainer's sections, as a model reads them ---------------------------------------
+# ---- the model and the trainer's sections, as a model reads them -------------------------
+def tiny_model_folder(cls: type[BaseModel],
+                      scope: Literal["module", "session"] = "module") -> Any:
+    """A fixture, to bind to a module-level name (`flux_dir = tiny_model_folder(FluxModel)`):
+    the folder of `cls.build_tiny`'s random model, built once per `scope`."""
+
+    @pytest.fixture(scope=scope)
+    def folder(tmp_path_factory: pytest.TempPathFactory) -> Path:
+        target = tmp_path_factory.mktemp(cls.arch) / "model"
+        cls.build_tiny(target)
+        return target
+
+    return folder
+
+
 def model_cfg(arch: str, path: Path | str, **overrides: Any) -> ModelCfg:
     """The `model:` section for the model of `arch` at `path`."""
     return ModelCfg(name_or_path=str(path), arch=arch, **overrides)

@@ -27,6 +27,7 @@ from tests.aitk.models.arch_checks import (
     last_step_sample,
     model_cfg,
     randomise,
+    tiny_model_folder,
     train_cfg,
     write_lora_job,
 )
@@ -35,13 +36,7 @@ from tests.aitk.models.conftest import NetCfg
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 chroma_cfg = partial(model_cfg, "chroma")
-
-
-@pytest.fixture(scope="module")
-def chroma_dir(tmp_path_factory) -> Path:
-    target = tmp_path_factory.mktemp("chroma") / "model"
-    ChromaModel.build_tiny(target, seed=0)
-    return target
+chroma_dir = tiny_model_folder(ChromaModel)
 
 
 @pytest.fixture

@@ -25,19 +25,14 @@ from tests.aitk.models.arch_checks import (
     interrupt_via_stop_flag_then_resume,
     model_cfg,
     randomise,
+    tiny_model_folder,
     train_cfg,
     write_lora_job,
 )
 from tests.aitk.models.conftest import NetCfg
 
 flux_cfg = partial(model_cfg, "flux")
-
-
-@pytest.fixture(scope="module")
-def flux_dir(tmp_path_factory) -> Path:
-    target = tmp_path_factory.mktemp("flux") / "model"
-    FluxModel.build_tiny(target, seed=0)
-    return target
+flux_dir = tiny_model_folder(FluxModel)
 
 
 @pytest.fixture

@@ -34,6 +34,7 @@ from tests.aitk.models.arch_checks import (
     interrupt_via_sigint_then_resume,
     last_step_sample,
     model_cfg,
+    tiny_model_folder,
     write_lora_job,
 )
 from tests.aitk.models.conftest import NetCfg
@@ -41,13 +42,7 @@ from tests.aitk.models.conftest import NetCfg
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 ARCH = "flux2_klein_4b"
-
-
-@pytest.fixture(scope="module")
-def klein_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    folder = tmp_path_factory.mktemp("models") / "flux2_klein"
-    Flux2Klein4BModel.build_tiny(folder)
-    return folder
+klein_dir = tiny_model_folder(Flux2Klein4BModel)
 
 
 def klein_job(tmp: Path, model_dir: Path, name: str = "k", **overrides: Any) -> Path:

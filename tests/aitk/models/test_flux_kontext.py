@@ -29,6 +29,7 @@ from tests.aitk.models.arch_checks import (
     last_step_sample,
     model_cfg,
     randomise,
+    tiny_model_folder,
     train_cfg,
     write_lora_job,
 )
@@ -39,13 +40,7 @@ pytestmark = pytest.mark.usefixtures("one_torch_thread")
 SIZE = (32, 48)  # H, W of the training pair: latents 4x6, 2x3 packed tokens
 
 kontext_cfg = partial(model_cfg, "flux_kontext")
-
-
-@pytest.fixture(scope="module")
-def kontext_dir(tmp_path_factory) -> Path:
-    target = tmp_path_factory.mktemp("kontext") / "model"
-    FluxKontextModel.build_tiny(target, seed=0)
-    return target
+kontext_dir = tiny_model_folder(FluxKontextModel)
 
 
 @pytest.fixture

@@ -34,18 +34,14 @@ from tests.aitk.models.arch_checks import (
     interrupt_via_sigint_then_resume,
     last_step_sample,
     model_cfg,
+    tiny_model_folder,
     write_lora_job,
 )
 from tests.aitk.models.conftest import NetCfg
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
-
-@pytest.fixture(scope="session")
-def prx_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    folder = tmp_path_factory.mktemp("models") / "prx_pixel"
-    PRXPixelModel.build_tiny(folder)
-    return folder
+prx_dir = tiny_model_folder(PRXPixelModel, scope="session")
 
 
 def prx_job(tmp: Path, model_dir: Path, name: str = "p", **overrides: Any) -> Path:

@@ -25,16 +25,12 @@ from tests.aitk.models.arch_checks import (
     interrupt_via_sigint_then_resume,
     last_step_sample,
     model_cfg,
+    tiny_model_folder,
     write_lora_job,
 )
 from tests.aitk.models.conftest import NetCfg
 
-
-@pytest.fixture(scope="module")
-def qwen_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    folder = tmp_path_factory.mktemp("models") / "qwen_image"
-    QwenImageModel.build_tiny(folder)
-    return folder
+qwen_dir = tiny_model_folder(QwenImageModel)
 
 
 def qwen_job(tmp: Path, model_dir: Path, name: str = "q", **overrides: Any) -> Path:

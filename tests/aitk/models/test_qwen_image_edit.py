@@ -41,6 +41,7 @@ from tests.aitk.models.arch_checks import (
     interrupt_via_sigint_then_resume,
     lora_job_config,
     model_cfg,
+    tiny_model_folder,
 )
 from tests.aitk.models.conftest import NetCfg
 
@@ -48,6 +49,9 @@ DATA = REPO_ROOT / "datasets" / "example_edit"
 CTRL = DATA / "control" / "circle_to_red.png"
 CTRL_2 = DATA / "control_2" / "circle_to_red.png"
 SMALL_AREA = 64 * 64
+
+edit_dir = tiny_model_folder(QwenImageEditModel)
+plus_dir = tiny_model_folder(QwenImageEditPlusModel)
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -69,20 +73,6 @@ def small_pipeline_controls():
         mp.setattr(plus, "calculate_dimensions", dims)
         torch.set_num_threads(1)
         yield
-
-
-@pytest.fixture(scope="module")
-def edit_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    folder = tmp_path_factory.mktemp("models") / "qwen_image_edit"
-    QwenImageEditModel.build_tiny(folder)
-    return folder
-
-
-@pytest.fixture(scope="module")
-def plus_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    folder = tmp_path_factory.mktemp("models") / "qwen_image_edit_plus"
-    QwenImageEditPlusModel.build_tiny(folder)
-    return folder
 
 
 def edit_job(tmp: Path, model_dir: Path, name: str = "e", **overrides: Any) -> Path:

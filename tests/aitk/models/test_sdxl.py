@@ -35,20 +35,14 @@ from aitk.models.sdxl import SDXLModel
 from aitk.models.sdxl.model import batch_time_ids, time_ids
 from aitk.train import compute_loss, step_generator
 from tests.aitk.aitk_testing import REPO, write_config, write_image
-from tests.aitk.models.arch_checks import model_cfg, randomise, train_cfg
+from tests.aitk.models.arch_checks import model_cfg, randomise, tiny_model_folder, train_cfg
 from tests.aitk.models.conftest import NetCfg
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 sdxl_cfg = partial(model_cfg, "sdxl")
 NET = NetCfg(linear=4, linear_alpha=2.0)  # alpha != rank: files must carry it
-
-
-@pytest.fixture(scope="session")
-def sdxl_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    target = tmp_path_factory.mktemp("sdxl") / "model"
-    SDXLModel.build_tiny(target, seed=0)
-    return target
+sdxl_dir = tiny_model_folder(SDXLModel, scope="session")
 
 
 def make(sdxl_dir: Path, **kw: Any) -> SDXLModel:
