@@ -1,8 +1,10 @@
-"""What the per-arch model tests (test_flux.py, test_qwen_image.py, ...) share: stand-ins
-for the trainer's `model:` and `train:` sections, the small end-to-end LoRA job, and the
-checks on what a job leaves behind (a trained LoRA file and its preview; a Ctrl+C then a
-resume that ends on the uninterrupted run's weights). Each arch's test file keeps what is
-its own: how its tiny model is built, its LoRA layout, its interop with diffusers.
+"""What the per-arch model tests (test_flux.py, test_qwen_image.py, ...) share: the tiny
+model folder, stand-ins for the trainer's `model:` and `train:` sections, the small
+end-to-end LoRA job, the checks on what a job leaves behind (a trained LoRA file and its
+preview; a Ctrl+C then a resume that ends on the uninterrupted run's weights), and the
+gradient-checkpointing, quantization and diffusers-interop checks that are the same
+logic in several archs. Each arch's file keeps what is its own: its shapes and layers,
+its LoRA layout, its settings and tolerances where they differ.
 """
 
 from __future__ import annotations
@@ -10,6 +12,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+from collections.abc import Callable
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any, Literal
@@ -22,14 +25,16 @@ from safetensors.torch import load_file, save_file
 
 from aitk import train as train_module
 from aitk.adapters import AdapterNetwork
+from aitk.batch import DataBatch
 from aitk.cli_run import main as cli_main
 from aitk.config import load_config
 from aitk.job import EXIT_INTERRUPTED, EXIT_OK, StopFlag, run_job
 from aitk.models.base import BaseModel
+from aitk.train import compute_loss, step_generator
 from tests.aitk.aitk_testing import job_config, write_config
 from tests.aitk.models.conftest import ModelCfg
 
-STEPS = 4  # the end-to-end job's length: saves at 2 and 4, a resume from 2
+STEPS = 4  # the end-to-end job's length; the Ctrl+C checks stop it during step 2
 ALPHA = 8  # the job's LoRA alpha, != rank 4: the file must carry the scale other tools apply
 
 
@@ -161,8 +166,9 @@ def interrupt_via_stop_flag_then_resume(config: Path, checkpoint: Path,
 
 def interrupt_via_sigint_then_resume(argv: list[str],
                                      monkeypatch: pytest.MonkeyPatch) -> None:
-    """`aitk run <argv>` in this process, a real SIGINT sent to it during step 2's loss:
-    exit 130. Then the same again, undisturbed: it must resume and finish (exit 0)."""
+    """`python run.py <argv>` (aitk.cli_run) in this process, a real SIGINT sent to it
+    during step 2's loss: exit 130. Then the same again, undisturbed: it must resume and
+    finish (exit 0)."""
     real = train_module.compute_loss
     calls = []
 
@@ -185,9 +191,94 @@ def assert_same_weights(resumed: Path, straight: Path) -> None:
     assert max((ours[k] - theirs[k]).abs().max().item() for k in theirs) <= 1e-6
 
 
+# ---- memory: gradient checkpointing, quantization -----------------------------------------
+def prediction_grads(model: BaseModel, net: AdapterNetwork, inputs: tuple[Any, Any, Any],
+                     checkpointing: bool) -> tuple[torch.Tensor, list[torch.Tensor]]:
+    """The loss (the squared prediction on `inputs`: latents, timesteps, embeds) and the
+    LoRA's gradients of one backward pass, with the transformer's gradient checkpointing
+    on or off."""
+    latents, timesteps, embeds = inputs
+    if checkpointing:
+        model.model.enable_gradient_checkpointing()
+    else:
+        model.model.disable_gradient_checkpointing()
+    for p in net.trainable_parameters():
+        p.grad = None
+    loss = model.get_noise_prediction(latents, timesteps, embeds).pow(2).mean()
+    loss.backward()
+    return loss.detach(), [p.grad.clone() for p in net.trainable_parameters()]
+
+
+def step_grads_without_and_with_checkpointing(
+        model: BaseModel, params: list[torch.Tensor], batch: DataBatch,
+) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
+    """The gradients on `params` of one training step's loss on `batch` (zeros where
+    none reached), in train mode: first as loaded, then with the transformer's gradient
+    checkpointing on."""
+
+    def grads() -> list[torch.Tensor]:
+        for p in params:
+            p.grad = None
+        compute_loss(model, batch, step_generator(1, 0, 0)).backward()
+        return [torch.zeros_like(p) if p.grad is None else p.grad.clone() for p in params]
+
+    model.model.train()
+    plain = grads()
+    model.model.enable_gradient_checkpointing()
+    return plain, grads()
+
+
+def assert_a_step_moves_only_the_lora(model: BaseModel, net: AdapterNetwork,
+                                      prompt: str) -> None:
+    """One AdamW step on the squared error of a 1x4x4x4 (flux-family) latent's
+    prediction with `prompt`: the loss is finite, only `.lora_` weights of the
+    transformer change, and only the LoRA's parameters require grad."""
+    tr = model.model
+    before = {k: v.clone() for k, v in tr.state_dict().items()}
+    opt = torch.optim.AdamW(net.trainable_parameters(), lr=1e-2)
+    embeds = model.get_prompt_embeds([prompt])
+    latents = torch.randn(1, 4, 4, 4, generator=torch.Generator().manual_seed(0))
+    loss = (model.get_noise_prediction(latents, torch.tensor([500.0]), embeds) - latents
+            ).pow(2).mean()
+    assert torch.isfinite(loss)
+    loss.backward()
+    opt.step()
+    trained = {id(p) for p in net.trainable_parameters()}
+    changed = [k for k, v in tr.state_dict().items() if not torch.equal(before[k], v)]
+    assert changed and all(".lora_" in k for k in changed)
+    assert all(p.requires_grad == (id(p) in trained) for p in tr.parameters())
+
+
+def assert_a_step_reaches_only_the_lora(model: BaseModel, network: AdapterNetwork,
+                                        batch: DataBatch) -> None:
+    """One training step's loss on `batch` is finite and its gradients reach the
+    transformer's LoRA parameters only (a quantized base must stay frozen)."""
+    loss = compute_loss(model, batch, step_generator(0, 0, 0))
+    loss.backward()
+    assert torch.isfinite(loss)
+    trainable = {id(p) for p in network.trainable_parameters()}
+    with_grad = [n for n, p in model.model.named_parameters() if p.grad is not None]
+    assert with_grad and all("lora_" in n for n in with_grad)
+    assert all(id(p) in trainable for p in model.model.parameters() if p.requires_grad)
+
+
 # ---- interop with diffusers' pipelines ---------------------------------------------------
-def image_array(image) -> np.ndarray:
+def image_array(image: Any) -> np.ndarray:
+    """A PIL image as floats in [0, 1], to compare renders pixel by pixel."""
     return np.asarray(image, dtype=np.float32) / 255.0
+
+
+def assert_loaded_lora_reproduces(ours: np.ndarray, pipe: Any, lora: Path,
+                                  render: Callable[[], np.ndarray]) -> None:
+    """diffusers' `pipe`, after `load_lora_weights(lora)`, renders (`render()`) the
+    trainer's preview `ours` up to PNG rounding; before it, a visibly different image."""
+    base = render()
+    pipe.load_lora_weights(str(lora))
+    assert any("lora_B" in n for n, _ in pipe.transformer.named_parameters())
+    with_lora = render()
+    # Same float32 CPU math on both sides; PNG-level rounding is the only slack.
+    assert np.abs(with_lora - ours).max() <= 2 / 255
+    assert np.abs(with_lora - base).max() > 4 / 255  # the LoRA really changed the image
 
 
 def amplified(lora: Path, out: Path, factor: float = 30.0) -> Path:

@@ -21,11 +21,13 @@ from aitk.models.chroma.model import kept_token_mask
 from aitk.models.registry import load_model
 from tests.aitk.aitk_testing import job_config, write_config
 from tests.aitk.models.arch_checks import (
+    assert_a_step_moves_only_the_lora,
     assert_same_weights,
     assert_trained_lora,
     interrupt_via_stop_flag_then_resume,
     last_step_sample,
     model_cfg,
+    prediction_grads,
     randomise,
     tiny_model_folder,
     train_cfg,
@@ -182,19 +184,6 @@ def test_old_diffusion_model_layout_reads_back(model: ChromaModel, tmp_path: Pat
 
 
 # ---- memory ----------------------------------------------------------------------------
-def _lora_grads(model: ChromaModel, net: AdapterNetwork, inputs, checkpointing: bool):
-    latents, timesteps, embeds = inputs
-    if checkpointing:
-        model.model.enable_gradient_checkpointing()
-    else:
-        model.model.disable_gradient_checkpointing()
-    for p in net.trainable_parameters():
-        p.grad = None
-    loss = model.get_noise_prediction(latents, timesteps, embeds).pow(2).mean()
-    loss.backward()
-    return loss.detach(), [p.grad.clone() for p in net.trainable_parameters()]
-
-
 def test_gradient_checkpointing_gives_the_same_gradients(model: ChromaModel, inputs) -> None:
     """With a padded batch: diffusers' checkpointed single blocks would run unmasked."""
     net = AdapterNetwork.attach(model, NetCfg(linear=4, linear_alpha=4.0))
@@ -203,8 +192,8 @@ def test_gradient_checkpointing_gives_the_same_gradients(model: ChromaModel, inp
     model.model.single_transformer_blocks[0].register_forward_pre_hook(
         lambda m, a, kw: calls.append(kw.get("attention_mask") is not None),
         with_kwargs=True)
-    loss_off, grads_off = _lora_grads(model, net, inputs, False)
-    loss_on, grads_on = _lora_grads(model, net, inputs, True)
+    loss_off, grads_off = prediction_grads(model, net, inputs, False)
+    loss_on, grads_on = prediction_grads(model, net, inputs, True)
     assert len(calls) == 3 and all(calls)  # once without, twice with; always masked
     assert torch.equal(loss_on, loss_off)
     assert all(g.abs().sum() > 0 for g in grads_off)
@@ -226,18 +215,7 @@ def test_quantized_step_trains_only_the_lora(chroma_dir: Path) -> None:
         assert not isinstance(kept, QModuleMixin)
     net = AdapterNetwork.attach(m, NetCfg(linear=4, linear_alpha=4.0))
     randomise(net, scale=0.1)
-    before = {k: v.clone() for k, v in tr.state_dict().items()}
-    opt = torch.optim.AdamW(net.trainable_parameters(), lr=1e-2)
-    latents = torch.randn(1, 4, 4, 4, generator=torch.Generator().manual_seed(0))
-    loss = (m.get_noise_prediction(latents, torch.tensor([500.0]), m.get_prompt_embeds(["a"]))
-            - latents).pow(2).mean()
-    assert torch.isfinite(loss)
-    loss.backward()
-    opt.step()
-    trained = {id(p) for p in net.trainable_parameters()}
-    changed = [k for k, v in tr.state_dict().items() if not torch.equal(before[k], v)]
-    assert changed and all(".lora_" in k for k in changed)
-    assert all(p.requires_grad == (id(p) in trained) for p in tr.parameters())
+    assert_a_step_moves_only_the_lora(m, net, "a")
 
 
 # ---- loading errors ------------------------------------------------------------------------

@@ -20,10 +20,12 @@ from aitk.models.flux import FluxModel
 from aitk.models.registry import load_model
 from tests.aitk.aitk_testing import job_config, write_config
 from tests.aitk.models.arch_checks import (
+    assert_a_step_moves_only_the_lora,
     assert_same_weights,
     assert_trained_lora,
     interrupt_via_stop_flag_then_resume,
     model_cfg,
+    prediction_grads,
     randomise,
     tiny_model_folder,
     train_cfg,
@@ -191,26 +193,13 @@ def test_old_diffusion_model_layout_reads_back(model: FluxModel, tmp_path: Path)
 
 
 # ---- memory ----------------------------------------------------------------------------
-def _lora_grads(model: FluxModel, net: AdapterNetwork, inputs, checkpointing: bool):
-    latents, timesteps, embeds = inputs
-    if checkpointing:
-        model.model.enable_gradient_checkpointing()
-    else:
-        model.model.disable_gradient_checkpointing()
-    for p in net.trainable_parameters():
-        p.grad = None
-    loss = model.get_noise_prediction(latents, timesteps, embeds).pow(2).mean()
-    loss.backward()
-    return loss.detach(), [p.grad.clone() for p in net.trainable_parameters()]
-
-
 def test_gradient_checkpointing_gives_the_same_gradients(model: FluxModel, inputs) -> None:
     net = AdapterNetwork.attach(model, NetCfg(linear=4, linear_alpha=4.0))
     randomise(net)
     calls = []
     model.model.transformer_blocks[0].register_forward_pre_hook(lambda *a: calls.append(1))
-    loss_off, grads_off = _lora_grads(model, net, inputs, False)
-    loss_on, grads_on = _lora_grads(model, net, inputs, True)
+    loss_off, grads_off = prediction_grads(model, net, inputs, False)
+    loss_on, grads_on = prediction_grads(model, net, inputs, True)
     assert len(calls) == 3  # once without, twice (forward + recompute) with
     assert torch.equal(loss_on, loss_off)
     assert any(g.abs().sum() > 0 for g in grads_off)
@@ -232,19 +221,7 @@ def test_quantized_step_trains_only_the_lora(flux_dir: Path, qtype: str) -> None
         assert not isinstance(kept, QModuleMixin)
     net = AdapterNetwork.attach(m, NetCfg(linear=4, linear_alpha=4.0))
     randomise(net, scale=0.1)
-    before = {k: v.clone() for k, v in tr.state_dict().items()}
-    opt = torch.optim.AdamW(net.trainable_parameters(), lr=1e-2)
-    embeds = m.get_prompt_embeds(["a cat"])
-    latents = torch.randn(1, 4, 4, 4, generator=torch.Generator().manual_seed(0))
-    loss = (m.get_noise_prediction(latents, torch.tensor([500.0]), embeds) - latents
-            ).pow(2).mean()
-    assert torch.isfinite(loss)
-    loss.backward()
-    opt.step()
-    trained = {id(p) for p in net.trainable_parameters()}
-    changed = [k for k, v in tr.state_dict().items() if not torch.equal(before[k], v)]
-    assert changed and all(".lora_" in k for k in changed)
-    assert all(p.requires_grad == (id(p) in trained) for p in tr.parameters())
+    assert_a_step_moves_only_the_lora(m, net, "a cat")
 
 
 def test_low_vram_moves_idle_parts_only_while_used(model: FluxModel) -> None:

@@ -24,16 +24,18 @@ from aitk.models.base import GenerateImageConfig
 from aitk.models.flux2_klein import Flux2Klein4BModel, Flux2KleinModel, lora_keys
 from aitk.models.flux2_klein.model import run_pipeline
 from aitk.models.registry import discover
-from aitk.train import compute_loss, step_generator
 from aitk.upstream_keys import divisibility_for
 from tests.aitk.models.arch_checks import (
     STEPS,
     amplified,
+    assert_a_step_reaches_only_the_lora,
+    assert_loaded_lora_reproduces,
     assert_same_weights,
     image_array,
     interrupt_via_sigint_then_resume,
     last_step_sample,
     model_cfg,
+    step_grads_without_and_with_checkpointing,
     tiny_model_folder,
     write_lora_job,
 )
@@ -161,13 +163,7 @@ def test_diffusers_load_lora_weights_reproduces_the_trainer_preview(klein_dir: P
                                         torch.Generator().manual_seed(gen.seed),
                                         torch.device("cpu"), torch.float32))
 
-    base = theirs()
-    pipe.load_lora_weights(str(lora))
-    assert any("lora_B" in n for n, _ in pipe.transformer.named_parameters())
-    with_lora = theirs()
-    # Same float32 CPU math on both sides; PNG-level rounding is the only slack.
-    assert np.abs(with_lora - ours).max() <= 2 / 255
-    assert np.abs(with_lora - base).max() > 4 / 255  # the LoRA really changed the image
+    assert_loaded_lora_reproduces(ours, pipe, lora, theirs)
 
 
 def test_batchnorm_normalisation_round_trips_the_vae_path(klein_dir: Path):
@@ -259,17 +255,7 @@ def test_gradient_checkpointing_gives_the_same_lora_gradients(klein_dir: Path):
     batch = DataBatch(captions=["a", "b"],
                       latents=model.encode_images(torch.rand(2, 3, 32, 32) * 2 - 1),
                       prompt_embeds=model.get_prompt_embeds(["a red circle", "blue"]))
-
-    def grads() -> list[torch.Tensor]:
-        for p in params:
-            p.grad = None
-        compute_loss(model, batch, step_generator(1, 0, 0)).backward()
-        return [torch.zeros_like(p) if p.grad is None else p.grad.clone() for p in params]
-
-    model.model.train()
-    plain = grads()
-    model.model.enable_gradient_checkpointing()
-    checkpointed = grads()
+    plain, checkpointed = step_grads_without_and_with_checkpointing(model, params, batch)
     assert sum(bool(g.abs().max() > 0) for g in plain) > len(plain) // 2
     for a, b in zip(plain, checkpointed, strict=True):
         assert torch.allclose(a, b, atol=1e-6)
@@ -285,13 +271,7 @@ def test_quantized_transformer_trains_only_the_lora(klein_dir: Path):
     batch = DataBatch(captions=["a"],
                       latents=model.encode_images(torch.rand(1, 3, 32, 32) * 2 - 1),
                       prompt_embeds=model.get_prompt_embeds(["a red circle"]))
-    loss = compute_loss(model, batch, step_generator(0, 0, 0))
-    loss.backward()
-    assert torch.isfinite(loss)
-    trainable = {id(p) for p in network.trainable_parameters()}
-    with_grad = [n for n, p in model.model.named_parameters() if p.grad is not None]
-    assert with_grad and all("lora_" in n for n in with_grad)
-    assert all(id(p) in trainable for p in model.model.parameters() if p.requires_grad)
+    assert_a_step_reaches_only_the_lora(model, network, batch)
 
 
 def test_training_shift_is_the_pipelines_empirical_mu(klein_dir: Path):

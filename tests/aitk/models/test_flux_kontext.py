@@ -28,6 +28,7 @@ from tests.aitk.models.arch_checks import (
     interrupt_via_stop_flag_then_resume,
     last_step_sample,
     model_cfg,
+    prediction_grads,
     randomise,
     tiny_model_folder,
     train_cfg,
@@ -146,19 +147,9 @@ def test_gradient_checkpointing_gives_the_same_gradients(model: FluxKontextModel
     batch = edit_batch(model)
     conditioned = model.condition_noisy_latents(
         torch.randn(2, 4, 4, 6, generator=torch.Generator().manual_seed(2)), batch)
-
-    def grads(on: bool):
-        (model.model.enable_gradient_checkpointing if on
-         else model.model.disable_gradient_checkpointing)()
-        for p in net.trainable_parameters():
-            p.grad = None
-        loss = model.get_noise_prediction(conditioned, torch.tensor([250.0, 800.0]),
-                                          batch.prompt_embeds).pow(2).mean()
-        loss.backward()
-        return loss.detach(), [p.grad.clone() for p in net.trainable_parameters()]
-
-    loss_off, off = grads(False)
-    loss_on, on = grads(True)
+    inputs = (conditioned, torch.tensor([250.0, 800.0]), batch.prompt_embeds)
+    loss_off, off = prediction_grads(model, net, inputs, False)
+    loss_on, on = prediction_grads(model, net, inputs, True)
     assert torch.equal(loss_on, loss_off)
     assert any(g.abs().sum() > 0 for g in off)
     for a, b in zip(off, on, strict=True):

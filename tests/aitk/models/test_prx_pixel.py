@@ -28,12 +28,14 @@ from aitk.models.registry import load_model
 from aitk.train import compute_loss, step_generator
 from tests.aitk.models.arch_checks import (
     STEPS,
+    assert_a_step_reaches_only_the_lora,
     assert_lora_file,
     assert_same_weights,
     image_array,
     interrupt_via_sigint_then_resume,
     last_step_sample,
     model_cfg,
+    step_grads_without_and_with_checkpointing,
     tiny_model_folder,
     write_lora_job,
 )
@@ -257,17 +259,7 @@ def test_gradient_checkpointing_gives_the_same_lora_gradients(prx_dir: Path):
             p.normal_(0.0, 0.05)
     batch = DataBatch(captions=["a", "b"], latents=torch.rand(2, 3, 32, 32) * 2 - 1,
                       prompt_embeds=model.get_prompt_embeds(["a red circle", "blue"]))
-
-    def grads() -> list[torch.Tensor]:
-        for p in params:
-            p.grad = None
-        compute_loss(model, batch, step_generator(1, 0, 0)).backward()
-        return [p.grad.clone() for p in params]
-
-    model.model.train()
-    plain = grads()
-    model.model.enable_gradient_checkpointing()
-    checkpointed = grads()
+    plain, checkpointed = step_grads_without_and_with_checkpointing(model, params, batch)
     assert all(g.abs().max() > 0 for g in plain)
     for a, b in zip(plain, checkpointed, strict=True):
         assert torch.allclose(a, b, atol=1e-6)
@@ -283,13 +275,7 @@ def test_quantized_transformer_and_text_encoder_train_only_the_lora(prx_dir: Pat
     network = AdapterNetwork.attach(model, NetCfg())
     batch = DataBatch(captions=["a"], latents=torch.rand(1, 3, 32, 32) * 2 - 1,
                       prompt_embeds=model.get_prompt_embeds(["a red circle"]))
-    loss = compute_loss(model, batch, step_generator(0, 0, 0))
-    loss.backward()
-    assert torch.isfinite(loss)
-    trainable = {id(p) for p in network.trainable_parameters()}
-    with_grad = [n for n, p in model.model.named_parameters() if p.grad is not None]
-    assert with_grad and all("lora_" in n for n in with_grad)
-    assert all(id(p) in trainable for p in model.model.parameters() if p.requires_grad)
+    assert_a_step_reaches_only_the_lora(model, network, batch)
 
 
 def test_peft_converter_refuses_a_non_lora_file_in_one_line(tmp_path: Path, capsys):

@@ -35,12 +35,14 @@ from tests.aitk.aitk_testing import write_config
 from tests.aitk.models.arch_checks import (
     STEPS,
     amplified,
+    assert_loaded_lora_reproduces,
     assert_lora_file,
     assert_same_weights,
     image_array,
     interrupt_via_sigint_then_resume,
     lora_job_config,
     model_cfg,
+    step_grads_without_and_with_checkpointing,
     tiny_model_folder,
 )
 from tests.aitk.models.conftest import NetCfg
@@ -188,13 +190,7 @@ def interop(model_dir: Path, lora: Path, cls, pipe_cls, gen: GenerateImageConfig
                                         torch.Generator().manual_seed(gen.seed),
                                         torch.device("cpu"), torch.float32, image=image))
 
-    base = theirs()
-    pipe.load_lora_weights(str(lora))
-    assert any("lora_B" in n for n, _ in pipe.transformer.named_parameters())
-    with_lora = theirs()
-    # Same float32 CPU math on both sides; PNG-level rounding is the only slack.
-    assert np.abs(with_lora - ours).max() <= 2 / 255
-    assert np.abs(with_lora - base).max() > 4 / 255  # the LoRA really changed the image
+    assert_loaded_lora_reproduces(ours, pipe, lora, theirs)
 
 
 def test_diffusers_edit_pipeline_with_the_lora_reproduces_the_trainer_preview(
@@ -253,8 +249,6 @@ def test_a_preview_without_ctrl_img_is_a_clear_error(edit_dir: Path):
 
 
 def test_gradient_checkpointing_gives_the_same_lora_gradients_with_controls(edit_dir: Path):
-    from aitk.train import compute_loss, step_generator
-
     model = loaded(edit_dir)
     network = AdapterNetwork.attach(model, NetCfg(linear=4, linear_alpha=4.0))
     params = list(network.trainable_parameters())
@@ -265,17 +259,7 @@ def test_gradient_checkpointing_gives_the_same_lora_gradients_with_controls(edit
     batch = DataBatch(captions=["a", "b"], control_tensor=ctrl, control_tensor_list=[ctrl],
                       latents=model.encode_images(torch.rand(2, 3, 32, 32) * 2 - 1),
                       prompt_embeds=model.get_prompt_embeds(["a", "b"], control_images=[ctrl]))
-
-    def grads() -> list[torch.Tensor]:
-        for p in params:
-            p.grad = None
-        compute_loss(model, batch, step_generator(1, 0, 0)).backward()
-        return [torch.zeros_like(p) if p.grad is None else p.grad.clone() for p in params]
-
-    model.model.train()
-    plain = grads()
-    model.model.enable_gradient_checkpointing()
-    checkpointed = grads()
+    plain, checkpointed = step_grads_without_and_with_checkpointing(model, params, batch)
     assert any(g.abs().max() > 0 for g in plain)
     for a, b in zip(plain, checkpointed, strict=True):
         assert torch.allclose(a, b, atol=1e-6)

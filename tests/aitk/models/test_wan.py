@@ -30,6 +30,7 @@ from aitk.optim import Schedule
 from aitk.train import LoopSettings, Run, compute_loss, step_generator
 from tests.aitk.models.arch_checks import (
     STEPS,
+    assert_a_step_reaches_only_the_lora,
     assert_same_weights,
     interrupt_via_sigint_then_resume,
     last_step_sample,
@@ -439,13 +440,7 @@ def test_quantized_transformer_trains_only_the_lora(wan_dirs):
     model = loaded("wan21", wan_dirs["wan21"], quantize=True, qtype="qint8")
     assert is_quantized(model.model) and not is_quantized(model.model.proj_out)
     network = AdapterNetwork.attach(model, NetCfg())
-    loss = compute_loss(model, video_batch(model), step_generator(0, 0, 0))
-    loss.backward()
-    assert torch.isfinite(loss)
-    with_grad = [n for n, p in model.model.named_parameters() if p.grad is not None]
-    assert with_grad and all("lora_" in n for n in with_grad)
-    trainable = {id(p) for p in network.trainable_parameters()}
-    assert all(id(p) in trainable for p in model.model.parameters() if p.requires_grad)
+    assert_a_step_reaches_only_the_lora(model, network, video_batch(model))
 
 
 @pytest.mark.parametrize("arch,hub_id", [("wan21", "Wan-AI/Wan2.1-T2V-1.3B-Diffusers"),
