@@ -12,7 +12,9 @@ The trainer calls these hooks in this order:
 1. Load: `load_model()` builds the transformer, text encoder(s), tokenizer(s), VAE and
    scheduler from `model_config.name_or_path` and stores them on self (`self.model`,
    alias `transformer` / `unet`; `self.text_encoder`, `self.tokenizer`, `self.vae`,
-   `self.noise_scheduler`), frozen (`requires_grad_(False)`) and on `self.device`.
+   `self.noise_scheduler`), frozen (`requires_grad_(False)`) and on `self.device`
+   (`place_loaded`: with `model_config.low_vram` the idle parts wait on the CPU and
+   visit the device inside `with self.on_device(part):`).
    Apply `model_config.quantize` / `quantize_te` here (aitk.quantize) and read extra
    knobs from `model_config.model_kwargs`. Raise `ModelLoadError` with the path and
    what is missing. With `train.gradient_checkpointing` the trainer then calls
@@ -86,7 +88,8 @@ aitk.sampling writes as an animated WebP plus a frame strip.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+import contextlib
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar, Protocol
@@ -95,6 +98,7 @@ import torch
 from torch import nn
 
 from aitk.models.errors import ModelError, ModelLoadError  # noqa: F401 (defined without torch)
+from aitk.models.offload import visiting
 from aitk.noise import NoiseSchedule, NoiseSettings
 from aitk.prompt_embeds import AdvancedPromptEmbeds
 
@@ -181,6 +185,44 @@ class BaseModel:
     # ---- 1. load -------------------------------------------------------------------
     def load_model(self) -> None:
         raise NotImplementedError
+
+    # `model.low_vram`: idle parts (text encoders, a VAE, Wan 2.2's idle expert) wait on
+    # the CPU and visit the device only while they work. Read from the config at each
+    # use, so every arch (and a test that flips it after loading) sees one value.
+    @property
+    def low_vram(self) -> bool:
+        return bool(getattr(self.model_config, "low_vram", False))
+
+    @low_vram.setter
+    def low_vram(self, value: bool) -> None:
+        # Written through to the config: it stays the one place the flag lives.
+        self.model_config.low_vram = bool(value)
+
+    @property
+    def idle_device(self) -> torch.device:
+        """Where a part waits between uses: the CPU with `low_vram`, else the device."""
+        return torch.device("cpu") if self.low_vram else self.device
+
+    def place_loaded(self, working: Iterable[nn.Module],
+                     idle: Iterable[nn.Module] = ()) -> None:
+        """After loading: `working` parts (the denoiser) on the device, `idle` ones (text
+        encoders, a VAE) on `idle_device`."""
+        for module in working:
+            module.to(self.device)
+        for module in idle:
+            module.to(self.idle_device)
+
+    @contextlib.contextmanager
+    def on_device(self, *modules: nn.Module | None) -> Iterator[None]:
+        """With `low_vram`, the given parts (None: one the model lacks) visit the device
+        inside the block and go back to the CPU after it, even on error; otherwise they
+        already live on the device and nothing moves."""
+        with contextlib.ExitStack() as stack:
+            if self.low_vram:
+                for module in modules:
+                    if module is not None:
+                        stack.enter_context(visiting(module, self.device))
+            yield
 
     # ---- 2. encoders ---------------------------------------------------------------
     def encode_images(self, images: torch.Tensor) -> torch.Tensor:

@@ -116,10 +116,7 @@ class ChromaModel(FluxModel):
             from aitk.quantize import quantize_linear_layers
 
             quantize_linear_layers(text_encoder, getattr(cfg, "qtype_te", "qfloat8"))
-        idle = torch.device("cpu") if self.low_vram else self.device
-        transformer.to(self.device)
-        for module in (text_encoder, vae):
-            module.to(idle)
+        self.place_loaded([transformer], idle=[text_encoder, vae])
         self.model, self.vae, self.noise_scheduler = transformer, vae, scheduler
         self.text_encoder, self.tokenizer = text_encoder, tokenizer
 
@@ -142,9 +139,9 @@ class ChromaModel(FluxModel):
                                 max_length=self.max_sequence_length, truncation=True,
                                 return_tensors="pt")
         mask = tokens.attention_mask
-        with torch.no_grad(), self.on_device(self.text_encoder) as t5:
-            states = t5(tokens.input_ids.to(self.device),
-                        attention_mask=mask.to(self.device)).last_hidden_state
+        with torch.no_grad(), self.on_device(self.text_encoder):
+            states = self.text_encoder(tokens.input_ids.to(self.device),
+                                       attention_mask=mask.to(self.device)).last_hidden_state
         keep = kept_token_mask(mask).to(states.device)
         return AdvancedPromptEmbeds(
             text_embeds=[states[i][keep[i]].to(self.dtype).clone() for i in range(len(mask))])

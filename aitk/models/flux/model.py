@@ -116,29 +116,10 @@ class FluxModel(BaseModel):
             from aitk.quantize import quantize_linear_layers
 
             quantize_linear_layers(text_encoder_2, getattr(cfg, "qtype_te", "qfloat8"))
-        idle = torch.device("cpu") if self.low_vram else self.device
-        transformer.to(self.device)
-        for module in (text_encoder, text_encoder_2, vae):
-            module.to(idle)
+        self.place_loaded([transformer], idle=[text_encoder, text_encoder_2, vae])
         self.model, self.vae, self.noise_scheduler = transformer, vae, scheduler
         self.text_encoder, self.tokenizer = text_encoder, tokenizer
         self.text_encoder_2, self.tokenizer_2 = text_encoder_2, tokenizer_2
-
-    @property
-    def low_vram(self) -> bool:
-        return bool(getattr(self.model_config, "low_vram", False))
-
-    @contextmanager
-    def on_device(self, module: nn.Module) -> Iterator[nn.Module]:
-        """With `low_vram`, bring an idle part to the device for one use, then back."""
-        if not self.low_vram or self.device.type == "cpu":
-            yield module
-            return
-        module.to(self.device)
-        try:
-            yield module
-        finally:
-            module.to("cpu")
 
     @property
     def max_sequence_length(self) -> int:
@@ -185,10 +166,10 @@ class FluxModel(BaseModel):
                                   max_length=self.max_sequence_length, truncation=True,
                                   return_tensors="pt").input_ids
         with torch.no_grad():
-            with self.on_device(self.text_encoder) as clip:
-                pooled = clip(clip_ids.to(self.device)).pooler_output
-            with self.on_device(self.text_encoder_2) as t5:
-                states = t5(t5_ids.to(self.device)).last_hidden_state
+            with self.on_device(self.text_encoder):
+                pooled = self.text_encoder(clip_ids.to(self.device)).pooler_output
+            with self.on_device(self.text_encoder_2):
+                states = self.text_encoder_2(t5_ids.to(self.device)).last_hidden_state
         return AdvancedPromptEmbeds(
             text_embeds=[states[i].to(self.dtype).clone() for i in range(len(prompts))],
             pooled_embeds=[pooled[i:i + 1].to(self.dtype).clone()

@@ -35,7 +35,6 @@ What is unusual, and where it is handled:
 
 from __future__ import annotations
 
-import contextlib
 import html
 import json
 from dataclasses import dataclass
@@ -121,12 +120,10 @@ class PRXPixelModel(BaseModel):
         settings = {**pipeline_settings(name), **(getattr(cfg, "model_kwargs", None) or {})}
         self.noise_scale = float(settings.get("noise_scale", NOISE_SCALE))
         self.prompt_max_tokens = int(settings.get("prompt_max_tokens", PROMPT_MAX_TOKENS))
-        self.low_vram = bool(getattr(cfg, "low_vram", False))
-        idle = torch.device("cpu") if self.low_vram else self.device
-        for module, where in ((transformer, self.device), (text_encoder, idle)):
+        for module in (transformer, text_encoder):
             module.requires_grad_(False)
             module.eval()
-            module.to(where)
+        self.place_loaded([transformer], idle=[text_encoder])
         self.model, self.text_encoder, self.tokenizer = transformer, text_encoder, tokenizer
         self.noise_scheduler = scheduler
         if getattr(cfg, "quantize", False):
@@ -138,12 +135,6 @@ class PRXPixelModel(BaseModel):
             from aitk.quantize import quantize_linear_layers
 
             quantize_linear_layers(text_encoder, getattr(cfg, "qtype_te", "qfloat8"))
-
-    def _on_device(self, module: torch.nn.Module) -> contextlib.AbstractContextManager:
-        """With low_vram, the text encoder idles on the CPU and visits the device."""
-        from aitk.models.offload import visiting
-
-        return visiting(module, self.device) if self.low_vram else contextlib.nullcontext()
 
     # ---- 2. encoders ---------------------------------------------------------------
     def encode_images(self, images: torch.Tensor) -> torch.Tensor:
@@ -164,7 +155,7 @@ class PRXPixelModel(BaseModel):
                                 max_length=self.prompt_max_tokens, truncation=True,
                                 return_attention_mask=True, return_tensors="pt")
         te = self.text_encoder
-        with torch.no_grad(), self._on_device(te):
+        with torch.no_grad(), self.on_device(te):
             where = next(te.parameters()).device
             mask = tokens.attention_mask.bool().to(where)
             states = te(input_ids=tokens.input_ids.to(where), attention_mask=mask,

@@ -87,12 +87,10 @@ class QwenImageModel(BaseModel):
         # the memory and slow Conv3d it carries).
         if not self.keep_vision_tower:
             text_encoder.model.visual = None
-        self.low_vram = bool(getattr(cfg, "low_vram", False))
-        idle = torch.device("cpu") if self.low_vram else self.device
-        for module, where in ((transformer, self.device), (text_encoder, idle), (vae, idle)):
+        for module in (transformer, text_encoder, vae):
             module.requires_grad_(False)
             module.eval()
-            module.to(where)
+        self.place_loaded([transformer], idle=[text_encoder, vae])
         self.model, self.text_encoder, self.tokenizer = transformer, text_encoder, tokenizer
         self.vae, self.noise_scheduler = vae, scheduler
         prefix = PROMPT_TEMPLATE.split("{}")[0]
@@ -106,10 +104,6 @@ class QwenImageModel(BaseModel):
 
             quantize_linear_layers(text_encoder, cfg.qtype_te,
                                    exclude=("lm_head", "model.visual*"))
-
-    def _on_device(self, module: torch.nn.Module) -> contextlib.AbstractContextManager:
-        """With low_vram, a part idles on the CPU and visits the device to work."""
-        return visiting(module, self.device) if self.low_vram else contextlib.nullcontext()
 
     # ---- 2. encoders ---------------------------------------------------------------
     @property
@@ -126,7 +120,7 @@ class QwenImageModel(BaseModel):
     def encode_images(self, images: torch.Tensor) -> torch.Tensor:
         """(B, 3, H, W) in [-1, 1] -> (B, C, H/8, W/8), the distribution's mean,
         normalised per channel."""
-        with torch.no_grad(), self._on_device(self.vae):
+        with torch.no_grad(), self.on_device(self.vae):
             x = images.to(self.device, torch.float32)[:, :, None]
             z = self.vae.encode(x).latent_dist.mean[:, :, 0]
         mean, std = self._latent_stats(z)
@@ -135,7 +129,7 @@ class QwenImageModel(BaseModel):
     def decode_latents(self, latents: torch.Tensor) -> torch.Tensor:
         z = latents.to(self.device, torch.float32)
         mean, std = self._latent_stats(z)
-        with torch.no_grad(), self._on_device(self.vae):
+        with torch.no_grad(), self.on_device(self.vae):
             return self.vae.decode((z * std + mean)[:, :, None]).sample[:, :, 0]
 
     def get_prompt_embeds(self, prompts: list[str],
@@ -149,7 +143,7 @@ class QwenImageModel(BaseModel):
         tokens = self.tokenizer(texts, max_length=MAX_PROMPT_TOKENS + self.template_drop,
                                 padding=True, truncation=True, return_tensors="pt")
         te = self.text_encoder
-        with torch.no_grad(), self._on_device(te):
+        with torch.no_grad(), self.on_device(te):
             where = next(te.parameters()).device
             ids, mask = tokens.input_ids.to(where), tokens.attention_mask.to(where)
             states = te(input_ids=ids, attention_mask=mask,

@@ -24,8 +24,6 @@ Min-SNR weighting from `train.min_snr_gamma`. The UNet's added conditioning `tim
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -145,7 +143,6 @@ class SDXLModel(BaseModel):
         for module in (unet, text_encoder, text_encoder_2, vae):
             module.requires_grad_(False)
             module.eval()
-        unet.to(self.device)
         self.model, self.vae, self.noise_scheduler = unet, vae, scheduler
         self.text_encoder, self.text_encoder_2 = text_encoder, text_encoder_2
         self.tokenizer, self.tokenizer_2 = tokenizer, tokenizer_2
@@ -157,9 +154,7 @@ class SDXLModel(BaseModel):
 
                 self.force_zeros_for_empty_prompt = bool(json.loads(index.read_text()).get(
                     "force_zeros_for_empty_prompt", True))
-        idle = torch.device("cpu") if self.low_vram else self.device
-        for module in (vae, text_encoder, text_encoder_2):
-            module.to(idle)
+        self.place_loaded([unet], idle=[vae, text_encoder, text_encoder_2])
 
         cfg = self.model_config
         if getattr(cfg, "quantize", False):
@@ -174,24 +169,6 @@ class SDXLModel(BaseModel):
                 quantize_linear_layers(te, getattr(cfg, "qtype_te", "qfloat8"),
                                        exclude=TE_QUANT_EXCLUDE)
 
-    @property
-    def low_vram(self) -> bool:
-        return bool(getattr(self.model_config, "low_vram", False))
-
-    @contextmanager
-    def resident(self, *modules: nn.Module | None) -> Iterator[None]:
-        """With `low_vram`, idle parts live on the CPU and visit the device only here."""
-        present = [m for m in modules if m is not None]
-        if self.low_vram:
-            for m in present:
-                m.to(self.device)
-        try:
-            yield
-        finally:
-            if self.low_vram:
-                for m in present:
-                    m.to("cpu")
-
     # ---- 2. encoders ---------------------------------------------------------------
     @property
     def vae_scale_factor(self) -> int:
@@ -203,7 +180,7 @@ class SDXLModel(BaseModel):
         The distribution's mean, not a sample: cached latents are then deterministic.
         """
         cfg = self.vae.config
-        with torch.no_grad(), self.resident(self.vae):
+        with torch.no_grad(), self.on_device(self.vae):
             dist = self.vae.encode(images.to(self.device, torch.float32)).latent_dist
             latents = (dist.mean - (cfg.shift_factor or 0.0)) * cfg.scaling_factor
         return latents.to(self.device, self.dtype)
@@ -212,7 +189,7 @@ class SDXLModel(BaseModel):
         cfg = self.vae.config
         z = latents.to(self.device, torch.float32) / cfg.scaling_factor + (cfg.shift_factor
                                                                            or 0.0)
-        with torch.no_grad(), self.resident(self.vae):
+        with torch.no_grad(), self.on_device(self.vae):
             return self.vae.decode(z).sample
 
     def get_prompt_embeds(self, prompts: list[str],
@@ -224,7 +201,7 @@ class SDXLModel(BaseModel):
             raise ModelLoadError("the text encoders are unloaded (text embeddings cached)")
         states = []
         pooled = None
-        with torch.no_grad(), self.resident(self.text_encoder, self.text_encoder_2):
+        with torch.no_grad(), self.on_device(self.text_encoder, self.text_encoder_2):
             for tokenizer, encoder in ((self.tokenizer, self.text_encoder),
                                        (self.tokenizer_2, self.text_encoder_2)):
                 ids = tokenizer(list(prompts), padding="max_length", truncation=True,
