@@ -77,36 +77,21 @@ class ChromaModel(FluxModel):
         )
         from transformers import AutoTokenizer, T5EncoderModel
 
-        from aitk.models.loading import load_part
+        from aitk.models.loading import check_source, freeze, load_part
 
         cfg = self.model_config
-        source = str(cfg.name_or_path)
-        local = Path(source).expanduser()
-        if local.is_dir():
-            missing = [p for p in PARTS if not (local / p).is_dir()]
-            if missing:
-                raise ModelLoadError(f"Chroma model folder {local} lacks "
-                                     f"{', '.join(missing)}/ (a diffusers Chroma folder has "
-                                     f"{', '.join(PARTS)}/)")
-        elif local.is_file() or source.endswith(".safetensors"):
-            # Upstream configs may name one transformer file (parts from FLUX.1-schnell).
-            raise ModelLoadError(f"Chroma model {source} is a single file; point "
-                                 "name_or_path at a diffusers Chroma folder or hub id "
-                                 "(e.g. lodestones/Chroma1-HD)")
-        elif source.startswith((".", "/", "~")) or source.count("/") != 1 or "\\" in source:
-            raise ModelLoadError(f"Chroma model folder {local} does not exist")
-        transformer = load_part(ChromaTransformer2DModel, source, "transformer", "Chroma",
+        name, arch = str(cfg.name_or_path), self.arch
+        # Upstream configs may name one transformer file (parts from FLUX.1-schnell).
+        check_source(name, arch, PARTS, single_file_hint="e.g. lodestones/Chroma1-HD")
+        transformer = load_part(ChromaTransformer2DModel, name, "transformer", arch,
                                 torch_dtype=self.dtype)
-        text_encoder = load_part(T5EncoderModel, source, "text_encoder", "Chroma",
-                                 dtype=self.dtype)
-        tokenizer = load_part(AutoTokenizer, source, "tokenizer", "Chroma")
+        text_encoder = load_part(T5EncoderModel, name, "text_encoder", arch, dtype=self.dtype)
+        tokenizer = load_part(AutoTokenizer, name, "tokenizer", arch)
         # The VAE stays float32: encode/decode quality matters more than its size.
-        vae = load_part(AutoencoderKL, source, "vae", "Chroma", torch_dtype=torch.float32)
-        scheduler = load_part(FlowMatchEulerDiscreteScheduler, source, "scheduler", "Chroma")
+        vae = load_part(AutoencoderKL, name, "vae", arch, torch_dtype=torch.float32)
+        scheduler = load_part(FlowMatchEulerDiscreteScheduler, name, "scheduler", arch)
 
-        for module in (transformer, text_encoder, vae):
-            module.requires_grad_(False)
-            module.eval()
+        freeze(transformer, text_encoder, vae)
         if getattr(cfg, "quantize", False):
             from aitk.quantize import quantize_linear_layers
 

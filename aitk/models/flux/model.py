@@ -68,42 +68,23 @@ class FluxModel(BaseModel):
         from diffusers import AutoencoderKL, FlowMatchEulerDiscreteScheduler, FluxTransformer2DModel
         from transformers import AutoTokenizer, CLIPTextModel, CLIPTokenizer, T5EncoderModel
 
-        cfg = self.model_config
-        source = str(cfg.name_or_path)
-        local = Path(source).expanduser()
-        if local.is_dir():
-            missing = [p for p in PARTS if not (local / p).is_dir()]
-            if missing:
-                raise ModelLoadError(f"Flux model folder {local} lacks {', '.join(missing)}/ "
-                                     f"(a diffusers Flux folder has {', '.join(PARTS)}/)")
-            source = str(local)
-        elif source.startswith((".", "/", "~")) or source.count("/") != 1 or "\\" in source:
-            # Not a hub id (`org/name`): a folder that is not there.
-            raise ModelLoadError(f"Flux model folder {local} does not exist")
-        try:
-            transformer = FluxTransformer2DModel.from_pretrained(
-                source, subfolder="transformer", torch_dtype=self.dtype)
-            text_encoder = CLIPTextModel.from_pretrained(source, subfolder="text_encoder",
-                                                         dtype=self.dtype)
-            tokenizer = CLIPTokenizer.from_pretrained(source, subfolder="tokenizer")
-            text_encoder_2 = T5EncoderModel.from_pretrained(
-                source, subfolder="text_encoder_2", dtype=self.dtype)
-            tokenizer_2 = AutoTokenizer.from_pretrained(source, subfolder="tokenizer_2")
-            # The VAE stays float32: encode/decode quality matters more than its size.
-            vae = AutoencoderKL.from_pretrained(source, subfolder="vae",
-                                                torch_dtype=torch.float32)
-            scheduler = FlowMatchEulerDiscreteScheduler.from_pretrained(
-                source, subfolder="scheduler")
-        except (OSError, ValueError, KeyError) as exc:
-            first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-            raise ModelLoadError(
-                f"cannot load Flux model {cfg.name_or_path!r}: {first}; download it while "
-                "online (a gated model needs HF_TOKEN and its license accepted) or point "
-                "name_or_path at a diffusers Flux folder") from None
+        from aitk.models.loading import check_source, freeze, load_part
 
-        for module in (transformer, text_encoder, text_encoder_2, vae):
-            module.requires_grad_(False)
-            module.eval()
+        cfg = self.model_config
+        name, arch = str(cfg.name_or_path), self.arch
+        check_source(name, arch, PARTS)
+        transformer = load_part(FluxTransformer2DModel, name, "transformer", arch,
+                                torch_dtype=self.dtype)
+        text_encoder = load_part(CLIPTextModel, name, "text_encoder", arch, dtype=self.dtype)
+        tokenizer = load_part(CLIPTokenizer, name, "tokenizer", arch)
+        text_encoder_2 = load_part(T5EncoderModel, name, "text_encoder_2", arch,
+                                   dtype=self.dtype)
+        tokenizer_2 = load_part(AutoTokenizer, name, "tokenizer_2", arch)
+        # The VAE stays float32: encode/decode quality matters more than its size.
+        vae = load_part(AutoencoderKL, name, "vae", arch, torch_dtype=torch.float32)
+        scheduler = load_part(FlowMatchEulerDiscreteScheduler, name, "scheduler", arch)
+
+        freeze(transformer, text_encoder, text_encoder_2, vae)
         assistant = getattr(cfg, "assistant_lora_path", None)
         if assistant:
             merge_lora_file(transformer, Path(assistant).expanduser())

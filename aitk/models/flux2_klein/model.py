@@ -50,7 +50,7 @@ from aitk.flow_matching import FlowMatchSchedule, image_tokens
 from aitk.models.base import BaseModel, GenerateImageConfig, ModelLoadError
 from aitk.models.flux2_klein import lora_keys
 from aitk.models.flux2_klein.schedule import EmpiricalShift
-from aitk.models.loading import load_part
+from aitk.models.loading import freeze, load_part
 from aitk.noise import NoiseSchedule, NoiseSettings
 from aitk.prompt_embeds import AdvancedPromptEmbeds
 
@@ -94,9 +94,7 @@ class Flux2KleinModel(BaseModel):
         self.is_distilled = self._read_is_distilled(name)
         if min(self.text_layers) >= 0:  # a negative index counts from the last layer
             keep_text_layers(text_encoder, max(self.text_layers) + 1)
-        for module in (transformer, text_encoder, vae):
-            module.requires_grad_(False)
-            module.eval()
+        freeze(transformer, text_encoder, vae)
         self.place_loaded([transformer], idle=[text_encoder, vae])
         self.model, self.text_encoder, self.tokenizer = transformer, text_encoder, tokenizer
         self.vae, self.noise_scheduler = vae, scheduler

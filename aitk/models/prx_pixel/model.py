@@ -47,7 +47,7 @@ from PIL import Image
 from aitk.adapters.keys import from_public_keys, to_public_keys
 from aitk.flow_matching import FlowMatchSchedule, image_tokens
 from aitk.models.base import BaseModel, GenerateImageConfig, ModelLoadError
-from aitk.models.loading import load_part
+from aitk.models.loading import freeze, load_part
 from aitk.noise import NoiseSchedule, NoiseSettings
 from aitk.prompt_embeds import AdvancedPromptEmbeds
 from aitk.timesteps import FlowShift
@@ -120,9 +120,7 @@ class PRXPixelModel(BaseModel):
         settings = {**pipeline_settings(name), **(getattr(cfg, "model_kwargs", None) or {})}
         self.noise_scale = float(settings.get("noise_scale", NOISE_SCALE))
         self.prompt_max_tokens = int(settings.get("prompt_max_tokens", PROMPT_MAX_TOKENS))
-        for module in (transformer, text_encoder):
-            module.requires_grad_(False)
-            module.eval()
+        freeze(transformer, text_encoder)
         self.place_loaded([transformer], idle=[text_encoder])
         self.model, self.text_encoder, self.tokenizer = transformer, text_encoder, tokenizer
         self.noise_scheduler = scheduler

@@ -34,7 +34,7 @@ from PIL import Image
 from aitk.adapters.keys import from_public_keys, to_public_keys
 from aitk.flow_matching import FlowMatchSchedule, image_tokens
 from aitk.models.base import BaseModel, GenerateImageConfig, ModelLoadError
-from aitk.models.loading import load_part
+from aitk.models.loading import freeze, load_part
 from aitk.models.offload import visiting
 from aitk.noise import NoiseSchedule, NoiseSettings
 from aitk.prompt_embeds import AdvancedPromptEmbeds
@@ -87,9 +87,7 @@ class QwenImageModel(BaseModel):
         # the memory and slow Conv3d it carries).
         if not self.keep_vision_tower:
             text_encoder.model.visual = None
-        for module in (transformer, text_encoder, vae):
-            module.requires_grad_(False)
-            module.eval()
+        freeze(transformer, text_encoder, vae)
         self.place_loaded([transformer], idle=[text_encoder, vae])
         self.model, self.text_encoder, self.tokenizer = transformer, text_encoder, tokenizer
         self.vae, self.noise_scheduler = vae, scheduler

@@ -42,9 +42,7 @@ PARTS = ("unet", "vae", "text_encoder", "text_encoder_2", "tokenizer", "tokenize
 UNET_QUANT_EXCLUDE = ("conv_in", "time_embedding*", "add_embedding*", "conv_norm_out",
                       "conv_out")
 TE_QUANT_EXCLUDE = ("*embeddings*", "text_projection")
-HF_HINT = ("check the name, run `huggingface-cli login` (or set HF_TOKEN) for a gated "
-           "model, or download it while online (HF_HUB_OFFLINE unset); HF_HOME is where "
-           "downloads are kept")
+MESSAGE_NAME = "SDXL"  # how load errors name this arch, as they always have
 
 Size = tuple[int, int]  # (height, width), the order SDXL's time ids use
 
@@ -87,68 +85,46 @@ class SDXLModel(BaseModel):
         build_tiny_sdxl(target, seed=seed)
 
     # ---- 1. load -------------------------------------------------------------------
-    def _source(self) -> tuple[str, bool]:
-        """(name, is a local folder); a missing path that looks local is an error."""
-        name = str(self.model_config.name_or_path)
-        path = Path(name).expanduser()
-        if path.is_dir():
-            missing = [p for p in PARTS if not (path / p).is_dir()]
-            if missing:
-                raise ModelLoadError(f"SDXL model folder {path} lacks "
-                                     f"{', '.join(p + '/' for p in missing)} (a diffusers "
-                                     "SDXL folder has each part in its own subfolder)")
-            return str(path), True
-        if path.exists() or name.startswith((".", "/", "~")) or name.count("/") != 1:
-            raise ModelLoadError(f"SDXL model {name!r} is neither a diffusers model folder "
-                                 "nor a hub id (owner/name)")
-        return name, False
-
     def load_model(self) -> None:
         import diffusers
         from diffusers import AutoencoderKL, UNet2DConditionModel
         from transformers import CLIPTextModel, CLIPTextModelWithProjection, CLIPTokenizer
 
-        name, local = self._source()
+        from aitk.models.loading import check_source, freeze, load_part
+
+        name = str(self.model_config.name_or_path)
+        check_source(name, MESSAGE_NAME, PARTS)
         # `model_kwargs: {variant: fp16}` reads the hub's half-size weight files.
         variant = (getattr(self.model_config, "model_kwargs", None) or {}).get("variant")
         weights = {"variant": variant} if variant else {}
 
         def part(cls: Any, sub: str, **kw: Any) -> Any:
-            return cls.from_pretrained(name, subfolder=sub, **kw)
+            return load_part(cls, name, sub, MESSAGE_NAME, **kw)
 
-        try:
-            unet = part(UNet2DConditionModel, "unet", torch_dtype=self.dtype, **weights)
-            text_encoder = part(CLIPTextModel, "text_encoder", dtype=self.dtype, **weights)
-            text_encoder_2 = part(CLIPTextModelWithProjection, "text_encoder_2",
-                                  dtype=self.dtype, **weights)
-            tokenizer = part(CLIPTokenizer, "tokenizer")
-            tokenizer_2 = part(CLIPTokenizer, "tokenizer_2")
-            # The VAE stays float32: SDXL's VAE overflows in float16.
-            vae = part(AutoencoderKL, "vae", torch_dtype=torch.float32, **weights)
-            config = part(diffusers.EulerDiscreteScheduler, "scheduler").config
-            cls = getattr(diffusers, str(config.get("_class_name", "")), None)
-            if not (isinstance(cls, type) and issubclass(cls, diffusers.SchedulerMixin)):
-                cls = diffusers.EulerDiscreteScheduler
-            v_pred = getattr(self.model_config, "is_v_pred", None)
-            overrides = {} if v_pred is None else {
-                "prediction_type": "v_prediction" if v_pred else "epsilon"}
-            scheduler = cls.from_config(config, **overrides)
-        except Exception as exc:  # OSError, hub HTTP errors, bad configs: one line
-            first = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
-            detail = f"{exc.__class__.__name__}: {first}"[:300]
-            where = f"folder {name}" if local else f"{name!r} from the Hugging Face hub"
-            raise ModelLoadError(f"cannot load the SDXL model {where} ({detail}); "
-                                 + ("check the folder" if local else HF_HINT)) from None
+        unet = part(UNet2DConditionModel, "unet", torch_dtype=self.dtype, **weights)
+        text_encoder = part(CLIPTextModel, "text_encoder", dtype=self.dtype, **weights)
+        text_encoder_2 = part(CLIPTextModelWithProjection, "text_encoder_2",
+                              dtype=self.dtype, **weights)
+        tokenizer = part(CLIPTokenizer, "tokenizer")
+        tokenizer_2 = part(CLIPTokenizer, "tokenizer_2")
+        # The VAE stays float32: SDXL's VAE overflows in float16.
+        vae = part(AutoencoderKL, "vae", torch_dtype=torch.float32, **weights)
+        config = part(diffusers.EulerDiscreteScheduler, "scheduler").config
+        cls = getattr(diffusers, str(config.get("_class_name", "")), None)
+        if not (isinstance(cls, type) and issubclass(cls, diffusers.SchedulerMixin)):
+            cls = diffusers.EulerDiscreteScheduler
+        v_pred = getattr(self.model_config, "is_v_pred", None)
+        overrides = {} if v_pred is None else {
+            "prediction_type": "v_prediction" if v_pred else "epsilon"}
+        scheduler = cls.from_config(config, **overrides)
 
-        for module in (unet, text_encoder, text_encoder_2, vae):
-            module.requires_grad_(False)
-            module.eval()
+        freeze(unet, text_encoder, text_encoder_2, vae)
         self.model, self.vae, self.noise_scheduler = unet, vae, scheduler
         self.text_encoder, self.text_encoder_2 = text_encoder, text_encoder_2
         self.tokenizer, self.tokenizer_2 = tokenizer, tokenizer_2
         self.lora_block_prefixes = attention_prefixes(unet)
-        if local:
-            index = Path(name) / "model_index.json"
+        if Path(name).expanduser().is_dir():
+            index = Path(name).expanduser() / "model_index.json"
             if index.is_file():
                 import json
 

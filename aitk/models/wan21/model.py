@@ -44,7 +44,7 @@ from PIL import Image
 
 from aitk.flow_matching import FlowMatchSchedule, image_tokens
 from aitk.models.base import BaseModel, GenerateImageConfig, ModelLoadError
-from aitk.models.loading import load_part
+from aitk.models.loading import freeze, load_part, load_part_config
 from aitk.models.wan21.lora_keys import from_wan_keys, to_wan_keys
 from aitk.models.wan21.tiny import TEXT_LEN, WAN21, WAN21_I2V, WanVariant, build_tiny_wan
 from aitk.noise import NoiseSchedule, NoiseSettings
@@ -96,9 +96,7 @@ class Wan21Model(BaseModel):
         # The VAE stays float32: encode/decode quality matters more than its size.
         vae = load_part(AutoencoderKLWan, name, "vae", self.arch, dtype=torch.float32)
         scheduler = load_scheduler(name, self.arch)
-        for module in (text_encoder, vae):
-            module.requires_grad_(False)
-            module.eval()
+        freeze(text_encoder, vae)
         self.place_loaded([], idle=[text_encoder, vae])
         self.text_encoder, self.tokenizer, self.vae = text_encoder, tokenizer, vae
         self.noise_scheduler = scheduler
@@ -119,8 +117,7 @@ class Wan21Model(BaseModel):
 
         transformer = load_part(WanTransformer3DModel, name, subfolder, self.arch,
                                 dtype=self.dtype)
-        transformer.requires_grad_(False)
-        transformer.eval()
+        freeze(transformer)
         cfg = self.model_config
         if getattr(cfg, "quantize", False):
             from aitk.quantize import quantize_linear_layers
@@ -293,8 +290,7 @@ class FirstFrameConditioned:
                                 transformers.CLIPImageProcessor)
         encoder = load_part(CLIPVisionModel, name, "image_encoder", self.arch,
                             dtype=self.dtype)
-        encoder.requires_grad_(False)
-        encoder.eval()
+        freeze(encoder)
         self.place_loaded([], idle=[encoder])
         self.image_encoder = encoder
         self.image_processor = load_part(processor_cls, name, "image_processor", self.arch)
@@ -398,22 +394,11 @@ def load_scheduler(name: str, arch: str) -> Any:
     re-uploads), built from its config by the class the config names."""
     import diffusers
 
-    config = load_part(_ConfigOnly(diffusers.UniPCMultistepScheduler), name, "scheduler",
-                       arch)
+    config = load_part_config(diffusers.UniPCMultistepScheduler, name, "scheduler", arch)
     cls = getattr(diffusers, str(config.get("_class_name", "")), None)
     if not (isinstance(cls, type) and issubclass(cls, diffusers.SchedulerMixin)):
         cls = diffusers.UniPCMultistepScheduler
     return cls.from_config(config)
-
-
-class _ConfigOnly:
-    """Adapts `load_config` to load_part's `from_pretrained` call (same error lines)."""
-
-    def __init__(self, cls: Any) -> None:
-        self.cls = cls
-
-    def from_pretrained(self, path: Any, subfolder: str | None = None, **kwargs: Any) -> Any:
-        return self.cls.load_config(path, subfolder=subfolder, **kwargs)
 
 
 def padded_context(embeds: AdvancedPromptEmbeds, device: torch.device, dtype: torch.dtype
