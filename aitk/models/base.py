@@ -15,8 +15,10 @@ The trainer calls these hooks in this order:
    `self.noise_scheduler`), frozen (`requires_grad_(False)`) and on `self.device`
    (`place_loaded`: with `model_config.low_vram` the idle parts wait on the CPU and
    visit the device inside `with self.on_device(part):`).
-   Apply `model_config.quantize` / `quantize_te` here (aitk.quantize) and read extra
-   knobs from `model_config.model_kwargs`. Raise `ModelLoadError` with the path and
+   Apply `model_config.quantize` / `quantize_te` here (`quantize_transformer`,
+   `quantize_text_encoder`, over aitk.quantize) and read extra knobs from
+   `model_config.model_kwargs`. aitk.models.loading loads each part from a folder or a
+   hub id (`load_part`) with one-line errors. Raise `ModelLoadError` with the path and
    what is missing. With `train.gradient_checkpointing` the trainer then calls
    `self.model.enable_gradient_checkpointing()`.
 2. Caching (optional, before training): `encode_images(pixels)` per image (latent
@@ -224,7 +226,35 @@ class BaseModel:
                         stack.enter_context(visiting(module, self.device))
             yield
 
+    # `model.quantize` / `quantize_te` for load_model: each arch names the layers it
+    # keeps in float (embedders, output layers: small and the most rounding-sensitive).
+    def quantize_transformer(self, module: nn.Module, exclude: Sequence[str] = ()) -> None:
+        """With `model.quantize`, the denoiser's Linear layers to `model.qtype`."""
+        cfg = self.model_config
+        if getattr(cfg, "quantize", False):
+            from aitk.quantize import quantize_linear_layers
+
+            quantize_linear_layers(module, getattr(cfg, "qtype", "qfloat8"), exclude=exclude)
+
+    def quantize_text_encoder(self, module: nn.Module, exclude: Sequence[str] = ()) -> None:
+        """With `model.quantize_te`, a text encoder's Linear layers to `model.qtype_te`."""
+        cfg = self.model_config
+        if getattr(cfg, "quantize_te", False):
+            from aitk.quantize import quantize_linear_layers
+
+            quantize_linear_layers(module, getattr(cfg, "qtype_te", "qfloat8"),
+                                   exclude=exclude)
+
     # ---- 2. encoders ---------------------------------------------------------------
+    def prompt_token_limit(self, tokenizer: Any, cap: int) -> int:
+        """Tokens a prompt keeps: `model_kwargs.max_sequence_length` when set, else the
+        tokenizer's own limit capped at `cap` (transformers reports a huge number for a
+        tokenizer that knows none)."""
+        kwargs = getattr(self.model_config, "model_kwargs", None) or {}
+        if "max_sequence_length" in kwargs:
+            return int(kwargs["max_sequence_length"])
+        return min(cap, int(getattr(tokenizer, "model_max_length", cap)))
+
     def encode_images(self, images: torch.Tensor) -> torch.Tensor:
         """(B, 3, H, W) in [-1, 1] -> latents (B, C, h, w); a video arch also takes
         (B, 3, F, H, W) -> (B, C, f, h, w)."""
@@ -303,6 +333,14 @@ class BaseModel:
     # ---- 4. previews ---------------------------------------------------------------
     def get_generation_pipeline(self) -> Any:
         raise NotImplementedError
+
+    def check_sample_size(self, gen_config: GenerateImageConfig, why: str) -> None:
+        """Refuse a preview whose sides are off the bucket grid (`why`: the arch and
+        what sets the grid), before the pipeline fails on it less clearly."""
+        div = self.get_bucket_divisibility()
+        if gen_config.width % div or gen_config.height % div:
+            raise ValueError(f"sample size {gen_config.width}x{gen_config.height} is not a "
+                             f"multiple of {div} ({why})")
 
     def generate_single_image(self, pipeline: Any, gen_config: GenerateImageConfig,
                               conditional_embeds: AdvancedPromptEmbeds,

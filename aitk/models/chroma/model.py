@@ -61,6 +61,7 @@ class ChromaModel(FluxModel):
     arch = "chroma"
     use_old_lokr_format = False
     lora_block_prefixes = ("transformer_blocks.", "single_transformer_blocks.")
+    pipeline_class = "ChromaPipeline"  # its parts differ from Flux's: see below
 
     @classmethod
     def build_tiny(cls, target: Path, seed: int = 0) -> None:
@@ -92,26 +93,15 @@ class ChromaModel(FluxModel):
         scheduler = load_part(FlowMatchEulerDiscreteScheduler, name, "scheduler", arch)
 
         freeze(transformer, text_encoder, vae)
-        if getattr(cfg, "quantize", False):
-            from aitk.quantize import quantize_linear_layers
-
-            quantize_linear_layers(transformer, getattr(cfg, "qtype", "qfloat8"),
-                                   exclude=TRANSFORMER_QUANT_EXCLUDE)
-        if getattr(cfg, "quantize_te", False):
-            from aitk.quantize import quantize_linear_layers
-
-            quantize_linear_layers(text_encoder, getattr(cfg, "qtype_te", "qfloat8"))
+        self.quantize_transformer(transformer, exclude=TRANSFORMER_QUANT_EXCLUDE)
+        self.quantize_text_encoder(text_encoder)
         self.place_loaded([transformer], idle=[text_encoder, vae])
         self.model, self.vae, self.noise_scheduler = transformer, vae, scheduler
         self.text_encoder, self.tokenizer = text_encoder, tokenizer
 
     @property
     def max_sequence_length(self) -> int:
-        kwargs = getattr(self.model_config, "model_kwargs", None) or {}
-        if "max_sequence_length" in kwargs:
-            return int(kwargs["max_sequence_length"])
-        return min(MAX_T5_TOKENS, int(getattr(self.tokenizer, "model_max_length",
-                                              MAX_T5_TOKENS)))
+        return self.prompt_token_limit(self.tokenizer, MAX_T5_TOKENS)  # T5 is the only one
 
     # ---- 2. encoders ---------------------------------------------------------------
     def get_prompt_embeds(self, prompts: list[str],
@@ -176,10 +166,7 @@ class ChromaModel(FluxModel):
                               unconditional_embeds: AdvancedPromptEmbeds,
                               generator: torch.Generator) -> Any:
         """True CFG (`guidance_scale` > 1) with the negative prompt, as ChromaPipeline."""
-        div = self.get_bucket_divisibility()
-        if gen_config.width % div or gen_config.height % div:
-            raise ValueError(f"sample size {gen_config.width}x{gen_config.height} is not a "
-                             f"multiple of {div} (Chroma: VAE 8 x packing 2)")
+        self.check_sample_size(gen_config, "Chroma: VAE 8 x packing 2")
         cond, cond_mask = chroma_pipeline_embeds(conditional_embeds, self.device, self.dtype)
         neg, neg_mask = chroma_pipeline_embeds(unconditional_embeds, self.device, self.dtype)
         latents = self._start_latents(gen_config, generator)

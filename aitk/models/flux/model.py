@@ -32,12 +32,13 @@ from __future__ import annotations
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import torch
 from torch import nn
 
 from aitk.adapters.keys import from_public_keys, split_alphas
+from aitk.models import kl_latents
 from aitk.models.base import BaseModel, GenerateImageConfig, ModelLoadError
 from aitk.noise import NoiseSchedule, NoiseSettings
 from aitk.prompt_embeds import AdvancedPromptEmbeds
@@ -56,12 +57,15 @@ class FluxModel(BaseModel):
     arch = "flux"
     use_old_lokr_format = False
     lora_block_prefixes = ("transformer_blocks.", "single_transformer_blocks.")
+    # The diffusers pipeline of previews and of the tiny model's model_index.json; Kontext
+    # runs the same parts through its own.
+    pipeline_class: ClassVar[str] = "FluxPipeline"
 
     @classmethod
     def build_tiny(cls, target: Path, seed: int = 0) -> None:
         from aitk.models.flux.tiny import build_tiny_flux
 
-        build_tiny_flux(target, seed=seed)
+        build_tiny_flux(target, seed=seed, pipeline_class=cls.pipeline_class)
 
     # ---- 1. load -------------------------------------------------------------------
     def load_model(self) -> None:
@@ -88,15 +92,8 @@ class FluxModel(BaseModel):
         assistant = getattr(cfg, "assistant_lora_path", None)
         if assistant:
             merge_lora_file(transformer, Path(assistant).expanduser())
-        if getattr(cfg, "quantize", False):
-            from aitk.quantize import quantize_linear_layers
-
-            quantize_linear_layers(transformer, getattr(cfg, "qtype", "qfloat8"),
-                                   exclude=TRANSFORMER_QUANT_EXCLUDE)
-        if getattr(cfg, "quantize_te", False):
-            from aitk.quantize import quantize_linear_layers
-
-            quantize_linear_layers(text_encoder_2, getattr(cfg, "qtype_te", "qfloat8"))
+        self.quantize_transformer(transformer, exclude=TRANSFORMER_QUANT_EXCLUDE)
+        self.quantize_text_encoder(text_encoder_2)
         self.place_loaded([transformer], idle=[text_encoder, text_encoder_2, vae])
         self.model, self.vae, self.noise_scheduler = transformer, vae, scheduler
         self.text_encoder, self.tokenizer = text_encoder, tokenizer
@@ -104,11 +101,8 @@ class FluxModel(BaseModel):
 
     @property
     def max_sequence_length(self) -> int:
-        kwargs = getattr(self.model_config, "model_kwargs", None) or {}
-        if "max_sequence_length" in kwargs:
-            return int(kwargs["max_sequence_length"])
-        return min(MAX_T5_TOKENS, int(getattr(self.tokenizer_2, "model_max_length",
-                                              MAX_T5_TOKENS)))
+        """T5 tokens per prompt (`model_kwargs.max_sequence_length`, default T5's limit)."""
+        return self.prompt_token_limit(self.tokenizer_2, MAX_T5_TOKENS)
 
     # ---- 2. encoders ---------------------------------------------------------------
     @property
@@ -120,18 +114,12 @@ class FluxModel(BaseModel):
 
         The distribution's mean, not a sample: cached latents are then deterministic.
         """
-        cfg = self.vae.config
-        with torch.no_grad(), self.on_device(self.vae):
-            dist = self.vae.encode(images.to(self.device, torch.float32)).latent_dist
-        latents = (dist.mean - (cfg.shift_factor or 0.0)) * cfg.scaling_factor
-        return latents.to(self.dtype)
+        with self.on_device(self.vae):
+            return kl_latents.encode(self.vae, images, self.device).to(self.dtype)
 
     def decode_latents(self, latents: torch.Tensor) -> torch.Tensor:
-        cfg = self.vae.config
-        z = latents.to(self.device, torch.float32) / cfg.scaling_factor + (cfg.shift_factor
-                                                                           or 0.0)
-        with torch.no_grad(), self.on_device(self.vae):
-            return self.vae.decode(z).sample
+        with self.on_device(self.vae):
+            return kl_latents.decode(self.vae, latents, self.device)
 
     def get_prompt_embeds(self, prompts: list[str],
                           control_images: list[torch.Tensor] | None = None
@@ -231,9 +219,10 @@ class FluxModel(BaseModel):
 
     # ---- 4. previews ---------------------------------------------------------------
     def get_generation_pipeline(self) -> Any:
-        from diffusers import FlowMatchEulerDiscreteScheduler, FluxPipeline
+        import diffusers
+        from diffusers import FlowMatchEulerDiscreteScheduler
 
-        pipeline = FluxPipeline(
+        pipeline = getattr(diffusers, self.pipeline_class)(
             scheduler=FlowMatchEulerDiscreteScheduler.from_config(self.noise_scheduler.config),
             vae=self.vae, text_encoder=self.text_encoder, tokenizer=self.tokenizer,
             text_encoder_2=self.text_encoder_2, tokenizer_2=self.tokenizer_2,
@@ -247,10 +236,7 @@ class FluxModel(BaseModel):
                               generator: torch.Generator) -> Any:
         """Embedded guidance (`guidance_scale`) as FLUX.1 dev is sampled; no true CFG,
         so the negative prompt is not used."""
-        div = self.get_bucket_divisibility()
-        if gen_config.width % div or gen_config.height % div:
-            raise ValueError(f"sample size {gen_config.width}x{gen_config.height} is not a "
-                             f"multiple of {div} (Flux: VAE 8 x packing 2)")
+        self.check_sample_size(gen_config, "Flux: VAE 8 x packing 2")
         embeds = conditional_embeds.to(self.device, self.dtype)
         text, _ = embeds.pad("text_embeds")
         pooled, _ = embeds.pad("pooled_embeds")

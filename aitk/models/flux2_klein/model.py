@@ -98,14 +98,8 @@ class Flux2KleinModel(BaseModel):
         self.place_loaded([transformer], idle=[text_encoder, vae])
         self.model, self.text_encoder, self.tokenizer = transformer, text_encoder, tokenizer
         self.vae, self.noise_scheduler = vae, scheduler
-        if getattr(cfg, "quantize", False):
-            from aitk.quantize import quantize_linear_layers
-
-            quantize_linear_layers(transformer, cfg.qtype, exclude=TRANSFORMER_QUANT_EXCLUDE)
-        if getattr(cfg, "quantize_te", False):
-            from aitk.quantize import quantize_linear_layers
-
-            quantize_linear_layers(text_encoder, cfg.qtype_te)
+        self.quantize_transformer(transformer, exclude=TRANSFORMER_QUANT_EXCLUDE)
+        self.quantize_text_encoder(text_encoder)
 
     def _read_is_distilled(self, name: str) -> bool:
         """`model_kwargs.is_distilled`, else model_index.json's (False when absent)."""
@@ -171,10 +165,7 @@ class Flux2KleinModel(BaseModel):
 
     @property
     def max_sequence_length(self) -> int:
-        if "max_sequence_length" in self.kwargs:
-            return int(self.kwargs["max_sequence_length"])
-        return min(MAX_PROMPT_TOKENS, int(getattr(self.tokenizer, "model_max_length",
-                                                  MAX_PROMPT_TOKENS)))
+        return self.prompt_token_limit(self.tokenizer, MAX_PROMPT_TOKENS)
 
     @property
     def text_layers(self) -> tuple[int, ...]:
@@ -258,10 +249,7 @@ class Flux2KleinModel(BaseModel):
                               conditional_embeds: AdvancedPromptEmbeds,
                               unconditional_embeds: AdvancedPromptEmbeds,
                               generator: torch.Generator) -> Image.Image:
-        div = self.get_bucket_divisibility()
-        if gen_config.width % div or gen_config.height % div:
-            raise ValueError(f"sample size {gen_config.width}x{gen_config.height} is not a "
-                             f"multiple of {div} (FLUX.2: VAE 8 x patch 2)")
+        self.check_sample_size(gen_config, "FLUX.2: VAE 8 x patch 2")
         with self.on_device(self.vae):
             return run_pipeline(pipeline, gen_config, conditional_embeds,
                                 unconditional_embeds, generator, self.device, self.dtype)

@@ -124,15 +124,8 @@ class PRXPixelModel(BaseModel):
         self.place_loaded([transformer], idle=[text_encoder])
         self.model, self.text_encoder, self.tokenizer = transformer, text_encoder, tokenizer
         self.noise_scheduler = scheduler
-        if getattr(cfg, "quantize", False):
-            from aitk.quantize import quantize_linear_layers
-
-            quantize_linear_layers(transformer, getattr(cfg, "qtype", "qfloat8"),
-                                   exclude=TRANSFORMER_QUANT_EXCLUDE)
-        if getattr(cfg, "quantize_te", False):
-            from aitk.quantize import quantize_linear_layers
-
-            quantize_linear_layers(text_encoder, getattr(cfg, "qtype_te", "qfloat8"))
+        self.quantize_transformer(transformer, exclude=TRANSFORMER_QUANT_EXCLUDE)
+        self.quantize_text_encoder(text_encoder)
 
     # ---- 2. encoders ---------------------------------------------------------------
     def encode_images(self, images: torch.Tensor) -> torch.Tensor:
@@ -204,10 +197,8 @@ class PRXPixelModel(BaseModel):
                               conditional_embeds: AdvancedPromptEmbeds,
                               unconditional_embeds: AdvancedPromptEmbeds,
                               generator: torch.Generator) -> Image.Image:
-        div = self.get_bucket_divisibility()
-        if gen_config.width % div or gen_config.height % div:
-            raise ValueError(f"sample size {gen_config.width}x{gen_config.height} is not a "
-                             f"multiple of {div} (PRXPixel: {div} px patches)")
+        self.check_sample_size(gen_config,
+                               f"PRXPixel: {self.get_bucket_divisibility()} px patches")
         return run_pipeline(pipeline, gen_config, conditional_embeds, unconditional_embeds,
                             generator, self.device, self.dtype)
 

@@ -93,15 +93,8 @@ class QwenImageModel(BaseModel):
         self.vae, self.noise_scheduler = vae, scheduler
         prefix = PROMPT_TEMPLATE.split("{}")[0]
         self.template_drop = len(tokenizer(prefix).input_ids)
-        if getattr(cfg, "quantize", False):
-            from aitk.quantize import quantize_linear_layers
-
-            quantize_linear_layers(transformer, cfg.qtype, exclude=TRANSFORMER_QUANT_EXCLUDE)
-        if getattr(cfg, "quantize_te", False):
-            from aitk.quantize import quantize_linear_layers
-
-            quantize_linear_layers(text_encoder, cfg.qtype_te,
-                                   exclude=("lm_head", "model.visual*"))
+        self.quantize_transformer(transformer, exclude=TRANSFORMER_QUANT_EXCLUDE)
+        self.quantize_text_encoder(text_encoder, exclude=("lm_head", "model.visual*"))
 
     # ---- 2. encoders ---------------------------------------------------------------
     @property

@@ -32,6 +32,7 @@ import torch
 from PIL import Image
 from torch import nn
 
+from aitk.models import kl_latents
 from aitk.models.base import BaseModel, GenerateImageConfig, ModelLoadError
 from aitk.noise import NoiseSchedule, NoiseSettings
 from aitk.prompt_embeds import AdvancedPromptEmbeds
@@ -132,18 +133,9 @@ class SDXLModel(BaseModel):
                     "force_zeros_for_empty_prompt", True))
         self.place_loaded([unet], idle=[vae, text_encoder, text_encoder_2])
 
-        cfg = self.model_config
-        if getattr(cfg, "quantize", False):
-            from aitk.quantize import quantize_linear_layers
-
-            quantize_linear_layers(unet, getattr(cfg, "qtype", "qfloat8"),
-                                   exclude=UNET_QUANT_EXCLUDE)
-        if getattr(cfg, "quantize_te", False):
-            from aitk.quantize import quantize_linear_layers
-
-            for te in (text_encoder, text_encoder_2):
-                quantize_linear_layers(te, getattr(cfg, "qtype_te", "qfloat8"),
-                                       exclude=TE_QUANT_EXCLUDE)
+        self.quantize_transformer(unet, exclude=UNET_QUANT_EXCLUDE)
+        for te in (text_encoder, text_encoder_2):
+            self.quantize_text_encoder(te, exclude=TE_QUANT_EXCLUDE)
 
     # ---- 2. encoders ---------------------------------------------------------------
     @property
@@ -155,18 +147,13 @@ class SDXLModel(BaseModel):
 
         The distribution's mean, not a sample: cached latents are then deterministic.
         """
-        cfg = self.vae.config
-        with torch.no_grad(), self.on_device(self.vae):
-            dist = self.vae.encode(images.to(self.device, torch.float32)).latent_dist
-            latents = (dist.mean - (cfg.shift_factor or 0.0)) * cfg.scaling_factor
+        with self.on_device(self.vae):
+            latents = kl_latents.encode(self.vae, images, self.device)
         return latents.to(self.device, self.dtype)
 
     def decode_latents(self, latents: torch.Tensor) -> torch.Tensor:
-        cfg = self.vae.config
-        z = latents.to(self.device, torch.float32) / cfg.scaling_factor + (cfg.shift_factor
-                                                                           or 0.0)
-        with torch.no_grad(), self.on_device(self.vae):
-            return self.vae.decode(z).sample
+        with self.on_device(self.vae):
+            return kl_latents.decode(self.vae, latents, self.device)
 
     def get_prompt_embeds(self, prompts: list[str],
                           control_images: list[torch.Tensor] | None = None
@@ -242,10 +229,7 @@ class SDXLModel(BaseModel):
         if self.force_zeros_for_empty_prompt and not gen_config.negative_prompt:
             # What diffusers' SDXL pipeline does for an empty negative prompt.
             uncond = tuple(torch.zeros_like(t) for t in uncond)
-        f = self.get_bucket_divisibility()
-        if gen_config.width % f or gen_config.height % f:
-            raise ValueError(f"sample size {gen_config.width}x{gen_config.height} must be "
-                             f"a multiple of {f}")
+        self.check_sample_size(gen_config, "SDXL: VAE 8 x the UNet's downsampling")
         latents = pipeline(
             prompt_embeds=cond[0], pooled_prompt_embeds=cond[1],
             negative_prompt_embeds=uncond[0], negative_pooled_prompt_embeds=uncond[1],

@@ -100,10 +100,7 @@ class Wan21Model(BaseModel):
         self.place_loaded([], idle=[text_encoder, vae])
         self.text_encoder, self.tokenizer, self.vae = text_encoder, tokenizer, vae
         self.noise_scheduler = scheduler
-        if getattr(cfg, "quantize_te", False):
-            from aitk.quantize import quantize_linear_layers
-
-            quantize_linear_layers(text_encoder, cfg.qtype_te)
+        self.quantize_text_encoder(text_encoder)
         self.load_extras(name)
 
     def load_transformers(self, name: str) -> torch.nn.Module:
@@ -118,11 +115,7 @@ class Wan21Model(BaseModel):
         transformer = load_part(WanTransformer3DModel, name, subfolder, self.arch,
                                 dtype=self.dtype)
         freeze(transformer)
-        cfg = self.model_config
-        if getattr(cfg, "quantize", False):
-            from aitk.quantize import quantize_linear_layers
-
-            quantize_linear_layers(transformer, cfg.qtype, exclude=TRANSFORMER_QUANT_EXCLUDE)
+        self.quantize_transformer(transformer, exclude=TRANSFORMER_QUANT_EXCLUDE)
         return transformer.to(where or self.device)
 
     def load_extras(self, name: str) -> None:
