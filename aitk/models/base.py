@@ -12,9 +12,13 @@ The trainer calls these hooks in this order:
 1. Load: `load_model()` builds the transformer, text encoder(s), tokenizer(s), VAE and
    scheduler from `model_config.name_or_path` and stores them on self (`self.model`,
    alias `transformer` / `unet`; `self.text_encoder`, `self.tokenizer`, `self.vae`,
-   `self.noise_scheduler`), frozen (`requires_grad_(False)`) and on `self.device`.
-   Apply `model_config.quantize` / `quantize_te` here (aitk.quantize) and read extra
-   knobs from `model_config.model_kwargs`. Raise `ModelLoadError` with the path and
+   `self.noise_scheduler`), frozen (`requires_grad_(False)`) and on `self.device`
+   (`place_loaded`: with `model_config.low_vram` the idle parts wait on the CPU and
+   visit the device inside `with self.on_device(part):`).
+   Apply `model_config.quantize` / `quantize_te` here (`quantize_transformer`,
+   `quantize_text_encoder`, over aitk.quantize) and read extra knobs from
+   `model_config.model_kwargs`. aitk.models.loading loads each part from a folder or a
+   hub id (`load_part`) with one-line errors. Raise `ModelLoadError` with the path and
    what is missing. With `train.gradient_checkpointing` the trainer then calls
    `self.model.enable_gradient_checkpointing()`.
 2. Caching (optional, before training): `encode_images(pixels)` per image (latent
@@ -86,7 +90,8 @@ aitk.sampling writes as an animated WebP plus a frame strip.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+import contextlib
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar, Protocol
@@ -95,6 +100,7 @@ import torch
 from torch import nn
 
 from aitk.models.errors import ModelError, ModelLoadError  # noqa: F401 (defined without torch)
+from aitk.models.offload import visiting
 from aitk.noise import NoiseSchedule, NoiseSettings
 from aitk.prompt_embeds import AdvancedPromptEmbeds
 
@@ -182,7 +188,73 @@ class BaseModel:
     def load_model(self) -> None:
         raise NotImplementedError
 
+    # `model.low_vram`: idle parts (text encoders, a VAE, Wan 2.2's idle expert) wait on
+    # the CPU and visit the device only while they work. Read from the config at each
+    # use, so every arch (and a test that flips it after loading) sees one value.
+    @property
+    def low_vram(self) -> bool:
+        return bool(getattr(self.model_config, "low_vram", False))
+
+    @low_vram.setter
+    def low_vram(self, value: bool) -> None:
+        # Written through to the config: it stays the one place the flag lives.
+        self.model_config.low_vram = bool(value)
+
+    @property
+    def idle_device(self) -> torch.device:
+        """Where a part waits between uses: the CPU with `low_vram`, else the device."""
+        return torch.device("cpu") if self.low_vram else self.device
+
+    def place_loaded(self, working: Iterable[nn.Module],
+                     idle: Iterable[nn.Module] = ()) -> None:
+        """After loading: `working` parts (the denoiser) on the device, `idle` ones (text
+        encoders, a VAE) on `idle_device`."""
+        for module in working:
+            module.to(self.device)
+        for module in idle:
+            module.to(self.idle_device)
+
+    @contextlib.contextmanager
+    def on_device(self, *modules: nn.Module | None) -> Iterator[None]:
+        """With `low_vram`, the given parts (None: one the model lacks) visit the device
+        inside the block and go back to the CPU after it, even on error; otherwise they
+        already live on the device and nothing moves."""
+        with contextlib.ExitStack() as stack:
+            if self.low_vram:
+                for module in modules:
+                    if module is not None:
+                        stack.enter_context(visiting(module, self.device))
+            yield
+
+    # `model.quantize` / `quantize_te` for load_model: each arch names the layers it
+    # keeps in float (embedders, output layers: small and the most rounding-sensitive).
+    def quantize_transformer(self, module: nn.Module, exclude: Sequence[str] = ()) -> None:
+        """With `model.quantize`, the denoiser's Linear layers to `model.qtype`."""
+        cfg = self.model_config
+        if getattr(cfg, "quantize", False):
+            from aitk.quantize import quantize_linear_layers
+
+            quantize_linear_layers(module, getattr(cfg, "qtype", "qfloat8"), exclude=exclude)
+
+    def quantize_text_encoder(self, module: nn.Module, exclude: Sequence[str] = ()) -> None:
+        """With `model.quantize_te`, a text encoder's Linear layers to `model.qtype_te`."""
+        cfg = self.model_config
+        if getattr(cfg, "quantize_te", False):
+            from aitk.quantize import quantize_linear_layers
+
+            quantize_linear_layers(module, getattr(cfg, "qtype_te", "qfloat8"),
+                                   exclude=exclude)
+
     # ---- 2. encoders ---------------------------------------------------------------
+    def prompt_token_limit(self, tokenizer: Any, cap: int) -> int:
+        """Tokens a prompt keeps: `model_kwargs.max_sequence_length` when set, else the
+        tokenizer's own limit capped at `cap` (transformers reports a huge number for a
+        tokenizer that knows none)."""
+        kwargs = getattr(self.model_config, "model_kwargs", None) or {}
+        if "max_sequence_length" in kwargs:
+            return int(kwargs["max_sequence_length"])
+        return min(cap, int(getattr(tokenizer, "model_max_length", cap)))
+
     def encode_images(self, images: torch.Tensor) -> torch.Tensor:
         """(B, 3, H, W) in [-1, 1] -> latents (B, C, h, w); a video arch also takes
         (B, 3, F, H, W) -> (B, C, f, h, w)."""
@@ -261,6 +333,14 @@ class BaseModel:
     # ---- 4. previews ---------------------------------------------------------------
     def get_generation_pipeline(self) -> Any:
         raise NotImplementedError
+
+    def check_sample_size(self, gen_config: GenerateImageConfig, why: str) -> None:
+        """Refuse a preview whose sides are off the bucket grid (`why`: the arch and
+        what sets the grid), before the pipeline fails on it less clearly."""
+        div = self.get_bucket_divisibility()
+        if gen_config.width % div or gen_config.height % div:
+            raise ValueError(f"sample size {gen_config.width}x{gen_config.height} is not a "
+                             f"multiple of {div} ({why})")
 
     def generate_single_image(self, pipeline: Any, gen_config: GenerateImageConfig,
                               conditional_embeds: AdvancedPromptEmbeds,

@@ -61,6 +61,7 @@ class ChromaModel(FluxModel):
     arch = "chroma"
     use_old_lokr_format = False
     lora_block_prefixes = ("transformer_blocks.", "single_transformer_blocks.")
+    pipeline_class = "ChromaPipeline"  # its parts differ from Flux's: see below
 
     @classmethod
     def build_tiny(cls, target: Path, seed: int = 0) -> None:
@@ -77,59 +78,30 @@ class ChromaModel(FluxModel):
         )
         from transformers import AutoTokenizer, T5EncoderModel
 
-        from aitk.models.loading import load_part
+        from aitk.models.loading import check_source, freeze, load_part
 
         cfg = self.model_config
-        source = str(cfg.name_or_path)
-        local = Path(source).expanduser()
-        if local.is_dir():
-            missing = [p for p in PARTS if not (local / p).is_dir()]
-            if missing:
-                raise ModelLoadError(f"Chroma model folder {local} lacks "
-                                     f"{', '.join(missing)}/ (a diffusers Chroma folder has "
-                                     f"{', '.join(PARTS)}/)")
-        elif local.is_file() or source.endswith(".safetensors"):
-            # Upstream configs may name one transformer file (parts from FLUX.1-schnell).
-            raise ModelLoadError(f"Chroma model {source} is a single file; point "
-                                 "name_or_path at a diffusers Chroma folder or hub id "
-                                 "(e.g. lodestones/Chroma1-HD)")
-        elif source.startswith((".", "/", "~")) or source.count("/") != 1 or "\\" in source:
-            raise ModelLoadError(f"Chroma model folder {local} does not exist")
-        transformer = load_part(ChromaTransformer2DModel, source, "transformer", "Chroma",
+        name, arch = str(cfg.name_or_path), self.arch
+        # Upstream configs may name one transformer file (parts from FLUX.1-schnell).
+        check_source(name, arch, PARTS, single_file_hint="e.g. lodestones/Chroma1-HD")
+        transformer = load_part(ChromaTransformer2DModel, name, "transformer", arch,
                                 torch_dtype=self.dtype)
-        text_encoder = load_part(T5EncoderModel, source, "text_encoder", "Chroma",
-                                 dtype=self.dtype)
-        tokenizer = load_part(AutoTokenizer, source, "tokenizer", "Chroma")
+        text_encoder = load_part(T5EncoderModel, name, "text_encoder", arch, dtype=self.dtype)
+        tokenizer = load_part(AutoTokenizer, name, "tokenizer", arch)
         # The VAE stays float32: encode/decode quality matters more than its size.
-        vae = load_part(AutoencoderKL, source, "vae", "Chroma", torch_dtype=torch.float32)
-        scheduler = load_part(FlowMatchEulerDiscreteScheduler, source, "scheduler", "Chroma")
+        vae = load_part(AutoencoderKL, name, "vae", arch, torch_dtype=torch.float32)
+        scheduler = load_part(FlowMatchEulerDiscreteScheduler, name, "scheduler", arch)
 
-        for module in (transformer, text_encoder, vae):
-            module.requires_grad_(False)
-            module.eval()
-        if getattr(cfg, "quantize", False):
-            from aitk.quantize import quantize_linear_layers
-
-            quantize_linear_layers(transformer, getattr(cfg, "qtype", "qfloat8"),
-                                   exclude=TRANSFORMER_QUANT_EXCLUDE)
-        if getattr(cfg, "quantize_te", False):
-            from aitk.quantize import quantize_linear_layers
-
-            quantize_linear_layers(text_encoder, getattr(cfg, "qtype_te", "qfloat8"))
-        idle = torch.device("cpu") if self.low_vram else self.device
-        transformer.to(self.device)
-        for module in (text_encoder, vae):
-            module.to(idle)
+        freeze(transformer, text_encoder, vae)
+        self.quantize_transformer(transformer, exclude=TRANSFORMER_QUANT_EXCLUDE)
+        self.quantize_text_encoder(text_encoder)
+        self.place_loaded([transformer], idle=[text_encoder, vae])
         self.model, self.vae, self.noise_scheduler = transformer, vae, scheduler
         self.text_encoder, self.tokenizer = text_encoder, tokenizer
 
     @property
     def max_sequence_length(self) -> int:
-        kwargs = getattr(self.model_config, "model_kwargs", None) or {}
-        if "max_sequence_length" in kwargs:
-            return int(kwargs["max_sequence_length"])
-        return min(MAX_T5_TOKENS, int(getattr(self.tokenizer, "model_max_length",
-                                              MAX_T5_TOKENS)))
+        return self.prompt_token_limit(self.tokenizer, MAX_T5_TOKENS)  # T5 is the only one
 
     # ---- 2. encoders ---------------------------------------------------------------
     def get_prompt_embeds(self, prompts: list[str],
@@ -142,9 +114,9 @@ class ChromaModel(FluxModel):
                                 max_length=self.max_sequence_length, truncation=True,
                                 return_tensors="pt")
         mask = tokens.attention_mask
-        with torch.no_grad(), self.on_device(self.text_encoder) as t5:
-            states = t5(tokens.input_ids.to(self.device),
-                        attention_mask=mask.to(self.device)).last_hidden_state
+        with torch.no_grad(), self.on_device(self.text_encoder):
+            states = self.text_encoder(tokens.input_ids.to(self.device),
+                                       attention_mask=mask.to(self.device)).last_hidden_state
         keep = kept_token_mask(mask).to(states.device)
         return AdvancedPromptEmbeds(
             text_embeds=[states[i][keep[i]].to(self.dtype).clone() for i in range(len(mask))])
@@ -194,10 +166,7 @@ class ChromaModel(FluxModel):
                               unconditional_embeds: AdvancedPromptEmbeds,
                               generator: torch.Generator) -> Any:
         """True CFG (`guidance_scale` > 1) with the negative prompt, as ChromaPipeline."""
-        div = self.get_bucket_divisibility()
-        if gen_config.width % div or gen_config.height % div:
-            raise ValueError(f"sample size {gen_config.width}x{gen_config.height} is not a "
-                             f"multiple of {div} (Chroma: VAE 8 x packing 2)")
+        self.check_sample_size(gen_config, "Chroma: VAE 8 x packing 2")
         cond, cond_mask = chroma_pipeline_embeds(conditional_embeds, self.device, self.dtype)
         neg, neg_mask = chroma_pipeline_embeds(unconditional_embeds, self.device, self.dtype)
         latents = self._start_latents(gen_config, generator)

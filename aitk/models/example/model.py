@@ -24,7 +24,9 @@ from PIL import Image
 
 from aitk.adapters.keys import from_public_keys, to_public_keys
 from aitk.files import staged_dir
+from aitk.models import kl_latents
 from aitk.models.base import BaseModel, GenerateImageConfig, ModelLoadError
+from aitk.models.loading import freeze
 from aitk.prompt_embeds import AdvancedPromptEmbeds
 
 PARTS = ("transformer", "text_encoder", "tokenizer", "vae")
@@ -76,25 +78,17 @@ class ExampleModel(BaseModel):
         except (OSError, ValueError, KeyError) as exc:
             raise ModelLoadError(f"cannot load the example model from {root}: {exc}") from exc
 
-        for module in (transformer, text_encoder, vae):
-            module.requires_grad_(False)
-            module.eval()
-            module.to(self.device)
+        freeze(transformer, text_encoder, vae)
+        # Small enough to keep every part on the device: `low_vram` moves nothing here.
+        self.place_loaded([transformer, text_encoder, vae])
         self.model, self.text_encoder, self.tokenizer = transformer, text_encoder, tokenizer
         self.vae, self.noise_scheduler = vae, scheduler
 
         cfg = self.model_config
         kwargs = getattr(cfg, "model_kwargs", None) or {}
         transformer.set_attention_backend(kwargs.get("attention_backend", "native"))
-        if getattr(cfg, "quantize", False):
-            from aitk.quantize import quantize_linear_layers
-
-            quantize_linear_layers(transformer, getattr(cfg, "qtype", "qfloat8"),
-                                   exclude=TRANSFORMER_QUANT_EXCLUDE)
-        if getattr(cfg, "quantize_te", False):
-            from aitk.quantize import quantize_linear_layers
-
-            quantize_linear_layers(text_encoder, getattr(cfg, "qtype_te", "qfloat8"))
+        self.quantize_transformer(transformer, exclude=TRANSFORMER_QUANT_EXCLUDE)
+        self.quantize_text_encoder(text_encoder)
 
     # ---- 2. encoders ---------------------------------------------------------------
     @property
@@ -106,18 +100,10 @@ class ExampleModel(BaseModel):
 
         The distribution's mean, not a sample: cached latents are then deterministic.
         """
-        cfg = self.vae.config
-        with torch.no_grad():
-            dist = self.vae.encode(images.to(self.device, torch.float32)).latent_dist
-        latents = (dist.mean - (cfg.shift_factor or 0.0)) * cfg.scaling_factor
-        return latents.to(self.dtype)
+        return kl_latents.encode(self.vae, images, self.device).to(self.dtype)
 
     def decode_latents(self, latents: torch.Tensor) -> torch.Tensor:
-        cfg = self.vae.config
-        z = latents.to(self.device, torch.float32) / cfg.scaling_factor + (cfg.shift_factor
-                                                                           or 0.0)
-        with torch.no_grad():
-            return self.vae.decode(z).sample
+        return kl_latents.decode(self.vae, latents, self.device)
 
     def get_prompt_embeds(self, prompts: list[str],
                           control_images: list[torch.Tensor] | None = None

@@ -32,12 +32,13 @@ from __future__ import annotations
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import torch
 from torch import nn
 
 from aitk.adapters.keys import from_public_keys, split_alphas
+from aitk.models import kl_latents
 from aitk.models.base import BaseModel, GenerateImageConfig, ModelLoadError
 from aitk.noise import NoiseSchedule, NoiseSettings
 from aitk.prompt_embeds import AdvancedPromptEmbeds
@@ -56,97 +57,52 @@ class FluxModel(BaseModel):
     arch = "flux"
     use_old_lokr_format = False
     lora_block_prefixes = ("transformer_blocks.", "single_transformer_blocks.")
+    # The diffusers pipeline of previews and of the tiny model's model_index.json; Kontext
+    # runs the same parts through its own.
+    pipeline_class: ClassVar[str] = "FluxPipeline"
 
     @classmethod
     def build_tiny(cls, target: Path, seed: int = 0) -> None:
         from aitk.models.flux.tiny import build_tiny_flux
 
-        build_tiny_flux(target, seed=seed)
+        build_tiny_flux(target, seed=seed, pipeline_class=cls.pipeline_class)
 
     # ---- 1. load -------------------------------------------------------------------
     def load_model(self) -> None:
         from diffusers import AutoencoderKL, FlowMatchEulerDiscreteScheduler, FluxTransformer2DModel
         from transformers import AutoTokenizer, CLIPTextModel, CLIPTokenizer, T5EncoderModel
 
-        cfg = self.model_config
-        source = str(cfg.name_or_path)
-        local = Path(source).expanduser()
-        if local.is_dir():
-            missing = [p for p in PARTS if not (local / p).is_dir()]
-            if missing:
-                raise ModelLoadError(f"Flux model folder {local} lacks {', '.join(missing)}/ "
-                                     f"(a diffusers Flux folder has {', '.join(PARTS)}/)")
-            source = str(local)
-        elif source.startswith((".", "/", "~")) or source.count("/") != 1 or "\\" in source:
-            # Not a hub id (`org/name`): a folder that is not there.
-            raise ModelLoadError(f"Flux model folder {local} does not exist")
-        try:
-            transformer = FluxTransformer2DModel.from_pretrained(
-                source, subfolder="transformer", torch_dtype=self.dtype)
-            text_encoder = CLIPTextModel.from_pretrained(source, subfolder="text_encoder",
-                                                         dtype=self.dtype)
-            tokenizer = CLIPTokenizer.from_pretrained(source, subfolder="tokenizer")
-            text_encoder_2 = T5EncoderModel.from_pretrained(
-                source, subfolder="text_encoder_2", dtype=self.dtype)
-            tokenizer_2 = AutoTokenizer.from_pretrained(source, subfolder="tokenizer_2")
-            # The VAE stays float32: encode/decode quality matters more than its size.
-            vae = AutoencoderKL.from_pretrained(source, subfolder="vae",
-                                                torch_dtype=torch.float32)
-            scheduler = FlowMatchEulerDiscreteScheduler.from_pretrained(
-                source, subfolder="scheduler")
-        except (OSError, ValueError, KeyError) as exc:
-            first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-            raise ModelLoadError(
-                f"cannot load Flux model {cfg.name_or_path!r}: {first}; download it while "
-                "online (a gated model needs HF_TOKEN and its license accepted) or point "
-                "name_or_path at a diffusers Flux folder") from None
+        from aitk.models.loading import check_source, freeze, load_part
 
-        for module in (transformer, text_encoder, text_encoder_2, vae):
-            module.requires_grad_(False)
-            module.eval()
+        cfg = self.model_config
+        name, arch = str(cfg.name_or_path), self.arch
+        check_source(name, arch, PARTS)
+        transformer = load_part(FluxTransformer2DModel, name, "transformer", arch,
+                                torch_dtype=self.dtype)
+        text_encoder = load_part(CLIPTextModel, name, "text_encoder", arch, dtype=self.dtype)
+        tokenizer = load_part(CLIPTokenizer, name, "tokenizer", arch)
+        text_encoder_2 = load_part(T5EncoderModel, name, "text_encoder_2", arch,
+                                   dtype=self.dtype)
+        tokenizer_2 = load_part(AutoTokenizer, name, "tokenizer_2", arch)
+        # The VAE stays float32: encode/decode quality matters more than its size.
+        vae = load_part(AutoencoderKL, name, "vae", arch, torch_dtype=torch.float32)
+        scheduler = load_part(FlowMatchEulerDiscreteScheduler, name, "scheduler", arch)
+
+        freeze(transformer, text_encoder, text_encoder_2, vae)
         assistant = getattr(cfg, "assistant_lora_path", None)
         if assistant:
             merge_lora_file(transformer, Path(assistant).expanduser())
-        if getattr(cfg, "quantize", False):
-            from aitk.quantize import quantize_linear_layers
-
-            quantize_linear_layers(transformer, getattr(cfg, "qtype", "qfloat8"),
-                                   exclude=TRANSFORMER_QUANT_EXCLUDE)
-        if getattr(cfg, "quantize_te", False):
-            from aitk.quantize import quantize_linear_layers
-
-            quantize_linear_layers(text_encoder_2, getattr(cfg, "qtype_te", "qfloat8"))
-        idle = torch.device("cpu") if self.low_vram else self.device
-        transformer.to(self.device)
-        for module in (text_encoder, text_encoder_2, vae):
-            module.to(idle)
+        self.quantize_transformer(transformer, exclude=TRANSFORMER_QUANT_EXCLUDE)
+        self.quantize_text_encoder(text_encoder_2)
+        self.place_loaded([transformer], idle=[text_encoder, text_encoder_2, vae])
         self.model, self.vae, self.noise_scheduler = transformer, vae, scheduler
         self.text_encoder, self.tokenizer = text_encoder, tokenizer
         self.text_encoder_2, self.tokenizer_2 = text_encoder_2, tokenizer_2
 
     @property
-    def low_vram(self) -> bool:
-        return bool(getattr(self.model_config, "low_vram", False))
-
-    @contextmanager
-    def on_device(self, module: nn.Module) -> Iterator[nn.Module]:
-        """With `low_vram`, bring an idle part to the device for one use, then back."""
-        if not self.low_vram or self.device.type == "cpu":
-            yield module
-            return
-        module.to(self.device)
-        try:
-            yield module
-        finally:
-            module.to("cpu")
-
-    @property
     def max_sequence_length(self) -> int:
-        kwargs = getattr(self.model_config, "model_kwargs", None) or {}
-        if "max_sequence_length" in kwargs:
-            return int(kwargs["max_sequence_length"])
-        return min(MAX_T5_TOKENS, int(getattr(self.tokenizer_2, "model_max_length",
-                                              MAX_T5_TOKENS)))
+        """T5 tokens per prompt (`model_kwargs.max_sequence_length`, default T5's limit)."""
+        return self.prompt_token_limit(self.tokenizer_2, MAX_T5_TOKENS)
 
     # ---- 2. encoders ---------------------------------------------------------------
     @property
@@ -158,18 +114,12 @@ class FluxModel(BaseModel):
 
         The distribution's mean, not a sample: cached latents are then deterministic.
         """
-        cfg = self.vae.config
-        with torch.no_grad(), self.on_device(self.vae):
-            dist = self.vae.encode(images.to(self.device, torch.float32)).latent_dist
-        latents = (dist.mean - (cfg.shift_factor or 0.0)) * cfg.scaling_factor
-        return latents.to(self.dtype)
+        with self.on_device(self.vae):
+            return kl_latents.encode(self.vae, images, self.device).to(self.dtype)
 
     def decode_latents(self, latents: torch.Tensor) -> torch.Tensor:
-        cfg = self.vae.config
-        z = latents.to(self.device, torch.float32) / cfg.scaling_factor + (cfg.shift_factor
-                                                                           or 0.0)
-        with torch.no_grad(), self.on_device(self.vae):
-            return self.vae.decode(z).sample
+        with self.on_device(self.vae):
+            return kl_latents.decode(self.vae, latents, self.device)
 
     def get_prompt_embeds(self, prompts: list[str],
                           control_images: list[torch.Tensor] | None = None
@@ -185,10 +135,10 @@ class FluxModel(BaseModel):
                                   max_length=self.max_sequence_length, truncation=True,
                                   return_tensors="pt").input_ids
         with torch.no_grad():
-            with self.on_device(self.text_encoder) as clip:
-                pooled = clip(clip_ids.to(self.device)).pooler_output
-            with self.on_device(self.text_encoder_2) as t5:
-                states = t5(t5_ids.to(self.device)).last_hidden_state
+            with self.on_device(self.text_encoder):
+                pooled = self.text_encoder(clip_ids.to(self.device)).pooler_output
+            with self.on_device(self.text_encoder_2):
+                states = self.text_encoder_2(t5_ids.to(self.device)).last_hidden_state
         return AdvancedPromptEmbeds(
             text_embeds=[states[i].to(self.dtype).clone() for i in range(len(prompts))],
             pooled_embeds=[pooled[i:i + 1].to(self.dtype).clone()
@@ -269,9 +219,10 @@ class FluxModel(BaseModel):
 
     # ---- 4. previews ---------------------------------------------------------------
     def get_generation_pipeline(self) -> Any:
-        from diffusers import FlowMatchEulerDiscreteScheduler, FluxPipeline
+        import diffusers
+        from diffusers import FlowMatchEulerDiscreteScheduler
 
-        pipeline = FluxPipeline(
+        pipeline = getattr(diffusers, self.pipeline_class)(
             scheduler=FlowMatchEulerDiscreteScheduler.from_config(self.noise_scheduler.config),
             vae=self.vae, text_encoder=self.text_encoder, tokenizer=self.tokenizer,
             text_encoder_2=self.text_encoder_2, tokenizer_2=self.tokenizer_2,
@@ -285,10 +236,7 @@ class FluxModel(BaseModel):
                               generator: torch.Generator) -> Any:
         """Embedded guidance (`guidance_scale`) as FLUX.1 dev is sampled; no true CFG,
         so the negative prompt is not used."""
-        div = self.get_bucket_divisibility()
-        if gen_config.width % div or gen_config.height % div:
-            raise ValueError(f"sample size {gen_config.width}x{gen_config.height} is not a "
-                             f"multiple of {div} (Flux: VAE 8 x packing 2)")
+        self.check_sample_size(gen_config, "Flux: VAE 8 x packing 2")
         embeds = conditional_embeds.to(self.device, self.dtype)
         text, _ = embeds.pad("text_embeds")
         pooled, _ = embeds.pad("pooled_embeds")

@@ -39,7 +39,6 @@ Conventions at this arch's edges:
 
 from __future__ import annotations
 
-import contextlib
 import json
 from pathlib import Path
 from typing import Any
@@ -51,8 +50,7 @@ from aitk.flow_matching import FlowMatchSchedule, image_tokens
 from aitk.models.base import BaseModel, GenerateImageConfig, ModelLoadError
 from aitk.models.flux2_klein import lora_keys
 from aitk.models.flux2_klein.schedule import EmpiricalShift
-from aitk.models.loading import load_part
-from aitk.models.offload import visiting
+from aitk.models.loading import freeze, load_part
 from aitk.noise import NoiseSchedule, NoiseSettings
 from aitk.prompt_embeds import AdvancedPromptEmbeds
 
@@ -96,22 +94,12 @@ class Flux2KleinModel(BaseModel):
         self.is_distilled = self._read_is_distilled(name)
         if min(self.text_layers) >= 0:  # a negative index counts from the last layer
             keep_text_layers(text_encoder, max(self.text_layers) + 1)
-        self.low_vram = bool(getattr(cfg, "low_vram", False))
-        idle = torch.device("cpu") if self.low_vram else self.device
-        for module, where in ((transformer, self.device), (text_encoder, idle), (vae, idle)):
-            module.requires_grad_(False)
-            module.eval()
-            module.to(where)
+        freeze(transformer, text_encoder, vae)
+        self.place_loaded([transformer], idle=[text_encoder, vae])
         self.model, self.text_encoder, self.tokenizer = transformer, text_encoder, tokenizer
         self.vae, self.noise_scheduler = vae, scheduler
-        if getattr(cfg, "quantize", False):
-            from aitk.quantize import quantize_linear_layers
-
-            quantize_linear_layers(transformer, cfg.qtype, exclude=TRANSFORMER_QUANT_EXCLUDE)
-        if getattr(cfg, "quantize_te", False):
-            from aitk.quantize import quantize_linear_layers
-
-            quantize_linear_layers(text_encoder, cfg.qtype_te)
+        self.quantize_transformer(transformer, exclude=TRANSFORMER_QUANT_EXCLUDE)
+        self.quantize_text_encoder(text_encoder)
 
     def _read_is_distilled(self, name: str) -> bool:
         """`model_kwargs.is_distilled`, else model_index.json's (False when absent)."""
@@ -142,10 +130,6 @@ class Flux2KleinModel(BaseModel):
     def kwargs(self) -> dict[str, Any]:
         return getattr(self.model_config, "model_kwargs", None) or {}
 
-    def _on_device(self, module: torch.nn.Module) -> contextlib.AbstractContextManager:
-        """With low_vram, a part idles on the CPU and visits the device to work."""
-        return visiting(module, self.device) if self.low_vram else contextlib.nullcontext()
-
     # ---- 2. encoders ---------------------------------------------------------------
     @property
     def vae_scale_factor(self) -> int:
@@ -164,7 +148,7 @@ class Flux2KleinModel(BaseModel):
         patchified 2x2, normalised with the BatchNorm statistics."""
         from diffusers import Flux2KleinPipeline
 
-        with torch.no_grad(), self._on_device(self.vae):
+        with torch.no_grad(), self.on_device(self.vae):
             z = self.vae.encode(images.to(self.device, torch.float32)).latent_dist.mode()
         z = Flux2KleinPipeline._patchify_latents(z)
         mean, std = self._bn_stats(z)
@@ -176,15 +160,12 @@ class Flux2KleinModel(BaseModel):
         z = latents.to(self.device, torch.float32)
         mean, std = self._bn_stats(z)
         z = Flux2KleinPipeline._unpatchify_latents(z * std + mean)
-        with torch.no_grad(), self._on_device(self.vae):
+        with torch.no_grad(), self.on_device(self.vae):
             return self.vae.decode(z).sample
 
     @property
     def max_sequence_length(self) -> int:
-        if "max_sequence_length" in self.kwargs:
-            return int(self.kwargs["max_sequence_length"])
-        return min(MAX_PROMPT_TOKENS, int(getattr(self.tokenizer, "model_max_length",
-                                                  MAX_PROMPT_TOKENS)))
+        return self.prompt_token_limit(self.tokenizer, MAX_PROMPT_TOKENS)
 
     @property
     def text_layers(self) -> tuple[int, ...]:
@@ -203,7 +184,7 @@ class Flux2KleinModel(BaseModel):
         tokens = self.tokenizer(texts, padding="max_length", truncation=True,
                                 max_length=self.max_sequence_length, return_tensors="pt")
         te = self.text_encoder
-        with torch.no_grad(), self._on_device(te):
+        with torch.no_grad(), self.on_device(te):
             where = next(te.parameters()).device
             hidden = te(input_ids=tokens.input_ids.to(where),
                         attention_mask=tokens.attention_mask.to(where),
@@ -268,11 +249,8 @@ class Flux2KleinModel(BaseModel):
                               conditional_embeds: AdvancedPromptEmbeds,
                               unconditional_embeds: AdvancedPromptEmbeds,
                               generator: torch.Generator) -> Image.Image:
-        div = self.get_bucket_divisibility()
-        if gen_config.width % div or gen_config.height % div:
-            raise ValueError(f"sample size {gen_config.width}x{gen_config.height} is not a "
-                             f"multiple of {div} (FLUX.2: VAE 8 x patch 2)")
-        with self._on_device(self.vae):
+        self.check_sample_size(gen_config, "FLUX.2: VAE 8 x patch 2")
+        with self.on_device(self.vae):
             return run_pipeline(pipeline, gen_config, conditional_embeds,
                                 unconditional_embeds, generator, self.device, self.dtype)
 

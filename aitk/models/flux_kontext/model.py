@@ -36,12 +36,7 @@ REFERENCE_ID = 1.0  # first id axis of the reference tokens (FluxKontextPipeline
 class FluxKontextModel(FluxModel):
     arch = "flux_kontext"
     use_old_lokr_format = False
-
-    @classmethod
-    def build_tiny(cls, target: Path, seed: int = 0) -> None:
-        from aitk.models.flux.tiny import build_tiny_flux
-
-        build_tiny_flux(target, seed=seed, pipeline_class="FluxKontextPipeline")
+    pipeline_class = "FluxKontextPipeline"
 
     @property
     def latent_channels(self) -> int:
@@ -96,28 +91,14 @@ class FluxKontextModel(FluxModel):
         return FluxPipeline._unpack_latents(out, h * f, w * f, f)
 
     # ---- 4. previews ---------------------------------------------------------------
-    def get_generation_pipeline(self) -> Any:
-        from diffusers import FlowMatchEulerDiscreteScheduler, FluxKontextPipeline
-
-        pipeline = FluxKontextPipeline(
-            scheduler=FlowMatchEulerDiscreteScheduler.from_config(self.noise_scheduler.config),
-            vae=self.vae, text_encoder=self.text_encoder, tokenizer=self.tokenizer,
-            text_encoder_2=self.text_encoder_2, tokenizer_2=self.tokenizer_2,
-            transformer=self.model)
-        pipeline.set_progress_bar_config(disable=True)
-        return pipeline
-
     def generate_single_image(self, pipeline: Any, gen_config: GenerateImageConfig,
                               conditional_embeds: AdvancedPromptEmbeds,
                               unconditional_embeds: AdvancedPromptEmbeds,
                               generator: torch.Generator) -> Any:
         """Embedded guidance as Flux dev; `ctrl_img` is the image to edit (none: the
         pipeline generates from the prompt alone)."""
-        div = self.get_bucket_divisibility()
+        self.check_sample_size(gen_config, "Flux Kontext: VAE 8 x packing 2")
         width, height = gen_config.width, gen_config.height
-        if width % div or height % div:
-            raise ValueError(f"sample size {width}x{height} is not a multiple of {div} "
-                             "(Flux Kontext: VAE 8 x packing 2)")
         reference = (self.encode_preview_control(pipeline, gen_config)
                      if gen_config.ctrl_img else None)
         embeds = conditional_embeds.to(self.device, self.dtype)

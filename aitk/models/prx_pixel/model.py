@@ -35,7 +35,6 @@ What is unusual, and where it is handled:
 
 from __future__ import annotations
 
-import contextlib
 import html
 import json
 from dataclasses import dataclass
@@ -48,7 +47,7 @@ from PIL import Image
 from aitk.adapters.keys import from_public_keys, to_public_keys
 from aitk.flow_matching import FlowMatchSchedule, image_tokens
 from aitk.models.base import BaseModel, GenerateImageConfig, ModelLoadError
-from aitk.models.loading import load_part
+from aitk.models.loading import freeze, load_part
 from aitk.noise import NoiseSchedule, NoiseSettings
 from aitk.prompt_embeds import AdvancedPromptEmbeds
 from aitk.timesteps import FlowShift
@@ -121,29 +120,12 @@ class PRXPixelModel(BaseModel):
         settings = {**pipeline_settings(name), **(getattr(cfg, "model_kwargs", None) or {})}
         self.noise_scale = float(settings.get("noise_scale", NOISE_SCALE))
         self.prompt_max_tokens = int(settings.get("prompt_max_tokens", PROMPT_MAX_TOKENS))
-        self.low_vram = bool(getattr(cfg, "low_vram", False))
-        idle = torch.device("cpu") if self.low_vram else self.device
-        for module, where in ((transformer, self.device), (text_encoder, idle)):
-            module.requires_grad_(False)
-            module.eval()
-            module.to(where)
+        freeze(transformer, text_encoder)
+        self.place_loaded([transformer], idle=[text_encoder])
         self.model, self.text_encoder, self.tokenizer = transformer, text_encoder, tokenizer
         self.noise_scheduler = scheduler
-        if getattr(cfg, "quantize", False):
-            from aitk.quantize import quantize_linear_layers
-
-            quantize_linear_layers(transformer, getattr(cfg, "qtype", "qfloat8"),
-                                   exclude=TRANSFORMER_QUANT_EXCLUDE)
-        if getattr(cfg, "quantize_te", False):
-            from aitk.quantize import quantize_linear_layers
-
-            quantize_linear_layers(text_encoder, getattr(cfg, "qtype_te", "qfloat8"))
-
-    def _on_device(self, module: torch.nn.Module) -> contextlib.AbstractContextManager:
-        """With low_vram, the text encoder idles on the CPU and visits the device."""
-        from aitk.models.offload import visiting
-
-        return visiting(module, self.device) if self.low_vram else contextlib.nullcontext()
+        self.quantize_transformer(transformer, exclude=TRANSFORMER_QUANT_EXCLUDE)
+        self.quantize_text_encoder(text_encoder)
 
     # ---- 2. encoders ---------------------------------------------------------------
     def encode_images(self, images: torch.Tensor) -> torch.Tensor:
@@ -164,7 +146,7 @@ class PRXPixelModel(BaseModel):
                                 max_length=self.prompt_max_tokens, truncation=True,
                                 return_attention_mask=True, return_tensors="pt")
         te = self.text_encoder
-        with torch.no_grad(), self._on_device(te):
+        with torch.no_grad(), self.on_device(te):
             where = next(te.parameters()).device
             mask = tokens.attention_mask.bool().to(where)
             states = te(input_ids=tokens.input_ids.to(where), attention_mask=mask,
@@ -215,10 +197,8 @@ class PRXPixelModel(BaseModel):
                               conditional_embeds: AdvancedPromptEmbeds,
                               unconditional_embeds: AdvancedPromptEmbeds,
                               generator: torch.Generator) -> Image.Image:
-        div = self.get_bucket_divisibility()
-        if gen_config.width % div or gen_config.height % div:
-            raise ValueError(f"sample size {gen_config.width}x{gen_config.height} is not a "
-                             f"multiple of {div} (PRXPixel: {div} px patches)")
+        self.check_sample_size(gen_config,
+                               f"PRXPixel: {self.get_bucket_divisibility()} px patches")
         return run_pipeline(pipeline, gen_config, conditional_embeds, unconditional_embeds,
                             generator, self.device, self.dtype)
 

@@ -34,7 +34,7 @@ from PIL import Image
 from aitk.adapters.keys import from_public_keys, to_public_keys
 from aitk.flow_matching import FlowMatchSchedule, image_tokens
 from aitk.models.base import BaseModel, GenerateImageConfig, ModelLoadError
-from aitk.models.loading import load_part
+from aitk.models.loading import freeze, load_part
 from aitk.models.offload import visiting
 from aitk.noise import NoiseSchedule, NoiseSettings
 from aitk.prompt_embeds import AdvancedPromptEmbeds
@@ -87,29 +87,14 @@ class QwenImageModel(BaseModel):
         # the memory and slow Conv3d it carries).
         if not self.keep_vision_tower:
             text_encoder.model.visual = None
-        self.low_vram = bool(getattr(cfg, "low_vram", False))
-        idle = torch.device("cpu") if self.low_vram else self.device
-        for module, where in ((transformer, self.device), (text_encoder, idle), (vae, idle)):
-            module.requires_grad_(False)
-            module.eval()
-            module.to(where)
+        freeze(transformer, text_encoder, vae)
+        self.place_loaded([transformer], idle=[text_encoder, vae])
         self.model, self.text_encoder, self.tokenizer = transformer, text_encoder, tokenizer
         self.vae, self.noise_scheduler = vae, scheduler
         prefix = PROMPT_TEMPLATE.split("{}")[0]
         self.template_drop = len(tokenizer(prefix).input_ids)
-        if getattr(cfg, "quantize", False):
-            from aitk.quantize import quantize_linear_layers
-
-            quantize_linear_layers(transformer, cfg.qtype, exclude=TRANSFORMER_QUANT_EXCLUDE)
-        if getattr(cfg, "quantize_te", False):
-            from aitk.quantize import quantize_linear_layers
-
-            quantize_linear_layers(text_encoder, cfg.qtype_te,
-                                   exclude=("lm_head", "model.visual*"))
-
-    def _on_device(self, module: torch.nn.Module) -> contextlib.AbstractContextManager:
-        """With low_vram, a part idles on the CPU and visits the device to work."""
-        return visiting(module, self.device) if self.low_vram else contextlib.nullcontext()
+        self.quantize_transformer(transformer, exclude=TRANSFORMER_QUANT_EXCLUDE)
+        self.quantize_text_encoder(text_encoder, exclude=("lm_head", "model.visual*"))
 
     # ---- 2. encoders ---------------------------------------------------------------
     @property
@@ -126,7 +111,7 @@ class QwenImageModel(BaseModel):
     def encode_images(self, images: torch.Tensor) -> torch.Tensor:
         """(B, 3, H, W) in [-1, 1] -> (B, C, H/8, W/8), the distribution's mean,
         normalised per channel."""
-        with torch.no_grad(), self._on_device(self.vae):
+        with torch.no_grad(), self.on_device(self.vae):
             x = images.to(self.device, torch.float32)[:, :, None]
             z = self.vae.encode(x).latent_dist.mean[:, :, 0]
         mean, std = self._latent_stats(z)
@@ -135,7 +120,7 @@ class QwenImageModel(BaseModel):
     def decode_latents(self, latents: torch.Tensor) -> torch.Tensor:
         z = latents.to(self.device, torch.float32)
         mean, std = self._latent_stats(z)
-        with torch.no_grad(), self._on_device(self.vae):
+        with torch.no_grad(), self.on_device(self.vae):
             return self.vae.decode((z * std + mean)[:, :, None]).sample[:, :, 0]
 
     def get_prompt_embeds(self, prompts: list[str],
@@ -149,7 +134,7 @@ class QwenImageModel(BaseModel):
         tokens = self.tokenizer(texts, max_length=MAX_PROMPT_TOKENS + self.template_drop,
                                 padding=True, truncation=True, return_tensors="pt")
         te = self.text_encoder
-        with torch.no_grad(), self._on_device(te):
+        with torch.no_grad(), self.on_device(te):
             where = next(te.parameters()).device
             ids, mask = tokens.input_ids.to(where), tokens.attention_mask.to(where)
             states = te(input_ids=ids, attention_mask=mask,

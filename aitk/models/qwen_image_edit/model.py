@@ -119,7 +119,7 @@ class QwenImageEditModel(QwenImageModel):
         flat = [img for imgs in per_prompt for img in imgs]
         inputs = self.processor(text=texts, images=flat or None, padding=True)
         te = self.text_encoder
-        with torch.no_grad(), self._on_device(te):
+        with torch.no_grad(), self.on_device(te):
             where = next(te.parameters()).device
             kwargs = {k: v.to(where) for k, v in inputs.items()}
             if "pixel_values" in kwargs:

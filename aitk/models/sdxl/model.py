@@ -24,8 +24,6 @@ Min-SNR weighting from `train.min_snr_gamma`. The UNet's added conditioning `tim
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -34,6 +32,7 @@ import torch
 from PIL import Image
 from torch import nn
 
+from aitk.models import kl_latents
 from aitk.models.base import BaseModel, GenerateImageConfig, ModelLoadError
 from aitk.noise import NoiseSchedule, NoiseSettings
 from aitk.prompt_embeds import AdvancedPromptEmbeds
@@ -44,9 +43,7 @@ PARTS = ("unet", "vae", "text_encoder", "text_encoder_2", "tokenizer", "tokenize
 UNET_QUANT_EXCLUDE = ("conv_in", "time_embedding*", "add_embedding*", "conv_norm_out",
                       "conv_out")
 TE_QUANT_EXCLUDE = ("*embeddings*", "text_projection")
-HF_HINT = ("check the name, run `huggingface-cli login` (or set HF_TOKEN) for a gated "
-           "model, or download it while online (HF_HUB_OFFLINE unset); HF_HOME is where "
-           "downloads are kept")
+MESSAGE_NAME = "SDXL"  # how load errors name this arch, as they always have
 
 Size = tuple[int, int]  # (height, width), the order SDXL's time ids use
 
@@ -89,108 +86,56 @@ class SDXLModel(BaseModel):
         build_tiny_sdxl(target, seed=seed)
 
     # ---- 1. load -------------------------------------------------------------------
-    def _source(self) -> tuple[str, bool]:
-        """(name, is a local folder); a missing path that looks local is an error."""
-        name = str(self.model_config.name_or_path)
-        path = Path(name).expanduser()
-        if path.is_dir():
-            missing = [p for p in PARTS if not (path / p).is_dir()]
-            if missing:
-                raise ModelLoadError(f"SDXL model folder {path} lacks "
-                                     f"{', '.join(p + '/' for p in missing)} (a diffusers "
-                                     "SDXL folder has each part in its own subfolder)")
-            return str(path), True
-        if path.exists() or name.startswith((".", "/", "~")) or name.count("/") != 1:
-            raise ModelLoadError(f"SDXL model {name!r} is neither a diffusers model folder "
-                                 "nor a hub id (owner/name)")
-        return name, False
-
     def load_model(self) -> None:
         import diffusers
         from diffusers import AutoencoderKL, UNet2DConditionModel
         from transformers import CLIPTextModel, CLIPTextModelWithProjection, CLIPTokenizer
 
-        name, local = self._source()
+        from aitk.models.loading import check_source, freeze, load_part
+
+        name = str(self.model_config.name_or_path)
+        check_source(name, MESSAGE_NAME, PARTS)
         # `model_kwargs: {variant: fp16}` reads the hub's half-size weight files.
         variant = (getattr(self.model_config, "model_kwargs", None) or {}).get("variant")
         weights = {"variant": variant} if variant else {}
 
         def part(cls: Any, sub: str, **kw: Any) -> Any:
-            return cls.from_pretrained(name, subfolder=sub, **kw)
+            return load_part(cls, name, sub, MESSAGE_NAME, **kw)
 
-        try:
-            unet = part(UNet2DConditionModel, "unet", torch_dtype=self.dtype, **weights)
-            text_encoder = part(CLIPTextModel, "text_encoder", dtype=self.dtype, **weights)
-            text_encoder_2 = part(CLIPTextModelWithProjection, "text_encoder_2",
-                                  dtype=self.dtype, **weights)
-            tokenizer = part(CLIPTokenizer, "tokenizer")
-            tokenizer_2 = part(CLIPTokenizer, "tokenizer_2")
-            # The VAE stays float32: SDXL's VAE overflows in float16.
-            vae = part(AutoencoderKL, "vae", torch_dtype=torch.float32, **weights)
-            config = part(diffusers.EulerDiscreteScheduler, "scheduler").config
-            cls = getattr(diffusers, str(config.get("_class_name", "")), None)
-            if not (isinstance(cls, type) and issubclass(cls, diffusers.SchedulerMixin)):
-                cls = diffusers.EulerDiscreteScheduler
-            v_pred = getattr(self.model_config, "is_v_pred", None)
-            overrides = {} if v_pred is None else {
-                "prediction_type": "v_prediction" if v_pred else "epsilon"}
-            scheduler = cls.from_config(config, **overrides)
-        except Exception as exc:  # OSError, hub HTTP errors, bad configs: one line
-            first = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
-            detail = f"{exc.__class__.__name__}: {first}"[:300]
-            where = f"folder {name}" if local else f"{name!r} from the Hugging Face hub"
-            raise ModelLoadError(f"cannot load the SDXL model {where} ({detail}); "
-                                 + ("check the folder" if local else HF_HINT)) from None
+        unet = part(UNet2DConditionModel, "unet", torch_dtype=self.dtype, **weights)
+        text_encoder = part(CLIPTextModel, "text_encoder", dtype=self.dtype, **weights)
+        text_encoder_2 = part(CLIPTextModelWithProjection, "text_encoder_2",
+                              dtype=self.dtype, **weights)
+        tokenizer = part(CLIPTokenizer, "tokenizer")
+        tokenizer_2 = part(CLIPTokenizer, "tokenizer_2")
+        # The VAE stays float32: SDXL's VAE overflows in float16.
+        vae = part(AutoencoderKL, "vae", torch_dtype=torch.float32, **weights)
+        config = part(diffusers.EulerDiscreteScheduler, "scheduler").config
+        cls = getattr(diffusers, str(config.get("_class_name", "")), None)
+        if not (isinstance(cls, type) and issubclass(cls, diffusers.SchedulerMixin)):
+            cls = diffusers.EulerDiscreteScheduler
+        v_pred = getattr(self.model_config, "is_v_pred", None)
+        overrides = {} if v_pred is None else {
+            "prediction_type": "v_prediction" if v_pred else "epsilon"}
+        scheduler = cls.from_config(config, **overrides)
 
-        for module in (unet, text_encoder, text_encoder_2, vae):
-            module.requires_grad_(False)
-            module.eval()
-        unet.to(self.device)
+        freeze(unet, text_encoder, text_encoder_2, vae)
         self.model, self.vae, self.noise_scheduler = unet, vae, scheduler
         self.text_encoder, self.text_encoder_2 = text_encoder, text_encoder_2
         self.tokenizer, self.tokenizer_2 = tokenizer, tokenizer_2
         self.lora_block_prefixes = attention_prefixes(unet)
-        if local:
-            index = Path(name) / "model_index.json"
+        if Path(name).expanduser().is_dir():
+            index = Path(name).expanduser() / "model_index.json"
             if index.is_file():
                 import json
 
                 self.force_zeros_for_empty_prompt = bool(json.loads(index.read_text()).get(
                     "force_zeros_for_empty_prompt", True))
-        idle = torch.device("cpu") if self.low_vram else self.device
-        for module in (vae, text_encoder, text_encoder_2):
-            module.to(idle)
+        self.place_loaded([unet], idle=[vae, text_encoder, text_encoder_2])
 
-        cfg = self.model_config
-        if getattr(cfg, "quantize", False):
-            from aitk.quantize import quantize_linear_layers
-
-            quantize_linear_layers(unet, getattr(cfg, "qtype", "qfloat8"),
-                                   exclude=UNET_QUANT_EXCLUDE)
-        if getattr(cfg, "quantize_te", False):
-            from aitk.quantize import quantize_linear_layers
-
-            for te in (text_encoder, text_encoder_2):
-                quantize_linear_layers(te, getattr(cfg, "qtype_te", "qfloat8"),
-                                       exclude=TE_QUANT_EXCLUDE)
-
-    @property
-    def low_vram(self) -> bool:
-        return bool(getattr(self.model_config, "low_vram", False))
-
-    @contextmanager
-    def resident(self, *modules: nn.Module | None) -> Iterator[None]:
-        """With `low_vram`, idle parts live on the CPU and visit the device only here."""
-        present = [m for m in modules if m is not None]
-        if self.low_vram:
-            for m in present:
-                m.to(self.device)
-        try:
-            yield
-        finally:
-            if self.low_vram:
-                for m in present:
-                    m.to("cpu")
+        self.quantize_transformer(unet, exclude=UNET_QUANT_EXCLUDE)
+        for te in (text_encoder, text_encoder_2):
+            self.quantize_text_encoder(te, exclude=TE_QUANT_EXCLUDE)
 
     # ---- 2. encoders ---------------------------------------------------------------
     @property
@@ -202,18 +147,13 @@ class SDXLModel(BaseModel):
 
         The distribution's mean, not a sample: cached latents are then deterministic.
         """
-        cfg = self.vae.config
-        with torch.no_grad(), self.resident(self.vae):
-            dist = self.vae.encode(images.to(self.device, torch.float32)).latent_dist
-            latents = (dist.mean - (cfg.shift_factor or 0.0)) * cfg.scaling_factor
+        with self.on_device(self.vae):
+            latents = kl_latents.encode(self.vae, images, self.device)
         return latents.to(self.device, self.dtype)
 
     def decode_latents(self, latents: torch.Tensor) -> torch.Tensor:
-        cfg = self.vae.config
-        z = latents.to(self.device, torch.float32) / cfg.scaling_factor + (cfg.shift_factor
-                                                                           or 0.0)
-        with torch.no_grad(), self.resident(self.vae):
-            return self.vae.decode(z).sample
+        with self.on_device(self.vae):
+            return kl_latents.decode(self.vae, latents, self.device)
 
     def get_prompt_embeds(self, prompts: list[str],
                           control_images: list[torch.Tensor] | None = None
@@ -224,7 +164,7 @@ class SDXLModel(BaseModel):
             raise ModelLoadError("the text encoders are unloaded (text embeddings cached)")
         states = []
         pooled = None
-        with torch.no_grad(), self.resident(self.text_encoder, self.text_encoder_2):
+        with torch.no_grad(), self.on_device(self.text_encoder, self.text_encoder_2):
             for tokenizer, encoder in ((self.tokenizer, self.text_encoder),
                                        (self.tokenizer_2, self.text_encoder_2)):
                 ids = tokenizer(list(prompts), padding="max_length", truncation=True,
@@ -289,10 +229,7 @@ class SDXLModel(BaseModel):
         if self.force_zeros_for_empty_prompt and not gen_config.negative_prompt:
             # What diffusers' SDXL pipeline does for an empty negative prompt.
             uncond = tuple(torch.zeros_like(t) for t in uncond)
-        f = self.get_bucket_divisibility()
-        if gen_config.width % f or gen_config.height % f:
-            raise ValueError(f"sample size {gen_config.width}x{gen_config.height} must be "
-                             f"a multiple of {f}")
+        self.check_sample_size(gen_config, "SDXL: VAE 8 x the UNet's downsampling")
         latents = pipeline(
             prompt_embeds=cond[0], pooled_prompt_embeds=cond[1],
             negative_prompt_embeds=uncond[0], negative_pooled_prompt_embeds=uncond[1],

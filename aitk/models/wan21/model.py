@@ -44,8 +44,7 @@ from PIL import Image
 
 from aitk.flow_matching import FlowMatchSchedule, image_tokens
 from aitk.models.base import BaseModel, GenerateImageConfig, ModelLoadError
-from aitk.models.loading import load_part
-from aitk.models.offload import visiting
+from aitk.models.loading import freeze, load_part, load_part_config
 from aitk.models.wan21.lora_keys import from_wan_keys, to_wan_keys
 from aitk.models.wan21.tiny import TEXT_LEN, WAN21, WAN21_I2V, WanVariant, build_tiny_wan
 from aitk.noise import NoiseSchedule, NoiseSettings
@@ -90,7 +89,6 @@ class Wan21Model(BaseModel):
 
         cfg = self.model_config
         name = str(cfg.name_or_path)
-        self.low_vram = bool(getattr(cfg, "low_vram", False))
         self.model = self.load_transformers(name)
         text_encoder = load_part(UMT5EncoderModel, name, "text_encoder", self.arch,
                                  dtype=self.dtype)
@@ -98,17 +96,11 @@ class Wan21Model(BaseModel):
         # The VAE stays float32: encode/decode quality matters more than its size.
         vae = load_part(AutoencoderKLWan, name, "vae", self.arch, dtype=torch.float32)
         scheduler = load_scheduler(name, self.arch)
-        idle = torch.device("cpu") if self.low_vram else self.device
-        for module, where in ((text_encoder, idle), (vae, idle)):
-            module.requires_grad_(False)
-            module.eval()
-            module.to(where)
+        freeze(text_encoder, vae)
+        self.place_loaded([], idle=[text_encoder, vae])
         self.text_encoder, self.tokenizer, self.vae = text_encoder, tokenizer, vae
         self.noise_scheduler = scheduler
-        if getattr(cfg, "quantize_te", False):
-            from aitk.quantize import quantize_linear_layers
-
-            quantize_linear_layers(text_encoder, cfg.qtype_te)
+        self.quantize_text_encoder(text_encoder)
         self.load_extras(name)
 
     def load_transformers(self, name: str) -> torch.nn.Module:
@@ -122,21 +114,12 @@ class Wan21Model(BaseModel):
 
         transformer = load_part(WanTransformer3DModel, name, subfolder, self.arch,
                                 dtype=self.dtype)
-        transformer.requires_grad_(False)
-        transformer.eval()
-        cfg = self.model_config
-        if getattr(cfg, "quantize", False):
-            from aitk.quantize import quantize_linear_layers
-
-            quantize_linear_layers(transformer, cfg.qtype, exclude=TRANSFORMER_QUANT_EXCLUDE)
+        freeze(transformer)
+        self.quantize_transformer(transformer, exclude=TRANSFORMER_QUANT_EXCLUDE)
         return transformer.to(where or self.device)
 
     def load_extras(self, name: str) -> None:
         """i2v: the image encoder; nothing for text to video."""
-
-    def _on_device(self, module: torch.nn.Module) -> contextlib.AbstractContextManager:
-        """With low_vram, a part idles on the CPU and visits the device to work."""
-        return visiting(module, self.device) if self.low_vram else contextlib.nullcontext()
 
     @property
     def transformers(self) -> list[torch.nn.Module]:
@@ -158,7 +141,7 @@ class Wan21Model(BaseModel):
     def encode_images(self, images: torch.Tensor) -> torch.Tensor:
         """(B, 3, H, W) or (B, 3, F, H, W) in [-1, 1] -> (B, z, (F-1)/4+1, H/8, W/8):
         the posterior mean, normalised per channel."""
-        with torch.no_grad(), self._on_device(self.vae):
+        with torch.no_grad(), self.on_device(self.vae):
             x = as_video(images).to(self.device, torch.float32)
             z = self.vae.encode(x).latent_dist.mean
         mean, std = self._latent_stats(z)
@@ -168,7 +151,7 @@ class Wan21Model(BaseModel):
         """Latents (B, z, f, h, w) -> pixels (B, 3, F, H, W) in [-1, 1]."""
         z = latents.to(self.device, torch.float32)
         mean, std = self._latent_stats(z)
-        with torch.no_grad(), self._on_device(self.vae):
+        with torch.no_grad(), self.on_device(self.vae):
             return self.vae.decode(z * std + mean).sample.clamp(-1, 1)
 
     def get_prompt_embeds(self, prompts: list[str],
@@ -181,7 +164,7 @@ class Wan21Model(BaseModel):
                                 padding="max_length", truncation=True,
                                 add_special_tokens=True, return_tensors="pt")
         te = self.text_encoder
-        with torch.no_grad(), self._on_device(te):
+        with torch.no_grad(), self.on_device(te):
             where = next(te.parameters()).device
             ids, mask = tokens.input_ids.to(where), tokens.attention_mask.to(where)
             states = te(input_ids=ids, attention_mask=mask).last_hidden_state
@@ -260,7 +243,7 @@ class Wan21Model(BaseModel):
 
     @contextlib.contextmanager
     def preview_devices(self):
-        with self._on_device(self.vae):
+        with self.on_device(self.vae):
             yield
 
     # ---- 5. saving -----------------------------------------------------------------
@@ -300,9 +283,8 @@ class FirstFrameConditioned:
                                 transformers.CLIPImageProcessor)
         encoder = load_part(CLIPVisionModel, name, "image_encoder", self.arch,
                             dtype=self.dtype)
-        encoder.requires_grad_(False)
-        encoder.eval()
-        encoder.to(torch.device("cpu") if self.low_vram else self.device)
+        freeze(encoder)
+        self.place_loaded([], idle=[encoder])
         self.image_encoder = encoder
         self.image_processor = load_part(processor_cls, name, "image_processor", self.arch)
 
@@ -334,7 +316,7 @@ class FirstFrameConditioned:
                               align_corners=False)
         video = torch.cat([first[:, :, None], first.new_zeros(
             b, 3, pixel_frames - 1, height * scale, width * scale)], dim=2)
-        with torch.no_grad(), self._on_device(self.vae):
+        with torch.no_grad(), self.on_device(self.vae):
             z = self.vae.encode(video.to(self.device, torch.float32)).latent_dist.mode()
         mean, std = self._latent_stats(z)
         z = (z - mean) / std
@@ -363,7 +345,7 @@ class FirstFrameConditioned:
         mean = torch.tensor(proc.image_mean, device=x.device).view(1, 3, 1, 1)
         std = torch.tensor(proc.image_std, device=x.device).view(1, 3, 1, 1)
         enc = self.image_encoder
-        with torch.no_grad(), self._on_device(enc):
+        with torch.no_grad(), self.on_device(enc):
             out = enc(pixel_values=((x - mean) / std).to(self.device, self.dtype),
                       output_hidden_states=True)
         return out.hidden_states[-2].to(self.device, self.dtype)
@@ -390,9 +372,7 @@ class FirstFrameConditioned:
 
     @contextlib.contextmanager
     def preview_devices(self):
-        encoder = self.image_encoder
-        with super().preview_devices(), (self._on_device(encoder) if encoder is not None
-                                         else contextlib.nullcontext()):
+        with super().preview_devices(), self.on_device(self.image_encoder):
             yield
 
 
@@ -407,22 +387,11 @@ def load_scheduler(name: str, arch: str) -> Any:
     re-uploads), built from its config by the class the config names."""
     import diffusers
 
-    config = load_part(_ConfigOnly(diffusers.UniPCMultistepScheduler), name, "scheduler",
-                       arch)
+    config = load_part_config(diffusers.UniPCMultistepScheduler, name, "scheduler", arch)
     cls = getattr(diffusers, str(config.get("_class_name", "")), None)
     if not (isinstance(cls, type) and issubclass(cls, diffusers.SchedulerMixin)):
         cls = diffusers.UniPCMultistepScheduler
     return cls.from_config(config)
-
-
-class _ConfigOnly:
-    """Adapts `load_config` to load_part's `from_pretrained` call (same error lines)."""
-
-    def __init__(self, cls: Any) -> None:
-        self.cls = cls
-
-    def from_pretrained(self, path: Any, subfolder: str | None = None, **kwargs: Any) -> Any:
-        return self.cls.load_config(path, subfolder=subfolder, **kwargs)
 
 
 def padded_context(embeds: AdvancedPromptEmbeds, device: torch.device, dtype: torch.dtype

@@ -154,9 +154,8 @@ class Wan22Model(Wan21Model):
         self.lora_block_prefixes = tuple(f"{e}.blocks." for e in self.trainable)
         # With low_vram the low-noise expert starts on the CPU: two 14B experts never
         # sit on the GPU together.
-        idle = torch.device("cpu") if self.low_vram else None
         return WanExperts(self.load_transformer(name, HIGH),
-                          self.load_transformer(name, LOW, idle))
+                          self.load_transformer(name, LOW, self.idle_device))
 
     @property
     def transformers(self) -> list[nn.Module]:
