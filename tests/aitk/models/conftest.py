@@ -63,7 +63,7 @@ def example_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture
 def make_cfg():
-    """ModelCfg(name_or_path=..., **overrides); tests import no names from conftest."""
+    """ModelCfg(name_or_path=..., **overrides), for tests that take it as a fixture."""
     return ModelCfg
 
 

@@ -73,8 +73,10 @@ def small_pipeline_controls():
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr(edit, "calculate_dimensions", lambda a, r: (*dims(a, r), None))
         mp.setattr(plus, "calculate_dimensions", dims)
-        torch.set_num_threads(1)
+        threads = torch.get_num_threads()
+        torch.set_num_threads(1)  # see conftest.one_torch_thread; restored for later modules
         yield
+        torch.set_num_threads(threads)
 
 
 def edit_job(tmp: Path, model_dir: Path, name: str = "e", **overrides: Any) -> Path:
