@@ -3,18 +3,20 @@
 Every part is created from a small config under `torch.manual_seed(seed)` and written
 with its own `save_pretrained`, so the folder loads through the same `from_pretrained`
 calls as a real model. The same seed gives the same weights. With `pretrain=` the
-random weights first go through the short pre-training of
-aitk.models.example.pretrain (a VAE and transformer that draw coloured shapes). The
+random weights first go through the pre-training of aitk.models.example.pretrain (a
+VAE and transformer that draw coloured shapes), recorded in `pretrain.json`. The
 folder is assembled in a temporary sibling and published by one rename: it is complete
 or absent.
 """
 
 from __future__ import annotations
 
+import json
 import sys
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import Any
 
 import torch
 
@@ -42,9 +44,24 @@ class ExampleSizes:
 # Sizes for `pretrain=`: a VAE without mid-block attention and with narrower convs
 # pre-trains several times faster; one norm group keeps the channels' relative levels
 # (the colour of a flat region), which per-channel groups normalise away, so it learns
-# colours sooner.
-PRETRAINED_SIZES = ExampleSizes(vae_channels=(8, 16, 16), vae_attention=False,
-                                vae_norm_groups=1)
+# colours sooner. A wider, deeper transformer than the test model's: at 64 wide and 2
+# deep it drew blobs and ignored the prompt after the same pre-training.
+PRETRAINED_SIZES = ExampleSizes(hidden_size=96, num_layers=3, vae_channels=(8, 16, 16),
+                                vae_attention=False, vae_norm_groups=1)
+
+
+# What a pre-trained folder records of how it was made (the shipped base has one).
+RECIPE_FILE = "pretrain.json"
+
+
+def pretrain_record(plan: PretrainPlan, sizes: ExampleSizes, seed: int) -> dict[str, Any]:
+    """The inputs that decide a pre-trained model's weights (with the same torch on the
+    same kind of CPU): the recipe, the sizes, the seed and a digest of the data."""
+    from aitk.models.example.pretrain import training_data_digest
+
+    return {"seed": seed, "plan": asdict(plan),
+            "sizes": json.loads(json.dumps(asdict(sizes))),  # tuples as JSON lists
+            "data_sha256": training_data_digest(plan, seed)}
 
 
 def _say(message: str) -> None:
@@ -98,6 +115,10 @@ def build_example_model(target: Path, seed: int = 0, sizes: ExampleSizes | None 
 
             run_pretraining(vae, transformer, text_encoder, tokenizer, pretrain, seed,
                             report, MAX_TOKENS)
+            (tmp / RECIPE_FILE).write_text(
+                json.dumps({**pretrain_record(pretrain, sizes, seed),
+                            "torch": torch.__version__}, indent=2) + "\n",
+                encoding="utf-8")
         text_encoder.save_pretrained(tmp / "text_encoder")
         tokenizer.save_pretrained(tmp / "tokenizer")
         vae.save_pretrained(tmp / "vae")

@@ -11,6 +11,7 @@ from aitk.cli_example_model import main as example_model_main
 from aitk.models.base import ModelLoadError
 from aitk.models.example import ExampleModel
 from aitk.models.registry import load_model
+from tests.aitk.aitk_testing import REPO
 
 
 def test_cli_writes_every_part_deterministically(tmp_path: Path, example_dir: Path) -> None:
@@ -233,11 +234,47 @@ def test_pretraining_is_deterministic_and_fits_the_vae_scale(tmp_path: Path) -> 
     assert any("pre-training the transformer" in line for line in lines)
 
 
-def test_shape_pictures_are_deterministic_and_captions_name_no_colour() -> None:
-    from aitk.models.example.shapes import COLOURS, shape_images
+def test_shape_pictures_are_deterministic_flat_and_captioned_with_what_they_show() -> None:
+    from aitk.models.example.shapes import COLOURS, dot_backgrounds, shape_images
 
-    images, captions = shape_images(6, 16, seed=1)
-    again, _ = shape_images(6, 16, seed=1)
-    assert images.shape == (6, 16, 16, 3) and (images == again).all()
-    assert set(captions) <= {"a circle", "a square"}
-    assert not any(colour in caption for caption in captions for colour in COLOURS)
+    images, captions = shape_images(40, 16, seed=1)
+    again, same = shape_images(40, 16, seed=1)
+    assert images.shape == (40, 16, 16, 3) and (images == again).all() and captions == same
+    rgb = {v: k for k, v in COLOURS.items()}
+    on_background = 0
+    for image, caption in zip(images, captions, strict=True):
+        colours = {rgb[tuple(int(c) for c in px)] for px in image.reshape(-1, 3)}
+        assert len(colours) == 2  # one shape on one plain background: no dots
+        shape = next(s for s in ("circle", "square") if s in caption)
+        background = rgb[tuple(int(c) for c in image[0, 0])]
+        [fg] = colours - {background}
+        article = "an" if fg[0] in "aeiou" else "a"
+        if " background" in caption:
+            on_background += 1
+            bg_article = "an" if background[0] in "aeiou" else "a"
+            assert caption == f"{article} {fg} {shape} on {bg_article} {background} background"
+        else:
+            assert caption == f"{article} {fg} {shape}"
+    assert 10 < on_background < 30  # both forms, about half each
+    # The VAE's copy: the same pictures, some with dots over the background only.
+    dotted = dot_backgrounds(images, 0.6, seed=1)
+    changed = [(d != i).any() for d, i in zip(dotted, images, strict=True)]
+    assert 10 < sum(changed) < 40
+
+
+def test_the_shipped_base_was_made_by_this_code() -> None:
+    """aitk/models/example/base/pretrain.json records the recipe, sizes, seed and a
+    digest of the generated data; a change to any of them needs the base rebuilt (the
+    command is in the base's README)."""
+    import json
+
+    from aitk.models.example.build import PRETRAINED_SIZES, RECIPE_FILE, pretrain_record
+    from aitk.models.example.pretrain import PretrainPlan
+
+    base = REPO / "aitk" / "models" / "example" / "base"
+    recorded = json.loads((base / RECIPE_FILE).read_text(encoding="utf-8"))
+    assert {k: v for k, v in recorded.items() if k != "torch"} == pretrain_record(
+        PretrainPlan(), PRETRAINED_SIZES, recorded["seed"])
+    transformer = json.loads((base / "transformer" / "config.json").read_text())
+    assert (transformer["hidden_size"], transformer["num_layers"]) == (
+        PRETRAINED_SIZES.hidden_size, PRETRAINED_SIZES.num_layers)
