@@ -38,8 +38,8 @@ def test_example_config_parses_with_defaults_filled():
     loaded = parse(example_raw())
     p = loaded.job.config.process[0]
     assert loaded.name == "example_lora" and loaded.warnings == []
-    assert p.network.dim == 8 and p.network.scale_alpha == 8.0
-    assert p.datasets[0].resolutions == [64, 96]
+    assert p.network.dim == 16 and p.network.scale_alpha == 16.0
+    assert p.datasets[0].resolutions == [64]
     assert p.train.accumulation == 1 and p.model.quantize_te is False
     assert [i.prompt for i in p.sample.items][0].startswith("[trigger]")
 
