@@ -98,6 +98,19 @@ def load_part_config(cls: Any, name_or_path: str, subfolder: str, arch: str,
     return load_part(_ConfigOnly(cls), name_or_path, subfolder, arch, **kwargs)
 
 
+def load_scheduler(name_or_path: str, arch: str, default: Any, **overrides: Any) -> Any:
+    """The scheduler a model ships, built from its config by the class the config names
+    (`default` when it names none diffusers has). `from_pretrained` would not do: it
+    rewrites the config's class name to its own."""
+    import diffusers
+
+    config = load_part_config(default, name_or_path, "scheduler", arch)
+    cls = getattr(diffusers, str(config.get("_class_name", "")), None)
+    if not (isinstance(cls, type) and issubclass(cls, diffusers.SchedulerMixin)):
+        cls = default
+    return cls.from_config(config, **overrides)
+
+
 class _ConfigOnly:
     """Adapts `load_config` to load_part's `from_pretrained` call."""
 

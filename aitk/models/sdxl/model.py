@@ -91,7 +91,7 @@ class SDXLModel(BaseModel):
         from diffusers import AutoencoderKL, UNet2DConditionModel
         from transformers import CLIPTextModel, CLIPTextModelWithProjection, CLIPTokenizer
 
-        from aitk.models.loading import check_source, freeze, load_part
+        from aitk.models.loading import check_source, freeze, load_part, load_scheduler
 
         name = str(self.model_config.name_or_path)
         check_source(name, MESSAGE_NAME, PARTS)
@@ -110,14 +110,11 @@ class SDXLModel(BaseModel):
         tokenizer_2 = part(CLIPTokenizer, "tokenizer_2")
         # The VAE stays float32: SDXL's VAE overflows in float16.
         vae = part(AutoencoderKL, "vae", torch_dtype=torch.float32, **weights)
-        config = part(diffusers.EulerDiscreteScheduler, "scheduler").config
-        cls = getattr(diffusers, str(config.get("_class_name", "")), None)
-        if not (isinstance(cls, type) and issubclass(cls, diffusers.SchedulerMixin)):
-            cls = diffusers.EulerDiscreteScheduler
         v_pred = getattr(self.model_config, "is_v_pred", None)
         overrides = {} if v_pred is None else {
             "prediction_type": "v_prediction" if v_pred else "epsilon"}
-        scheduler = cls.from_config(config, **overrides)
+        scheduler = load_scheduler(name, MESSAGE_NAME, diffusers.EulerDiscreteScheduler,
+                                   **overrides)
 
         freeze(unet, text_encoder, text_encoder_2, vae)
         self.model, self.vae, self.noise_scheduler = unet, vae, scheduler

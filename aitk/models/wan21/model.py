@@ -44,7 +44,7 @@ from PIL import Image
 
 from aitk.flow_matching import FlowMatchSchedule, image_tokens
 from aitk.models.base import BaseModel, GenerateImageConfig, ModelLoadError
-from aitk.models.loading import freeze, load_part, load_part_config
+from aitk.models.loading import freeze, load_part, load_scheduler
 from aitk.models.wan21.lora_keys import from_wan_keys, to_wan_keys
 from aitk.models.wan21.tiny import TEXT_LEN, WAN21, WAN21_I2V, WanVariant, build_tiny_wan
 from aitk.noise import NoiseSchedule, NoiseSettings
@@ -84,7 +84,7 @@ class Wan21Model(BaseModel):
 
     # ---- 1. load -------------------------------------------------------------------
     def load_model(self) -> None:
-        from diffusers import AutoencoderKLWan
+        from diffusers import AutoencoderKLWan, UniPCMultistepScheduler
         from transformers import AutoTokenizer, UMT5EncoderModel
 
         cfg = self.model_config
@@ -95,7 +95,8 @@ class Wan21Model(BaseModel):
         tokenizer = load_part(AutoTokenizer, name, "tokenizer", self.arch)
         # The VAE stays float32: encode/decode quality matters more than its size.
         vae = load_part(AutoencoderKLWan, name, "vae", self.arch, dtype=torch.float32)
-        scheduler = load_scheduler(name, self.arch)
+        # UniPC for the Wan-AI repos; FlowMatchEuler in some re-uploads.
+        scheduler = load_scheduler(name, self.arch, UniPCMultistepScheduler)
         freeze(text_encoder, vae)
         self.place_loaded([], idle=[text_encoder, vae])
         self.text_encoder, self.tokenizer, self.vae = text_encoder, tokenizer, vae
@@ -382,18 +383,6 @@ class Wan21I2VModel(FirstFrameConditioned, Wan21Model):
 
 
 # ---- shared helpers (the trainer and the interop tests call the same ones) ------------
-def load_scheduler(name: str, arch: str) -> Any:
-    """The scheduler the model ships (UniPC for the Wan-AI repos; FlowMatchEuler in some
-    re-uploads), built from its config by the class the config names."""
-    import diffusers
-
-    config = load_part_config(diffusers.UniPCMultistepScheduler, name, "scheduler", arch)
-    cls = getattr(diffusers, str(config.get("_class_name", "")), None)
-    if not (isinstance(cls, type) and issubclass(cls, diffusers.SchedulerMixin)):
-        cls = diffusers.UniPCMultistepScheduler
-    return cls.from_config(config)
-
-
 def padded_context(embeds: AdvancedPromptEmbeds, device: torch.device, dtype: torch.dtype
                    ) -> torch.Tensor:
     """(B, 512, D): each prompt's tokens then zeros, as WanPipeline pads them."""

@@ -64,6 +64,28 @@ def batch_of(model: SDXLModel, size: int = 2) -> DataBatch:
 
 
 # ---- load, encoders, conventions ----------------------------------------------------
+def test_the_scheduler_is_the_class_its_config_names(sdxl_dir: Path, tmp_path: Path) -> None:
+    """A model folder that ships DDIM previews with DDIM (Euler is only the fallback for a
+    config naming no diffusers scheduler); `is_v_pred` still overrides its target."""
+    import json
+    import shutil
+
+    import diffusers
+
+    folder = tmp_path / "ddim"
+    shutil.copytree(sdxl_dir, folder)
+    config = folder / "scheduler" / "scheduler_config.json"
+    config.write_text(json.dumps({**json.loads(config.read_text()),
+                                  "_class_name": "DDIMScheduler"}))
+    model = load_model(sdxl_cfg(folder, is_v_pred=True))
+    assert type(model.noise_scheduler) is diffusers.DDIMScheduler
+    assert model.noise_scheduler.config.prediction_type == "v_prediction"
+    config.write_text(json.dumps({**json.loads(config.read_text()),
+                                  "_class_name": "NoSuchScheduler"}))
+    assert type(load_model(sdxl_cfg(folder)).noise_scheduler) is \
+        diffusers.EulerDiscreteScheduler
+
+
 def test_builds_and_loads_through_the_registry(sdxl_dir: Path) -> None:
     model = make(sdxl_dir)
     assert isinstance(model, SDXLModel) and model.unet is model.model
