@@ -28,10 +28,6 @@ HUB_FIX = ("check the name and download it first (huggingface-cli download, or a
            "diffusers folder")
 
 
-def is_local(name_or_path: str) -> bool:
-    return Path(name_or_path).expanduser().exists()
-
-
 def _subfolders(parts: Sequence[str]) -> str:
     return ", ".join(f"{p}/" for p in parts)
 
