@@ -3,8 +3,9 @@
 Writes a tiny `example` model folder (transformer/ text_encoder/ tokenizer/ vae/
 scheduler/); nothing is downloaded. The weights are random-initialised (previews are
 noise); `--pretrain` then pre-trains the VAE and transformer on generated pictures of
-coloured shapes (aitk.models.example.pretrain; minutes on a CPU). The same seed gives
-the same weights.
+coloured shapes (aitk.models.example.pretrain; about half an hour of one CPU core): how
+the example job's base, aitk/models/example/base/, was made. The same seed gives the
+same weights.
 
 Exit codes: 0 written; 2 bad arguments or DIR exists and is not empty (without --force).
 """
@@ -24,7 +25,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("dir", type=Path, help="folder to create")
     parser.add_argument("--seed", type=int, default=0, help="weights seed (default 0)")
     parser.add_argument("--pretrain", action="store_true",
-                        help="pre-train on generated coloured shapes (minutes on a CPU)")
+                        help="pre-train on generated coloured shapes (about half an hour "
+                             "of one CPU core; how aitk/models/example/base was made)")
     parser.add_argument("--force", action="store_true", help="replace an existing folder")
     try:
         args = parser.parse_args(argv)
