@@ -167,6 +167,17 @@ def job_config(name: str, training_folder: Path, model_dir: Path, *, steps: int 
             "meta": {"name": "[name]", "version": "1.0"}}
 
 
+def scratch_checkout(folder: Path) -> Path:
+    """`folder` laid out like the checkout for the shipped example configs: their
+    relative paths (datasets/, the example's base model) resolve as they do for a user
+    in the checkout, and outputs land in `folder`, not in the checkout. Run from it."""
+    (folder / "datasets").symlink_to(REPO / "datasets")
+    base = Path("aitk", "models", "example", "base")
+    (folder / base.parent).mkdir(parents=True)
+    (folder / base).symlink_to(REPO / base)
+    return folder
+
+
 def write_config(path: Path, config: dict) -> Path:
     import yaml
 

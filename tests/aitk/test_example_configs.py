@@ -11,7 +11,7 @@ from safetensors.torch import load_file
 
 from aitk.cli_run import main as cli_main
 from aitk.config import load_config
-from tests.aitk.aitk_testing import REPO
+from tests.aitk.aitk_testing import REPO, scratch_checkout
 
 EXAMPLES = sorted((REPO / "config" / "examples").glob("*.yaml"))
 TINY = [p for p in EXAMPLES if p.name.endswith("_tiny_cpu.yaml")]
@@ -25,8 +25,7 @@ def test_every_example_config_loads(path: Path):
 
 @pytest.mark.parametrize("path", TINY, ids=lambda p: p.stem)
 def test_tiny_example_trains_end_to_end(path: Path, tmp_path: Path, monkeypatch):
-    (tmp_path / "datasets").symlink_to(REPO / "datasets")
-    monkeypatch.chdir(tmp_path)
+    monkeypatch.chdir(scratch_checkout(tmp_path))
     assert cli_main([str(path)]) == 0
     loaded = load_config(str(path))
     name, proc = loaded.name, loaded.job.config.process[0]

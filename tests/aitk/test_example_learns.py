@@ -15,20 +15,14 @@ import yaml
 
 from aitk.cli_run import main as cli_main
 from aitk.models.example.likeness import mean_distance
-from tests.aitk.aitk_testing import REPO
+from tests.aitk.aitk_testing import REPO, scratch_checkout
 
 EXAMPLE = REPO / "config" / "examples" / "train_lora_example_cpu.yaml"
-BASE = REPO / "aitk" / "models" / "example" / "base"
 
 
 def test_the_example_lora_draws_its_training_pictures_closer_than_the_base(
         tmp_path: Path, monkeypatch) -> None:
-    # A scratch folder laid out like the checkout, so relative paths resolve as they do
-    # for a user (and outputs stay out of the checkout).
-    (tmp_path / "datasets").symlink_to(REPO / "datasets")
-    (tmp_path / "aitk" / "models" / "example").mkdir(parents=True)
-    (tmp_path / "aitk" / "models" / "example" / "base").symlink_to(BASE)
-    monkeypatch.chdir(tmp_path)
+    monkeypatch.chdir(scratch_checkout(tmp_path))
     assert cli_main([str(EXAMPLE)]) == 0
 
     proc = yaml.safe_load(EXAMPLE.read_text())["config"]["process"][0]
