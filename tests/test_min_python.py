@@ -17,7 +17,7 @@ import spec
 
 REPO = Path(__file__).resolve().parent.parent
 OLDEST = "3.10"
-CHECKED = ("manager", "aitk", "spec.py", "run.py", ".ci/stdlib_pythons.py")
+CHECKED = ("manager", "aitk", "aitk_common", "spec.py", "run.py", ".ci/stdlib_pythons.py")
 
 needs_vermin = pytest.mark.skipif(importlib.util.find_spec("vermin") is None,
                                   reason="vermin is not installed (requirements-test.txt)")

@@ -1,0 +1,10 @@
+"""Runtime pieces the three programs share: the manager (`manager/`), the trainer
+(`aitk/`) and the web UI's server (`aitk_server/`).
+
+Stdlib only, and importing this package imports nothing: the manager's bootstrap runs
+on a bare Python before `.venv` exists, and `run.py --check` must stay light. Each
+module owns one concern and is the only copy of it:
+
+    files      atomic writes (temp file in the same folder, fsync, os.replace), staged
+               folders published by a rename, free-space checks
+"""
