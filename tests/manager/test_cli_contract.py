@@ -205,11 +205,12 @@ def test_version_outside_a_checkout_says_the_commit_is_unknown(no_gpu_env, tmp_p
     assert doc["data"]["commit"] is None
 
 
-def test_the_readme_command_table_lists_each_verbs_flags():
-    """The README's command table is what people read: every verb, with its real flags."""
+def test_the_command_table_lists_each_verbs_flags():
+    """The command table in docs/manager.md is what people read: every verb, with its
+    real flags."""
     import re
 
-    text = (ROOT / "README.md").read_text(encoding="utf-8")
+    text = (ROOT / "docs" / "manager.md").read_text(encoding="utf-8")
     table = text.split("| Command | What it does |", 1)[1].split("\n\n", 1)[0]
     rows = dict(re.findall(r"^\| `([a-z]+)((?: [^`]*)?)` \|", table, re.M))
     assert set(rows) == set(COMMANDS)

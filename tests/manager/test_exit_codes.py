@@ -1,4 +1,4 @@
-"""The README's exit-code table is the contract; errors.py must agree with it."""
+"""The exit-code table in docs/manager.md is the contract; errors.py must agree with it."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from pathlib import Path
 
 from manager import errors
 
-README = Path(__file__).resolve().parents[2] / "README.md"
+README = Path(__file__).resolve().parents[2] / "docs" / "manager.md"
 
 
 def readme_codes() -> dict[int, str]:
