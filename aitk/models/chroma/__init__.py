@@ -1,5 +1,5 @@
-"""The `chroma` arch: Chroma (a pruned, guidance-distilled Flux) through diffusers (model.py)."""
+"""The `chroma` arch: Chroma (a pruned, guidance-distilled Flux) through diffusers.
 
-from aitk.models.chroma.model import ChromaModel
-
-__all__ = ["ChromaModel"]
+`arch.py` describes it without torch, `model.py` is the model (torch); this `__init__`
+imports neither, so `aitk.models.catalog` reads `arch.py` alone.
+"""

@@ -1,5 +1,5 @@
-"""The `example` arch: a minimal DiT written for this repo (see model.py)."""
+"""The `example` arch: a minimal DiT written for this repo.
 
-from aitk.models.example.model import ExampleModel
-
-__all__ = ["ExampleModel"]
+`arch.py` describes it without torch, `model.py` is the model (torch); this `__init__`
+imports neither, so `aitk.models.catalog` reads `arch.py` alone.
+"""

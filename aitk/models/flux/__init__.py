@@ -1,5 +1,5 @@
-"""The `flux` arch: FLUX.1 dev and schnell through diffusers (see model.py)."""
+"""The `flux` arch: FLUX.1 dev and schnell through diffusers.
 
-from aitk.models.flux.model import FluxModel
-
-__all__ = ["FluxModel"]
+`arch.py` describes it without torch, `model.py` is the model (torch); this `__init__`
+imports neither, so `aitk.models.catalog` reads `arch.py` alone.
+"""

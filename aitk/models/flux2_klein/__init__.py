@@ -1,5 +1,5 @@
-"""FLUX.2 [klein] (upstream archs flux2_klein_4b / flux2_klein_9b) on diffusers."""
+"""FLUX.2 [klein] (archs flux2_klein_4b / flux2_klein_9b / flux2_klein) on diffusers.
 
-from aitk.models.flux2_klein.model import Flux2Klein4BModel, Flux2Klein9BModel, Flux2KleinModel
-
-__all__ = ["Flux2Klein4BModel", "Flux2Klein9BModel", "Flux2KleinModel"]
+`arch.py` describes it without torch, `model.py` is the model (torch); this `__init__`
+imports neither, so `aitk.models.catalog` reads `arch.py` alone.
+"""

@@ -1,5 +1,5 @@
-"""The `flux_kontext` arch: FLUX.1 Kontext dev (image edit) through diffusers (model.py)."""
+"""The `flux_kontext` arch: FLUX.1 Kontext dev (image edit) through diffusers.
 
-from aitk.models.flux_kontext.model import FluxKontextModel
-
-__all__ = ["FluxKontextModel"]
+`arch.py` describes it without torch, `model.py` is the model (torch); this `__init__`
+imports neither, so `aitk.models.catalog` reads `arch.py` alone.
+"""

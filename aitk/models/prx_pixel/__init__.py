@@ -1,3 +1,5 @@
-from aitk.models.prx_pixel.model import PRXPixelModel
+"""The `prx_pixel` arch: Photoroom PRXPixel (pixel-space text to image) on diffusers.
 
-__all__ = ["PRXPixelModel"]
+`arch.py` describes it without torch, `model.py` is the model (torch); this `__init__`
+imports neither, so `aitk.models.catalog` reads `arch.py` alone.
+"""

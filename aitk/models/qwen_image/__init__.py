@@ -1,3 +1,5 @@
-from aitk.models.qwen_image.model import QwenImageModel
+"""The `qwen_image` arch: Qwen-Image (text to image) on diffusers.
 
-__all__ = ["QwenImageModel"]
+`arch.py` describes it without torch, `model.py` is the model (torch); this `__init__`
+imports neither, so `aitk.models.catalog` reads `arch.py` alone.
+"""

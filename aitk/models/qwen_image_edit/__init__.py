@@ -1,5 +1,5 @@
-"""The Qwen-Image-Edit archs: `qwen_image_edit` and `qwen_image_edit_plus` (model.py)."""
+"""The Qwen-Image-Edit archs: `qwen_image_edit` and `qwen_image_edit_plus`.
 
-from aitk.models.qwen_image_edit.model import QwenImageEditModel, QwenImageEditPlusModel
-
-__all__ = ["QwenImageEditModel", "QwenImageEditPlusModel"]
+`arch.py` describes it without torch, `model.py` is the model (torch); this `__init__`
+imports neither, so `aitk.models.catalog` reads `arch.py` alone.
+"""

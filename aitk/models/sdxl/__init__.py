@@ -1,5 +1,5 @@
-"""The `sdxl` arch: Stable Diffusion XL on diffusers' classes (see model.py)."""
+"""The `sdxl` arch: Stable Diffusion XL on diffusers' classes.
 
-from aitk.models.sdxl.model import SDXLModel
-
-__all__ = ["SDXLModel"]
+`arch.py` describes it without torch, `model.py` is the model (torch); this `__init__`
+imports neither, so `aitk.models.catalog` reads `arch.py` alone.
+"""

@@ -16,8 +16,7 @@ from aitk.adapters import AdapterNetwork
 from aitk.config import load_config
 from aitk.job import EXIT_CONFIG, EXIT_OK, run_job
 from aitk.models.base import GenerateImageConfig, ModelLoadError
-from aitk.models.chroma import ChromaModel
-from aitk.models.chroma.model import kept_token_mask
+from aitk.models.chroma.model import ChromaModel, kept_token_mask
 from aitk.models.registry import load_model
 from tests.aitk.aitk_testing import job_config, write_config
 from tests.aitk.models.arch_checks import (

@@ -16,7 +16,7 @@ from aitk.adapters import AdapterNetwork
 from aitk.config import load_config
 from aitk.job import EXIT_CONFIG, EXIT_OK, run_job
 from aitk.models.base import GenerateImageConfig, ModelLoadError
-from aitk.models.flux import FluxModel
+from aitk.models.flux.model import FluxModel
 from aitk.models.registry import load_model
 from tests.aitk.aitk_testing import job_config, write_config
 from tests.aitk.models.arch_checks import (

@@ -21,8 +21,8 @@ from aitk.adapters.keys import AdapterKeyError
 from aitk.batch import DataBatch
 from aitk.cli_run import main as cli_main
 from aitk.models.base import GenerateImageConfig
-from aitk.models.flux2_klein import Flux2Klein4BModel, Flux2KleinModel, lora_keys
-from aitk.models.flux2_klein.model import run_pipeline
+from aitk.models.flux2_klein import lora_keys
+from aitk.models.flux2_klein.model import Flux2Klein4BModel, Flux2KleinModel, run_pipeline
 from aitk.models.registry import discover
 from aitk.upstream_keys import divisibility_for
 from tests.aitk.models.arch_checks import (

@@ -19,7 +19,7 @@ from safetensors.torch import load_file
 from aitk.adapters import AdapterNetwork
 from aitk.batch import DataBatch
 from aitk.models.base import GenerateImageConfig, ModelError
-from aitk.models.flux_kontext import FluxKontextModel
+from aitk.models.flux_kontext.model import FluxKontextModel
 from aitk.models.registry import load_model
 from aitk.train import compute_loss
 from tests.aitk.models.arch_checks import (

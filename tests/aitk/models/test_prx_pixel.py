@@ -20,8 +20,7 @@ from aitk.adapters import AdapterNetwork
 from aitk.batch import DataBatch
 from aitk.cli_run import main as cli_main
 from aitk.models.base import GenerateImageConfig
-from aitk.models.prx_pixel import PRXPixelModel
-from aitk.models.prx_pixel.model import run_pipeline
+from aitk.models.prx_pixel.model import PRXPixelModel, run_pipeline
 from aitk.models.prx_pixel.peft_adapter import convert_file
 from aitk.models.prx_pixel.peft_adapter import main as peft_main
 from aitk.models.registry import load_model

@@ -14,8 +14,7 @@ import torch
 from aitk.adapters import AdapterNetwork
 from aitk.cli_run import main as cli_main
 from aitk.models.base import GenerateImageConfig
-from aitk.models.qwen_image import QwenImageModel
-from aitk.models.qwen_image.model import run_pipeline
+from aitk.models.qwen_image.model import QwenImageModel, run_pipeline
 from tests.aitk.models.arch_checks import (
     STEPS,
     amplified,

@@ -29,7 +29,7 @@ from aitk.config import REPO_ROOT
 from aitk.data.controls import load_sample_controls
 from aitk.models.base import GenerateImageConfig
 from aitk.models.qwen_image.model import run_pipeline
-from aitk.models.qwen_image_edit import QwenImageEditModel, QwenImageEditPlusModel
+from aitk.models.qwen_image_edit.model import QwenImageEditModel, QwenImageEditPlusModel
 from aitk.models.qwen_image_edit.vision import VisionTextInputs, resized
 from tests.aitk.aitk_testing import write_config
 from tests.aitk.models.arch_checks import (

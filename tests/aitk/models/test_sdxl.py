@@ -31,8 +31,7 @@ from aitk.data.dataset import scan_folder
 from aitk.job import EXIT_CONFIG, EXIT_INTERRUPTED, EXIT_OK, run_job
 from aitk.models.base import GenerateImageConfig, ModelLoadError
 from aitk.models.registry import load_model
-from aitk.models.sdxl import SDXLModel
-from aitk.models.sdxl.model import batch_time_ids, time_ids
+from aitk.models.sdxl.model import SDXLModel, batch_time_ids, time_ids
 from aitk.train import compute_loss, step_generator
 from tests.aitk.aitk_testing import REPO, write_config, write_image
 from tests.aitk.models.arch_checks import model_cfg, randomise, tiny_model_folder, train_cfg
