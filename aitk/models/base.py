@@ -1,9 +1,13 @@
 """BaseModel: the contract between the trainer and a model architecture.
 
 Registering an arch: a subclass sets `arch = "name"` (matched against `model.arch` in the
-job config) and `use_old_lokr_format = False`, and is listed in a module-level
-`AI_TOOLKIT_MODELS` list, either in `aitk/models/builtin/__init__.py` or in a package of
-its own under `extensions/` (see extensions/README.md and aitk.models.registry).
+job config) and `use_old_lokr_format = False`. A built-in arch is a folder
+`aitk/models/<folder>/` whose torch-free `arch.py` describes it (`DESCRIPTIONS`, see
+aitk.models.description: names, the class as "module:Class", size multiple, schedule,
+typed `model_kwargs`, LoRA layout, part sizes), plus the folder's name in
+`aitk.models.builtin.ARCH_FOLDERS`. An extension lists its classes in a module-level
+`AI_TOOLKIT_MODELS` in a package of its own under `extensions/` (see extensions/README.md
+and aitk.models.registry), each optionally with a `description` class attribute.
 `python -m aitk models` shows what was found. `aitk/models/example/` is a complete,
 small implementation to copy from.
 
@@ -17,9 +21,11 @@ The trainer calls these hooks in this order:
    visit the device inside `with self.on_device(part):`).
    Apply `model_config.quantize` / `quantize_te` here (`quantize_transformer`,
    `quantize_text_encoder`, over aitk.quantize) and read extra knobs from
-   `model_config.model_kwargs`. aitk.models.loading loads each part from a folder or a
-   hub id (`load_part`) with one-line errors. Raise `ModelLoadError` with the path and
-   what is missing. With `train.gradient_checkpointing` the trainer then calls
+   `self.model_kwargs` (`model.model_kwargs` checked against the description's typed
+   knobs; an unknown key is a ModelKwargsError naming the valid ones).
+   aitk.models.loading loads each part from a folder or a hub id (`load_part`) with
+   one-line errors. Raise `ModelLoadError` with the path and what is missing. With
+   `train.gradient_checkpointing` the trainer then calls
    `self.model.enable_gradient_checkpointing()`.
 2. Caching (optional, before training): `encode_images(pixels)` per image (latent
    cache) and `get_prompt_embeds([caption])` per caption (text-embed cache, one
@@ -99,6 +105,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, Protocol
 import torch
 from torch import nn
 
+from aitk.models.description import ArchDescription, ArchKwargs, minimal_description
 from aitk.models.errors import ModelError, ModelLoadError  # noqa: F401 (defined without torch)
 from aitk.models.offload import visiting
 from aitk.noise import NoiseSchedule, NoiseSettings
@@ -108,6 +115,12 @@ if TYPE_CHECKING:
     from PIL import Image
 
     from aitk.batch import DataBatch
+
+
+def parse_model_kwargs(description: ArchDescription, raw: Any) -> ArchKwargs:
+    """The one place a model reads `model.model_kwargs` (a module-level function, so a
+    test can watch which knobs an arch reads)."""
+    return description.parse_model_kwargs(raw)
 
 
 class ModelSettings(Protocol):
@@ -142,6 +155,9 @@ class GenerateImageConfig:
 
 class BaseModel:
     arch: ClassVar[str] = ""
+    # An extension's description of its arch (built-ins are described in their folder's
+    # arch.py and found by `arch`); see `describe()`.
+    description: ClassVar[ArchDescription | None] = None
     # New archs use the new LoKr format; only legacy archs set this True.
     use_old_lokr_format: ClassVar[bool] = False
     encode_control_in_text_embeddings: ClassVar[bool] = False
@@ -157,6 +173,8 @@ class BaseModel:
     def __init__(self, model_config: ModelSettings, device: torch.device | str = "cpu",
                  dtype: torch.dtype = torch.float32) -> None:
         self.model_config = model_config
+        # A typo in model_kwargs stops here (ModelKwargsError), before any weights load.
+        parse_model_kwargs(self.describe(), getattr(model_config, "model_kwargs", None))
         self.device = torch.device(device)
         self.dtype = dtype
         self.model: nn.Module | None = None
@@ -183,6 +201,25 @@ class BaseModel:
     @unet.setter
     def unet(self, value: nn.Module | None) -> None:
         self.model = value
+
+    @classmethod
+    def describe(cls) -> ArchDescription:
+        """The arch's description: the class's own `description`, else the built-in one
+        of its `arch` (aitk.models.catalog), else a minimal one (unknowns None)."""
+        if cls.description is not None:
+            return cls.description
+        from aitk.models import catalog
+
+        known = catalog.builtin_descriptions().get(cls.arch)
+        return known if known is not None else minimal_description(cls)
+
+    @property
+    def model_kwargs(self) -> ArchKwargs:
+        """`model.model_kwargs` as the arch's typed knobs (read at each use, so a test
+        that edits the config after loading sees its value); raises ModelKwargsError
+        naming each bad key and the valid ones."""
+        raw = getattr(self.model_config, "model_kwargs", None)
+        return parse_model_kwargs(self.describe(), raw)
 
     # ---- 1. load -------------------------------------------------------------------
     def load_model(self) -> None:
@@ -250,9 +287,9 @@ class BaseModel:
         """Tokens a prompt keeps: `model_kwargs.max_sequence_length` when set, else the
         tokenizer's own limit capped at `cap` (transformers reports a huge number for a
         tokenizer that knows none)."""
-        kwargs = getattr(self.model_config, "model_kwargs", None) or {}
-        if "max_sequence_length" in kwargs:
-            return int(kwargs["max_sequence_length"])
+        tokens = getattr(self.model_kwargs, "max_sequence_length", None)
+        if tokens is not None:
+            return int(tokens)
         return min(cap, int(getattr(tokenizer, "model_max_length", cap)))
 
     def encode_images(self, images: torch.Tensor) -> torch.Tensor:

@@ -1,13 +1,16 @@
-"""Model registry: `model.arch` -> BaseModel subclass.
+"""Model registry: `model.arch` -> BaseModel subclass, with its description.
 
 Classes are discovered from
 
-1. the built-in table `aitk.models.builtin.BUILTIN_ARCHS` (arch -> "module:Class",
-   imported only when asked for, so listing archs or checking a config imports no heavy
-   library), then
+1. the built-in arch descriptions (aitk.models.catalog: each arch folder's torch-free
+   `arch.py`); a description names its class as "module:Class", imported only when
+   asked for, so listing archs or checking a config imports no heavy library; each
+   alias is an entry for the same class; then
 2. module-level `AI_TOOLKIT_MODELS` lists in every package directly under
    `<repo root>/extensions/` (a folder with `__init__.py`), then any extra folders
-   passed to `discover(extra_dirs=...)`, in name order.
+   passed to `discover(extra_dirs=...)`, in name order. A class may carry a
+   `description` (aitk.models.description.ArchDescription); one without gets a
+   minimal description in which what is not known is None.
 
 An extension that fails to import is recorded (name + error) and skipped; the others
 still load. An entry that is not a BaseModel subclass with a non-empty `arch`, or an
@@ -26,8 +29,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from aitk.models.builtin import BUILTIN_ARCHS
-from aitk.models.errors import ModelError
+from aitk.models import catalog
+from aitk.models.description import ArchDescription
+from aitk.models.errors import ModelRegistryError, UnknownArchError
+
+__all__ = ["BrokenExtension", "ModelEntry", "ModelRegistryError", "Registry",
+           "UnknownArchError", "discover", "get_model_class", "load_model"]
 
 if TYPE_CHECKING:  # torch is imported only to load a model
     import torch
@@ -38,28 +45,12 @@ REPO_ROOT = Path(__file__).resolve().parents[2]
 EXTENSIONS_DIR = REPO_ROOT / "extensions"
 
 
-class ModelRegistryError(ModelError):
-    """The registry cannot give the requested model class."""
-
-
-class UnknownArchError(ModelRegistryError):
-    def __init__(self, arch: str, known: Iterable[str],
-                 broken: Iterable[BrokenExtension] = ()) -> None:
-        self.arch = arch
-        self.known = sorted(known)
-        listed = ", ".join(self.known) or "none"
-        message = f"unknown model arch {arch!r}; known archs: {listed}"
-        failed = [f"{b.name} ({b.error})" for b in broken]
-        if failed:
-            message += f"; extensions that failed to import: {'; '.join(failed)}"
-        super().__init__(message + " (`python -m aitk models` lists them with their source)")
-
-
 @dataclass(frozen=True)
 class ModelEntry:
     arch: str
     target: str | type[BaseModel]  # "module:Class" (built-in, imported on use) or a class
-    source: str  # "built-in" or "extension <name> (<path>)"
+    source: str  # "built-in", "built-in alias of <arch>" or "extension <name> (<path>)"
+    description: ArchDescription
 
     @property
     def class_path(self) -> str:
@@ -95,6 +86,12 @@ class Registry:
             raise UnknownArchError(arch, self.models, self.broken)
         return entry.cls
 
+    def description(self, arch: str) -> ArchDescription:
+        entry = self.models.get(arch)
+        if entry is None:
+            raise UnknownArchError(arch, self.models, self.broken)
+        return entry.description
+
     def problems(self) -> list[str]:
         """One line per broken extension and per warning, for a job's log."""
         return ([f"extension {b.name} failed to import ({b.path}): {b.error}"
@@ -119,7 +116,11 @@ class Registry:
                     f"{source}: arch {cls.arch!r} ({cls.__name__}) is already registered by "
                     f"{taken.source} ({taken.cls.__name__}); the first one is used")
                 continue
-            self.models[cls.arch] = ModelEntry(cls.arch, cls, source)
+            description = cls.describe()
+            if description.name != cls.arch:
+                self.warnings.append(f"{source}: {cls.__name__}.description is named "
+                                     f"{description.name!r}, not its arch {cls.arch!r}")
+            self.models[cls.arch] = ModelEntry(cls.arch, cls, source, description)
 
 
 def _one_line(exc: BaseException) -> str:
@@ -160,8 +161,11 @@ def extension_folders(dirs: Iterable[Path]) -> list[Path]:
 def discover(extra_dirs: Iterable[Path] = (), *, include_repo_extensions: bool = True
              ) -> Registry:
     registry = Registry()
-    for arch, target in BUILTIN_ARCHS.items():
-        registry.models[arch] = ModelEntry(arch, target, "built-in")
+    for desc in catalog.builtin_descriptions().values():
+        registry.models[desc.name] = ModelEntry(desc.name, desc.model_class, "built-in", desc)
+        for alias in desc.aliases:
+            registry.models[alias] = ModelEntry(alias, desc.model_class,
+                                                f"built-in alias of {desc.name}", desc)
     dirs = ([EXTENSIONS_DIR] if include_repo_extensions else []) + [Path(d) for d in extra_dirs]
     for folder in extension_folders(dirs):
         source = f"extension {folder.name} ({folder})"

@@ -84,9 +84,7 @@ class ExampleModel(BaseModel):
         self.model, self.text_encoder, self.tokenizer = transformer, text_encoder, tokenizer
         self.vae, self.noise_scheduler = vae, scheduler
 
-        cfg = self.model_config
-        kwargs = getattr(cfg, "model_kwargs", None) or {}
-        transformer.set_attention_backend(kwargs.get("attention_backend", "native"))
+        transformer.set_attention_backend(self.model_kwargs.attention_backend)
         self.quantize_transformer(transformer, exclude=TRANSFORMER_QUANT_EXCLUDE)
         self.quantize_text_encoder(text_encoder)
 

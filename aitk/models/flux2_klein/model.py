@@ -103,8 +103,8 @@ class Flux2KleinModel(BaseModel):
 
     def _read_is_distilled(self, name: str) -> bool:
         """`model_kwargs.is_distilled`, else model_index.json's (False when absent)."""
-        if "is_distilled" in self.kwargs:
-            return bool(self.kwargs["is_distilled"])
+        if self.model_kwargs.is_distilled is not None:
+            return self.model_kwargs.is_distilled
         local = Path(name).expanduser()
         try:
             if local.is_dir():
@@ -125,10 +125,6 @@ class Flux2KleinModel(BaseModel):
             raise ModelLoadError(f"cannot read the {self.arch} model_index.json of {name!r}: "
                                  f"{detail}; set model_kwargs.is_distilled to skip it"
                                  ) from None
-
-    @property
-    def kwargs(self) -> dict[str, Any]:
-        return getattr(self.model_config, "model_kwargs", None) or {}
 
     # ---- 2. encoders ---------------------------------------------------------------
     @property
@@ -169,7 +165,7 @@ class Flux2KleinModel(BaseModel):
 
     @property
     def text_layers(self) -> tuple[int, ...]:
-        return tuple(int(i) for i in self.kwargs.get("text_encoder_out_layers", TEXT_LAYERS))
+        return tuple(self.model_kwargs.text_encoder_out_layers or TEXT_LAYERS)
 
     def get_prompt_embeds(self, prompts: list[str],
                           control_images: list[torch.Tensor] | None = None
@@ -209,10 +205,11 @@ class Flux2KleinModel(BaseModel):
 
     # ---- 3. train step -------------------------------------------------------------
     def make_training_schedule(self, settings: NoiseSettings) -> NoiseSchedule:
-        default_steps = 4 if getattr(self, "is_distilled", False) else 50
-        shift = EmpiricalShift.from_scheduler_config(
-            self.noise_scheduler.config,
-            num_steps=int(self.kwargs.get("shift_steps", default_steps)))
+        steps = self.model_kwargs.shift_steps
+        if steps is None:
+            steps = 4 if getattr(self, "is_distilled", False) else 50
+        shift = EmpiricalShift.from_scheduler_config(self.noise_scheduler.config,
+                                                     num_steps=steps)
         return FlowMatchSchedule(settings, shift, image_tokens(1))  # a token per latent pixel
 
     def get_noise_prediction(self, latent_model_input: torch.Tensor, timestep: torch.Tensor,

@@ -117,9 +117,15 @@ class PRXPixelModel(BaseModel):
         text_encoder = load_text_tower(Qwen3VLTextModel, name, self.arch, self.dtype)
         tokenizer = load_part(AutoTokenizer, name, "tokenizer", self.arch)
         scheduler = load_part(FlowMatchEulerDiscreteScheduler, name, "scheduler", self.arch)
-        settings = {**pipeline_settings(name), **(getattr(cfg, "model_kwargs", None) or {})}
-        self.noise_scale = float(settings.get("noise_scale", NOISE_SCALE))
-        self.prompt_max_tokens = int(settings.get("prompt_max_tokens", PROMPT_MAX_TOKENS))
+        # model_kwargs override the folder's model_index.json, which overrides the
+        # released model's values.
+        settings = pipeline_settings(name)
+        kwargs = self.model_kwargs
+        self.noise_scale = float(kwargs.noise_scale if kwargs.noise_scale is not None
+                                 else settings.get("noise_scale", NOISE_SCALE))
+        self.prompt_max_tokens = int(kwargs.prompt_max_tokens
+                                     if kwargs.prompt_max_tokens is not None
+                                     else settings.get("prompt_max_tokens", PROMPT_MAX_TOKENS))
         freeze(transformer, text_encoder)
         self.place_loaded([transformer], idle=[text_encoder])
         self.model, self.text_encoder, self.tokenizer = transformer, text_encoder, tokenizer

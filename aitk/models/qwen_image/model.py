@@ -86,7 +86,7 @@ class QwenImageModel(BaseModel):
         # Text to image never shows the encoder an image: drop its vision tower (and
         # the memory and slow Conv3d it carries).
         if not self.keep_vision_tower:
-            text_encoder.model.visual = None
+            drop_vision_tower(text_encoder)
         freeze(transformer, text_encoder, vae)
         self.place_loaded([transformer], idle=[text_encoder, vae])
         self.model, self.text_encoder, self.tokenizer = transformer, text_encoder, tokenizer
@@ -245,3 +245,8 @@ def run_pipeline(pipeline: Any, gen_config: GenerateImageConfig,
                         height=gen_config.height, num_inference_steps=gen_config.sample_steps,
                         generator=generator, output_type="pil", **kwargs).images[0]
 
+
+def drop_vision_tower(text_encoder: torch.nn.Module) -> None:
+    """Qwen2.5-VL without its vision tower: text to image never shows it an image (its
+    memory and slow Conv3d go; the description's `kept_params` counts what is left)."""
+    text_encoder.model.visual = None

@@ -258,7 +258,7 @@ class QwenImageEditPlusModel(QwenImageEditModel):
         the training image's area instead."""
         from aitk.models.qwen_image_edit.vision import calculate_dimensions
 
-        match = bool((self.model_config.model_kwargs or {}).get("match_target_res", False))
+        match = self.model_kwargs.match_target_res
         area = target_hw[0] * target_hw[1] if match else ONE_MEGAPIXEL
         width, height = calculate_dimensions(area, control_hw[1] / control_hw[0])
         return height, width
@@ -271,7 +271,7 @@ class QwenImageEditPlusModel(QwenImageEditModel):
                               conditional_embeds: AdvancedPromptEmbeds,
                               unconditional_embeds: AdvancedPromptEmbeds,
                               generator: torch.Generator) -> Image.Image:
-        if not (self.model_config.model_kwargs or {}).get("match_target_res", False):
+        if not self.model_kwargs.match_target_res:
             return super().generate_single_image(pipeline, gen_config, conditional_embeds,
                                                  unconditional_embeds, generator)
         with vae_image_area(gen_config.width * gen_config.height):

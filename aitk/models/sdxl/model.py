@@ -96,7 +96,7 @@ class SDXLModel(BaseModel):
         name = str(self.model_config.name_or_path)
         check_source(name, MESSAGE_NAME, PARTS)
         # `model_kwargs: {variant: fp16}` reads the hub's half-size weight files.
-        variant = (getattr(self.model_config, "model_kwargs", None) or {}).get("variant")
+        variant = self.model_kwargs.variant
         weights = {"variant": variant} if variant else {}
 
         def part(cls: Any, sub: str, **kw: Any) -> Any:

@@ -46,7 +46,6 @@ from torch import nn
 
 from aitk.adapters import AdapterError
 from aitk.flow_matching import FlowMatchSchedule, image_tokens
-from aitk.models.base import ModelLoadError
 from aitk.models.wan21.lora_keys import from_wan_keys, to_wan_keys
 from aitk.models.wan21.model import FirstFrameConditioned, Wan21Model, run_transformer
 from aitk.models.wan21.tiny import WAN22_14B, WAN22_14B_I2V
@@ -143,13 +142,10 @@ class Wan22Model(Wan21Model):
 
     # ---- 1. load -------------------------------------------------------------------
     def load_transformers(self, name: str) -> nn.Module:
-        kwargs = dict(getattr(self.model_config, "model_kwargs", None) or {})
-        self.trainable = tuple(e for e, key in ((HIGH, "train_high_noise"),
-                                                (LOW, "train_low_noise"))
-                               if bool(kwargs.get(key, True)))
-        if not self.trainable:
-            raise ModelLoadError(f"{self.arch}: model_kwargs train_high_noise and "
-                                 "train_low_noise are both false; train at least one expert")
+        # At least one is true: the knobs' own check (aitk.models.wan22.arch).
+        kwargs = self.model_kwargs
+        self.trainable = tuple(e for e, on in ((HIGH, kwargs.train_high_noise),
+                                               (LOW, kwargs.train_low_noise)) if on)
         # The LoRA goes on the blocks of the trained experts only.
         self.lora_block_prefixes = tuple(f"{e}.blocks." for e in self.trainable)
         # With low_vram the low-noise expert starts on the CPU: two 14B experts never

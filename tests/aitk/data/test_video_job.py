@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import io
 import os
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -14,15 +15,22 @@ from safetensors.torch import load_file
 
 from aitk.config import load_config
 from aitk.job import EXIT_OK, run_job
-from aitk.models import builtin
+from aitk.models import catalog
+from aitk.models.description import Capabilities, Frames
 from tests.aitk.aitk_testing import job_config, write_config, write_image
 from tests.aitk.data.videos import write_video
 
 
 @pytest.fixture
 def video_arch(monkeypatch):
-    monkeypatch.setitem(builtin.BUILTIN_ARCHS, "framed_example",
-                        "tests.aitk.data.videos:FramedExample")
+    """A built-in `framed_example` arch for this test: the example's description with
+    a video frame rule and the test's class."""
+    known = catalog.builtin_descriptions()
+    framed = replace(known["example"], name="framed_example",
+                     model_class="tests.aitk.data.videos:FramedExample",
+                     capabilities=Capabilities(video=Frames(4)))
+    monkeypatch.setattr(catalog, "builtin_descriptions",
+                        lambda: {**known, framed.name: framed})
 
 
 def test_a_video_job_trains_caches_and_previews_past_a_corrupt_video(

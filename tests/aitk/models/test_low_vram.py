@@ -9,8 +9,8 @@ from types import SimpleNamespace
 import pytest
 import torch
 
+from aitk.models import catalog
 from aitk.models.base import BaseModel
-from aitk.models.builtin import BUILTIN_ARCHS
 from aitk.models.registry import get_model_class
 
 
@@ -32,7 +32,7 @@ class Spy(torch.nn.Module):
         return self
 
 
-@pytest.mark.parametrize("arch", sorted(BUILTIN_ARCHS))
+@pytest.mark.parametrize("arch", sorted(catalog.builtin_archs()))
 def test_every_arch_reads_low_vram_from_the_config_through_base_model(arch: str) -> None:
     cls = get_model_class(arch)
     owners = [k.__name__ for k in cls.__mro__ if "low_vram" in vars(k)]

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from aitk.cli_models import main as models_main
-from aitk.models.example import ExampleModel
+from aitk.models.example.model import ExampleModel
 from aitk.models.registry import REPO_ROOT, UnknownArchError, discover, get_model_class
 
 GOOD_MODEL = '''
@@ -135,12 +135,18 @@ def test_python_m_aitk_models_lists_example() -> None:
             "source": "built-in"} in data["models"]
 
 
-def test_builtin_table_names_real_classes() -> None:
-    """The lazy table (arch -> "module:Class") must match the classes it names."""
+def test_builtin_descriptions_name_real_classes() -> None:
+    """Each description's "module:Class" is a BaseModel of that arch; an alias is an
+    entry for the same class, its source saying whose alias it is."""
+    from aitk.models import catalog
     from aitk.models.base import BaseModel
-    from aitk.models.builtin import BUILTIN_ARCHS
 
-    for arch, target in BUILTIN_ARCHS.items():
-        entry = discover(include_repo_extensions=False).models[arch]
-        assert issubclass(entry.cls, BaseModel) and entry.cls.arch == arch
-        assert entry.class_path == target.replace(":", ".")
+    models = discover(include_repo_extensions=False).models
+    for desc in catalog.descriptions():
+        entry = models[desc.name]
+        assert issubclass(entry.cls, BaseModel) and entry.cls.arch == desc.name
+        assert entry.class_path == desc.model_class.replace(":", ".")
+        assert entry.description is desc and entry.cls.describe() is desc
+        for alias in desc.aliases:
+            assert models[alias].cls is entry.cls
+            assert models[alias].source == f"built-in alias of {desc.name}"

@@ -1,0 +1,242 @@
+"""The real, full-size configs of every model part an arch description counts
+(aitk/models/<arch>/arch.py `Variant.parts`), keyed by (hub repo, subfolder).
+
+`tests/aitk/models/test_arch_descriptions.py` builds each part on the meta device from
+these values (no memory, no download) with the class aitk loads it as, and holds every
+recorded parameter count to what the build counts. Only the keys that shape the weights
+are kept (no `_class_name`, token ids, dropout or init ranges); each entry names where
+its values were read. Hub repos are gated or too large to fetch here, so the values come
+from public code that reproduces the hub's config.json, and the well-known totals they
+give (FLUX.1 dev's 11.9B, T5-XXL's 4.76B, SDXL's 2.57B UNet) confirm them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+REPO_ROOT = Path(__file__).resolve().parents[3]
+
+
+@dataclass(frozen=True)
+class RealPart:
+    library: str  # "diffusers" or "transformers"
+    cls: str  # the class aitk's loader builds this part as
+    config: dict[str, Any] = field(default_factory=dict)
+    source: str = ""
+
+
+# ---- shared parts ------------------------------------------------------------------------
+# FLUX.1's (and Chroma's) T5 v1.1 XXL encoder: text_encoder_2/config.json of
+# black-forest-labs/FLUX.1-dev, as invoke-ai/InvokeAI's Chroma loader writes it out.
+T5_XXL = RealPart("transformers", "T5EncoderModel", {
+    "vocab_size": 32128, "d_model": 4096, "d_kv": 64, "d_ff": 10240, "num_layers": 24,
+    "num_heads": 64, "relative_attention_num_buckets": 32,
+    "relative_attention_max_distance": 128, "feed_forward_proj": "gated-gelu",
+    "tie_word_embeddings": False}, "google/t5-v1_1-xxl (FLUX.1-dev text_encoder_2)")
+
+# CLIP ViT-L/14's text tower (FLUX.1 text_encoder, SDXL text_encoder).
+CLIP_L_TEXT = RealPart("transformers", "CLIPTextModel", {
+    "vocab_size": 49408, "hidden_size": 768, "intermediate_size": 3072,
+    "num_hidden_layers": 12, "num_attention_heads": 12, "max_position_embeddings": 77,
+    "hidden_act": "quick_gelu", "projection_dim": 768},
+    "openai/clip-vit-large-patch14 text_config (FLUX.1-dev / SDXL text_encoder)")
+
+# FLUX.1's VAE (16 latent channels, no quant convs): FLUX.1-dev vae/config.json.
+FLUX_VAE = RealPart("diffusers", "AutoencoderKL", {
+    "in_channels": 3, "out_channels": 3, "latent_channels": 16,
+    "block_out_channels": [128, 256, 512, 512],
+    "down_block_types": ["DownEncoderBlock2D"] * 4, "up_block_types": ["UpDecoderBlock2D"] * 4,
+    "layers_per_block": 2, "norm_num_groups": 32, "act_fn": "silu", "sample_size": 1024,
+    "scaling_factor": 0.3611, "shift_factor": 0.1159, "use_quant_conv": False,
+    "use_post_quant_conv": False}, "black-forest-labs/FLUX.1-dev vae/config.json")
+
+FLUX1_TRANSFORMER = {
+    "patch_size": 1, "in_channels": 64, "num_layers": 19, "num_single_layers": 38,
+    "attention_head_dim": 128, "num_attention_heads": 24, "joint_attention_dim": 4096,
+    "pooled_projection_dim": 768, "axes_dims_rope": [16, 56, 56]}
+
+# Qwen2.5-VL-7B-Instruct, Qwen-Image's text encoder: kohya-ss/musubi-tuner's
+# QWEN2_5_VL_CONFIG_JSON (the Qwen-Image text_encoder/config.json).
+QWEN25_VL_7B = RealPart("transformers", "Qwen2_5_VLForConditionalGeneration", {
+    "text_config": {"vocab_size": 152064, "hidden_size": 3584, "intermediate_size": 18944,
+                    "num_hidden_layers": 28, "num_attention_heads": 28,
+                    "num_key_value_heads": 4, "max_position_embeddings": 128000,
+                    "rope_scaling": {"type": "mrope", "mrope_section": [16, 24, 24]}},
+    "vision_config": {"depth": 32, "hidden_size": 1280, "intermediate_size": 3420,
+                      "num_heads": 16, "in_channels": 3, "out_hidden_size": 3584,
+                      "patch_size": 14, "spatial_merge_size": 2, "temporal_patch_size": 2,
+                      "window_size": 112, "fullatt_block_indexes": [7, 15, 23, 31],
+                      "hidden_act": "silu"},
+    "tie_word_embeddings": False}, "Qwen/Qwen2.5-VL-7B-Instruct (Qwen-Image text_encoder)")
+
+# Qwen-Image's transformer and VAE: diffusers' class defaults are the released config
+# (QwenImageTransformer2DModel / AutoencoderKLQwenImage, diffusers 0.42).
+QWEN_IMAGE_TRANSFORMER = RealPart("diffusers", "QwenImageTransformer2DModel", {
+    "patch_size": 2, "in_channels": 64, "out_channels": 16, "num_layers": 60,
+    "attention_head_dim": 128, "num_attention_heads": 24, "joint_attention_dim": 3584,
+    "guidance_embeds": False, "axes_dims_rope": [16, 56, 56]},
+    "Qwen/Qwen-Image transformer/config.json (= diffusers' defaults)")
+QWEN_IMAGE_VAE = RealPart("diffusers", "AutoencoderKLQwenImage", {
+    "base_dim": 96, "z_dim": 16, "dim_mult": [1, 2, 4, 4], "num_res_blocks": 2,
+    "attn_scales": [], "temperal_downsample": [False, True, True]},
+    "Qwen/Qwen-Image vae/config.json (= diffusers' defaults)")
+
+# FLUX.2 [klein]: huggingface/diffusers scripts/convert_flux2_to_diffusers.py
+# (get_flux2_transformer_config "klein-4b" / "klein-9b"; the VAE is AutoencoderKLFlux2()).
+KLEIN_TRANSFORMER = {
+    "patch_size": 1, "in_channels": 128, "attention_head_dim": 128,
+    "timestep_guidance_channels": 256, "mlp_ratio": 3.0, "axes_dims_rope": [32, 32, 32, 32],
+    "rope_theta": 2000, "eps": 1e-6, "guidance_embeds": False}
+FLUX2_VAE = RealPart("diffusers", "AutoencoderKLFlux2", {},
+                     "diffusers convert_flux2_to_diffusers.py: AutoencoderKLFlux2() defaults")
+QWEN3 = {"vocab_size": 151936, "num_hidden_layers": 36, "num_attention_heads": 32,
+         "num_key_value_heads": 8, "head_dim": 128, "max_position_embeddings": 40960}
+
+# Wan: huggingface/diffusers scripts/convert_wan_to_diffusers.py (get_transformer_config);
+# the 2.1 VAE is AutoencoderKLWan() with its defaults, the text encoder google/umt5-xxl,
+# the 2.1 i2v image encoder laion/CLIP-ViT-H-14-laion2B-s32B-b79K's vision tower.
+WAN_TRANSFORMER = {
+    "patch_size": [1, 2, 2], "attention_head_dim": 128, "cross_attn_norm": True,
+    "eps": 1e-6, "freq_dim": 256, "out_channels": 16, "qk_norm": "rms_norm_across_heads",
+    "text_dim": 4096}
+WAN_14B = {**WAN_TRANSFORMER, "ffn_dim": 13824, "num_attention_heads": 40, "num_layers": 40}
+WAN_T2V_14B = RealPart("diffusers", "WanTransformer3DModel", {**WAN_14B, "in_channels": 16},
+                       "diffusers convert_wan_to_diffusers.py Wan-T2V-14B")
+UMT5_XXL = RealPart("transformers", "UMT5EncoderModel", {
+    "vocab_size": 256384, "d_model": 4096, "d_kv": 64, "d_ff": 10240, "num_layers": 24,
+    "num_heads": 64, "relative_attention_num_buckets": 32,
+    "relative_attention_max_distance": 128, "feed_forward_proj": "gated-gelu",
+    "tie_word_embeddings": False}, "google/umt5-xxl (Wan text_encoder)")
+WAN_VAE = RealPart("diffusers", "AutoencoderKLWan", {},
+                   "diffusers convert_wan_to_diffusers.py: AutoencoderKLWan() defaults")
+CLIP_H_VISION = RealPart("transformers", "CLIPVisionModel", {
+    "hidden_size": 1280, "intermediate_size": 5120, "num_hidden_layers": 32,
+    "num_attention_heads": 16, "patch_size": 14, "image_size": 224, "hidden_act": "gelu",
+    "projection_dim": 1024}, "laion/CLIP-ViT-H-14-laion2B-s32B-b79K vision_config")
+
+# SDXL base 1.0 (stabilityai/stable-diffusion-xl-base-1.0 */config.json).
+SDXL_UNET = RealPart("diffusers", "UNet2DConditionModel", {
+    "sample_size": 128, "in_channels": 4, "out_channels": 4,
+    "down_block_types": ["DownBlock2D", "CrossAttnDownBlock2D", "CrossAttnDownBlock2D"],
+    "up_block_types": ["CrossAttnUpBlock2D", "CrossAttnUpBlock2D", "UpBlock2D"],
+    "block_out_channels": [320, 640, 1280], "layers_per_block": 2,
+    "attention_head_dim": [5, 10, 20], "cross_attention_dim": 2048,
+    "transformer_layers_per_block": [1, 2, 10], "use_linear_projection": True,
+    "addition_embed_type": "text_time", "addition_time_embed_dim": 256,
+    "projection_class_embeddings_input_dim": 2816, "norm_num_groups": 32},
+    "stabilityai/stable-diffusion-xl-base-1.0 unet/config.json")
+SDXL_TEXT_2 = RealPart("transformers", "CLIPTextModelWithProjection", {
+    "vocab_size": 49408, "hidden_size": 1280, "intermediate_size": 5120,
+    "num_hidden_layers": 32, "num_attention_heads": 20, "max_position_embeddings": 77,
+    "hidden_act": "gelu", "projection_dim": 1280},
+    "stabilityai/stable-diffusion-xl-base-1.0 text_encoder_2/config.json (OpenCLIP bigG)")
+SDXL_VAE = RealPart("diffusers", "AutoencoderKL", {
+    "in_channels": 3, "out_channels": 3, "latent_channels": 4,
+    "block_out_channels": [128, 256, 512, 512],
+    "down_block_types": ["DownEncoderBlock2D"] * 4, "up_block_types": ["UpDecoderBlock2D"] * 4,
+    "layers_per_block": 2, "norm_num_groups": 32, "act_fn": "silu", "sample_size": 1024,
+    "scaling_factor": 0.13025}, "stabilityai/stable-diffusion-xl-base-1.0 vae/config.json")
+
+
+def _flux1(guidance: bool) -> RealPart:
+    return RealPart("diffusers", "FluxTransformer2DModel",
+                    {**FLUX1_TRANSFORMER, "guidance_embeds": guidance},
+                    "black-forest-labs/FLUX.1-dev transformer/config.json (schnell: "
+                    "guidance_embeds false), e.g. as tenstorrent/tt-forge-models writes it")
+
+
+def _klein(layers: int, single: int, heads: int, text_dim: int, hidden: int,
+           ffn: int, tied: bool) -> dict[str, RealPart]:
+    source = "diffusers convert_flux2_to_diffusers.py"
+    return {
+        "transformer": RealPart("diffusers", "Flux2Transformer2DModel", {
+            **KLEIN_TRANSFORMER, "num_layers": layers, "num_single_layers": single,
+            "num_attention_heads": heads, "joint_attention_dim": text_dim}, source),
+        "text_encoder": RealPart("transformers", "Qwen3Model", {
+            **QWEN3, "hidden_size": hidden, "intermediate_size": ffn,
+            "tie_word_embeddings": tied}, f"Qwen/Qwen3-{'4B' if tied else '8B'} config.json"),
+        "vae": FLUX2_VAE,
+    }
+
+
+def _wan22(in_channels: int, source: str) -> dict[str, RealPart]:
+    expert = RealPart("diffusers", "WanTransformer3DModel",
+                      {**WAN_14B, "in_channels": in_channels}, source)
+    return {"transformer": expert, "transformer_2": expert, "text_encoder": UMT5_XXL,
+            "vae": WAN_VAE}
+
+
+def _example_base() -> dict[str, RealPart]:
+    """The shipped example base model: its configs are in the checkout."""
+    import json
+
+    root = REPO_ROOT / "aitk/models/example/base"
+
+    def read(part: str) -> dict[str, Any]:
+        data = json.loads((root / part / "config.json").read_text(encoding="utf-8"))
+        return {k: v for k, v in data.items() if not k.startswith("_")}
+
+    source = "aitk/models/example/base (shipped)"
+    return {"transformer": RealPart("aitk", "ExampleTransformer", read("transformer"), source),
+            "text_encoder": RealPart("transformers", "T5EncoderModel", read("text_encoder"),
+                                     source),
+            "vae": RealPart("diffusers", "AutoencoderKL", read("vae"), source)}
+
+
+QWEN_IMAGE = {"transformer": QWEN_IMAGE_TRANSFORMER, "text_encoder": QWEN25_VL_7B,
+              "vae": QWEN_IMAGE_VAE}
+FLUX1 = {"text_encoder": CLIP_L_TEXT, "text_encoder_2": T5_XXL, "vae": FLUX_VAE}
+
+# (hub repo, subfolder) -> the real part. The repo is the variant's first hub id.
+REAL_PARTS: dict[tuple[str, str], RealPart] = {
+    **{("black-forest-labs/FLUX.1-dev", k): v for k, v in
+       {**FLUX1, "transformer": _flux1(True)}.items()},
+    **{("black-forest-labs/FLUX.1-schnell", k): v for k, v in
+       {**FLUX1, "transformer": _flux1(False)}.items()},
+    # Kontext dev has FLUX.1 dev's shapes (guidance embedding included).
+    **{("black-forest-labs/FLUX.1-Kontext-dev", k): v for k, v in
+       {**FLUX1, "transformer": _flux1(True)}.items()},
+    ("lodestones/Chroma1-HD", "transformer"): RealPart(
+        "diffusers", "ChromaTransformer2DModel", {
+            "patch_size": 1, "in_channels": 64, "num_layers": 19, "num_single_layers": 38,
+            "attention_head_dim": 128, "num_attention_heads": 24,
+            "joint_attention_dim": 4096, "axes_dims_rope": [16, 56, 56],
+            "approximator_num_channels": 64, "approximator_hidden_dim": 5120,
+            "approximator_layers": 5},
+        "lodestones/Chroma1-HD transformer/config.json, as invoke-ai/InvokeAI's "
+        "CHROMA_TRANSFORMER_CONFIG writes it"),
+    ("lodestones/Chroma1-HD", "text_encoder"): T5_XXL,
+    ("lodestones/Chroma1-HD", "vae"): FLUX_VAE,
+    **{("black-forest-labs/FLUX.2-klein-base-4B", k): v for k, v in
+       _klein(5, 20, 24, 7680, 2560, 9728, tied=True).items()},
+    **{("black-forest-labs/FLUX.2-klein-base-9B", k): v for k, v in
+       _klein(8, 24, 32, 12288, 4096, 12288, tied=False).items()},
+    **{("Qwen/Qwen-Image", k): v for k, v in QWEN_IMAGE.items()},
+    **{("Qwen/Qwen-Image-Edit", k): v for k, v in QWEN_IMAGE.items()},
+    **{("Qwen/Qwen-Image-Edit-2509", k): v for k, v in QWEN_IMAGE.items()},
+    ("stabilityai/stable-diffusion-xl-base-1.0", "unet"): SDXL_UNET,
+    ("stabilityai/stable-diffusion-xl-base-1.0", "text_encoder"): CLIP_L_TEXT,
+    ("stabilityai/stable-diffusion-xl-base-1.0", "text_encoder_2"): SDXL_TEXT_2,
+    ("stabilityai/stable-diffusion-xl-base-1.0", "vae"): SDXL_VAE,
+    ("Wan-AI/Wan2.1-T2V-1.3B-Diffusers", "transformer"): RealPart(
+        "diffusers", "WanTransformer3DModel",
+        {**WAN_TRANSFORMER, "ffn_dim": 8960, "num_attention_heads": 12, "num_layers": 30,
+         "in_channels": 16}, "diffusers convert_wan_to_diffusers.py Wan-T2V-1.3B"),
+    ("Wan-AI/Wan2.1-T2V-14B-Diffusers", "transformer"): WAN_T2V_14B,
+    ("Wan-AI/Wan2.1-I2V-14B-480P-Diffusers", "transformer"): RealPart(
+        "diffusers", "WanTransformer3DModel",
+        {**WAN_14B, "in_channels": 36, "image_dim": 1280, "added_kv_proj_dim": 5120},
+        "diffusers convert_wan_to_diffusers.py Wan-I2V-14B-480p"),
+    ("Wan-AI/Wan2.1-I2V-14B-480P-Diffusers", "image_encoder"): CLIP_H_VISION,
+    **{("Wan-AI/Wan2.2-T2V-A14B-Diffusers", k): v for k, v in
+       _wan22(16, "diffusers convert_wan_to_diffusers.py Wan2.2-T2V-A14B").items()},
+    **{("Wan-AI/Wan2.2-I2V-A14B-Diffusers", k): v for k, v in
+       _wan22(36, "diffusers convert_wan_to_diffusers.py Wan2.2-I2V-14B-720p").items()},
+    **{(repo, part): real for repo in ("Wan-AI/Wan2.1-T2V-1.3B-Diffusers",
+                                       "Wan-AI/Wan2.1-T2V-14B-Diffusers",
+                                       "Wan-AI/Wan2.1-I2V-14B-480P-Diffusers")
+       for part, real in (("text_encoder", UMT5_XXL), ("vae", WAN_VAE))},
+    **{("aitk/models/example/base", k): v for k, v in _example_base().items()},
+}
