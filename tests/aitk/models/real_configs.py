@@ -1,8 +1,8 @@
 """The real, full-size configs of every model part an arch description counts
 (aitk/models/<arch>/arch.py `Variant.parts`), keyed by (hub repo, subfolder).
 
-`tests/aitk/models/test_arch_descriptions.py` builds each part on the meta device from
-these values (no memory, no download) with the class aitk loads it as, and holds every
+`build` makes a part on the meta device from these values (no memory, no download)
+with the class aitk loads it as; tests/aitk/models/test_arch_part_sizes.py holds every
 recorded parameter count to what the build counts. Only the keys that shape the weights
 are kept (no `_class_name`, token ids, dropout or init ranges); each entry names where
 its values were read. Hub repos are gated or too large to fetch here, so the values come
@@ -14,7 +14,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from torch import nn
 
 REPO_ROOT = Path(__file__).resolve().parents[3]
 
@@ -25,6 +28,25 @@ class RealPart:
     cls: str  # the class aitk's loader builds this part as
     config: dict[str, Any] = field(default_factory=dict)
     source: str = ""
+
+
+def build(real: RealPart) -> nn.Module:
+    """The part on the meta device: its shapes, no memory."""
+    import torch
+
+    with torch.device("meta"):
+        if real.library == "aitk":
+            from aitk.models.example.transformer import ExampleTransformer
+
+            return ExampleTransformer.from_config(real.config)
+        if real.library == "diffusers":
+            import diffusers
+
+            return getattr(diffusers, real.cls).from_config(real.config)
+        import transformers
+
+        cls = getattr(transformers, real.cls)
+        return cls(cls.config_class(**real.config))
 
 
 # ---- shared parts ------------------------------------------------------------------------

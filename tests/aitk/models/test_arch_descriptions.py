@@ -23,8 +23,7 @@ from aitk.models.description import ArchDescription, ArchKwargs, KeyStyle, Modul
 from aitk.models.registry import discover, load_model
 from tests.aitk.models.arch_checks import model_cfg, train_cfg
 from tests.aitk.models.conftest import NetCfg
-from tests.aitk.models.real_configs import REAL_PARTS
-from tests.aitk.models.test_arch_part_sizes import build
+from tests.aitk.models.real_configs import REAL_PARTS, build
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 

@@ -10,12 +10,11 @@ from collections.abc import Callable
 from functools import cache
 
 import pytest
-import torch
 from torch import nn
 
 from aitk.models import catalog
 from aitk.models.description import Part, PartRole
-from tests.aitk.models.real_configs import REAL_PARTS, RealPart
+from tests.aitk.models.real_configs import REAL_PARTS, build
 
 
 def _trim_qwen_vision(module: nn.Module) -> None:
@@ -36,22 +35,6 @@ TRIMS: dict[tuple[str, str], Callable[[nn.Module], None]] = {
     **{(arch, "text_encoder"): _trim_klein_layers
        for arch in ("flux2_klein_4b", "flux2_klein_9b", "flux2_klein")},
 }
-
-
-def build(real: RealPart) -> nn.Module:
-    with torch.device("meta"):
-        if real.library == "aitk":
-            from aitk.models.example.transformer import ExampleTransformer
-
-            return ExampleTransformer.from_config(real.config)
-        if real.library == "diffusers":
-            import diffusers
-
-            return getattr(diffusers, real.cls).from_config(real.config)
-        import transformers
-
-        cls = getattr(transformers, real.cls)
-        return cls(cls.config_class(**real.config))
 
 
 def count(module: nn.Module) -> int:
