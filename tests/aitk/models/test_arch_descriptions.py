@@ -93,7 +93,9 @@ def test_examples_exist_run_this_arch_and_give_its_defaults(arch: str) -> None:
                 if d.model_class.rsplit(".", 1)[0] == module}
     for name in filter(None, (desc.examples.tiny, desc.examples.full)):
         config = yaml.safe_load((EXAMPLES / name).read_text(encoding="utf-8"))
-        assert config["config"]["process"][0]["model"]["arch"] in siblings | {arch}
+        model = config["config"]["process"][0]["model"]
+        assert model["arch"] in siblings | {arch}
+        assert desc.check_model_kwargs(model.get("model_kwargs")) == []
     full = yaml.safe_load((EXAMPLES / (desc.examples.full or desc.examples.tiny))
                           .read_text(encoding="utf-8"))["config"]["process"][0]
     defaults = desc.defaults
@@ -104,7 +106,6 @@ def test_examples_exist_run_this_arch_and_give_its_defaults(arch: str) -> None:
     assert defaults.lr == full["train"]["lr"]
     assert defaults.timestep_type == full["train"].get("timestep_type")
     assert defaults.quantize == bool(full["model"].get("quantize", False))
-    assert desc.check_model_kwargs(full["model"].get("model_kwargs")) == []
 
 
 # ---- the description against the tiny model --------------------------------------------
