@@ -7,4 +7,7 @@ module owns one concern and is the only copy of it:
 
     files      atomic writes (temp file in the same folder, fsync, os.replace), staged
                folders published by a rename, free-space checks
+    procs      is a process alive; a process identity (pid + start time) that survives
+               pid reuse; children in their own process group (POSIX and Windows)
+    jobstates  the web UI's job states and the actions each allows
 """

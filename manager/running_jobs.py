@@ -3,17 +3,20 @@
 The trainer registers each job as `<checkout>/.aitk-run/<pid>.json` with the keys
 {"pid", "name", "config", "started"} and removes it when the job ends. A record whose
 process is gone (a crash, a reboot) is stale and ignored; the pid in the file name is
-authoritative, so a damaged record still counts while its process lives.
+authoritative, so a damaged record still counts while its process lives. Whether it
+lives is aitk_common.procs' (stdlib only: the bootstrap imports this module too).
 """
 
 from __future__ import annotations
 
 import json
-import os
 from dataclasses import dataclass
 from pathlib import Path
 
+from aitk_common.procs import pid_alive
 from manager.errors import UpdateRefused
+
+__all__ = ["RunningJob", "job_refusal", "pid_alive", "read_record", "running_jobs"]
 
 RUN_DIR = ".aitk-run"
 
@@ -78,43 +81,3 @@ def read_record(record: Path) -> RunningJob | None:
 
     return RunningJob(pid, text("name"), text("config"), text("started"), record)
 
-
-def pid_alive(pid: int) -> bool:
-    if pid <= 0:
-        return False
-    if os.name == "nt":
-        return _pid_alive_windows(pid)
-    try:
-        os.kill(pid, 0)  # signal 0: existence check, sends nothing
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True  # it exists, it is just not ours
-    return not _zombie(pid)
-
-
-def _zombie(pid: int) -> bool:
-    """An exited process nobody has reaped yet still answers signal 0 (Linux only)."""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return False
-    return stat.rpartition(")")[2].split()[:1] == ["Z"]
-
-
-def _pid_alive_windows(pid: int) -> bool:
-    # os.kill on Windows terminates; ask the kernel instead.
-    import ctypes
-
-    kernel32 = ctypes.windll.kernel32  # type: ignore[attr-defined]
-    query_limited_information, still_active = 0x1000, 259
-    handle = kernel32.OpenProcess(query_limited_information, False, pid)
-    if not handle:
-        return False
-    try:
-        code = ctypes.c_ulong()
-        if not kernel32.GetExitCodeProcess(handle, ctypes.byref(code)):
-            return False
-        return code.value == still_active
-    finally:
-        kernel32.CloseHandle(handle)

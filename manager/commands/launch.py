@@ -22,12 +22,12 @@ a write to it fails, which must not cost the trainer its save (issue 14).
 On Windows the trainer gets its own process group (CREATE_NEW_PROCESS_GROUP) and every
 stop (Ctrl+C, Ctrl+Break, closing the console) is forwarded as CTRL_BREAK_EVENT, the one
 console event that can be sent to a group; the trainer treats it like Ctrl+C. That path
-cannot be exercised on the Linux test machines.
+cannot be exercised on the Linux test machines. Process groups are aitk_common.procs'
+(the web UI's server starts its trainers the same way).
 """
 
 from __future__ import annotations
 
-import os
 import signal
 import subprocess
 import sys
@@ -36,6 +36,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from aitk_common import procs
+from aitk_common.procs import group_options
 from manager import errors, process
 from manager.paths import Paths, paths
 
@@ -45,9 +47,6 @@ NOT_INSTALLED = ("nothing is installed in this checkout yet: run ./install.sh "
 # Leftover members of the trainer's group get this long to exit after SIGTERM.
 GROUP_GRACE_S = 5.0
 _FORWARDED = ("SIGINT", "SIGTERM", "SIGHUP", "SIGBREAK")  # those this OS has
-# Windows' values, where the modules lack them (so the decisions below test on Linux).
-CTRL_BREAK_EVENT = getattr(signal, "CTRL_BREAK_EVENT", 1)
-CREATE_NEW_PROCESS_GROUP = getattr(subprocess, "CREATE_NEW_PROCESS_GROUP", 0x200)
 
 
 @dataclass(frozen=True)
@@ -163,20 +162,6 @@ def forwarded_signals(signals: Any = signal) -> tuple[int, ...]:
     return tuple(getattr(signals, n) for n in _FORWARDED if hasattr(signals, n))
 
 
-def group_options(os_name: str) -> dict[str, Any]:
-    """Popen options that give the trainer its own process group."""
-    if os_name == "nt":
-        return {"creationflags": CREATE_NEW_PROCESS_GROUP}
-    return {"start_new_session": True}
-
-
-def signal_for_group(os_name: str, signum: int) -> int:
-    """What the trainer's group is sent for the stop `signum` the launcher caught: on
-    Windows CTRL_BREAK_EVENT whatever the stop (the one console event a group can be
-    sent; the trainer sees SIGBREAK), elsewhere the same signal."""
-    return CTRL_BREAK_EVENT if os_name == "nt" else signum
-
-
 def exit_code(returncode: int) -> int:
     """A child killed by signal N reports -N; shells (and we) say 128+N."""
     return 128 - returncode if returncode < 0 else returncode
@@ -185,12 +170,10 @@ def exit_code(returncode: int) -> int:
 def supervise(argv: list[str], env: dict[str, str], cwd: Path,
               stdout_to_stderr: bool = False) -> int:
     """Run argv in its own process group, forward stop signals to it, return its code."""
-    windows = os.name == "nt"
-    group = group_options(os.name)
     stdout = sys.stderr.fileno() if stdout_to_stderr else None
     try:
         child = subprocess.Popen(argv, env=env, cwd=cwd, stdin=subprocess.DEVNULL,
-                                 stdout=stdout, **group)
+                                 stdout=stdout, **group_options())
     except OSError as exc:
         raise errors.ManagerError(f"cannot start the trainer: {exc}",
                                   hint="python3 -m manager doctor") from exc
@@ -199,13 +182,10 @@ def supervise(argv: list[str], env: dict[str, str], cwd: Path,
     def forward(signum: int, _frame: object) -> None:
         received.append(signum)
         if len(received) == 1:
-            _signal_group(child, signum)  # first: saying so may fail (a closed terminal)
+            procs.signal_group(child.pid, signum)  # first: saying so may fail (no terminal)
             say("stopping: the trainer saves and exits (press Ctrl+C again to kill it now)")
         else:
-            if windows:
-                child.kill()
-            else:
-                _signal_group(child, signal.SIGKILL)
+            procs.kill_group(child.pid)
             say("killing the trainer")
 
     previous = {sig: signal.signal(sig, forward) for sig in forwarded_signals()}
@@ -214,35 +194,6 @@ def supervise(argv: list[str], env: dict[str, str], cwd: Path,
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
-        if not windows:
-            _reap_group(child.pid)
+        procs.reap_group(child.pid, GROUP_GRACE_S)  # data loader workers left behind
     return exit_code(returncode)
 
-
-def _signal_group(child: subprocess.Popen[bytes], signum: int) -> None:
-    sent = signal_for_group(os.name, signum)
-    try:
-        if os.name == "nt":
-            child.send_signal(sent)
-        else:
-            os.killpg(child.pid, sent)
-    except (ProcessLookupError, PermissionError):
-        pass  # the group is already gone
-
-
-def _reap_group(pgid: int) -> None:
-    """Stop what the trainer left behind in its group (data loader workers)."""
-    import time
-
-    for signum, wait in ((signal.SIGTERM, GROUP_GRACE_S), (signal.SIGKILL, 0.0)):
-        try:
-            os.killpg(pgid, signum)
-        except (ProcessLookupError, PermissionError):
-            return
-        deadline = time.monotonic() + wait
-        while time.monotonic() < deadline:
-            try:
-                os.killpg(pgid, 0)
-            except (ProcessLookupError, PermissionError):
-                return
-            time.sleep(0.1)

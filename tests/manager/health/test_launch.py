@@ -304,14 +304,15 @@ def test_on_windows_every_stop_reaches_the_trainers_group_as_ctrl_break():
     group gets the very signal the launcher caught."""
     from types import SimpleNamespace
 
+    from aitk_common import procs
     from manager.commands import launch
 
     windows = SimpleNamespace(SIGINT=2, SIGTERM=15, SIGBREAK=21, SIGABRT=22)
     assert launch.forwarded_signals(windows) == (2, 15, 21)
-    assert {launch.signal_for_group("nt", s) for s in (2, 15, 21)} == {1}  # CTRL_BREAK_EVENT
-    assert launch.group_options("nt") == {"creationflags": 0x200}  # CREATE_NEW_PROCESS_GROUP
+    assert {procs.signal_for_group("nt", s) for s in (2, 15, 21)} == {1}  # CTRL_BREAK_EVENT
+    assert procs.group_options("nt") == {"creationflags": 0x200}  # CREATE_NEW_PROCESS_GROUP
 
     here = launch.forwarded_signals()
     assert set(here) >= {signal.SIGINT, signal.SIGTERM, signal.SIGHUP}
-    assert [launch.signal_for_group("posix", s) for s in here] == list(here)
-    assert launch.group_options("posix") == {"start_new_session": True}
+    assert [procs.signal_for_group("posix", s) for s in here] == list(here)
+    assert procs.group_options("posix") == {"start_new_session": True}
