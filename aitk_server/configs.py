@@ -6,17 +6,25 @@ what the trainer would refuse at start and the page can tell now: a dataset fold
 model folder that does not exist, and a job that would write into another job's output
 folder. The arch is checked by the trainer itself at start (its registry imports torch,
 which the server does not load); its problems come back through the status file.
+
+Confinement (the guard's promise for what a job made here may do): it writes only under
+the outputs root (its output folder, and a tiny model `create_if_missing` builds), and
+`${VAR}` is never filled in, here or by the trainer later, so a config cannot read the
+server's environment (a `${...}` is a field error that names no value).
 """
 
 from __future__ import annotations
 
 import os
+import re
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import yaml
 
 from aitk.config import ConfigError, LoadedConfig, parse_job
+from aitk.config import load_yaml as load_bounded
 from aitk.status import problem_fields
 
 MAX_CONFIG_BYTES = 256 * 1024
@@ -31,15 +39,53 @@ class Checked:
 
 def load_yaml(text: str) -> object:
     """Bounded parse: YAML aliases are refused (an alias bomb expands a few hundred bytes
-    into gigabytes), and so is an oversized text."""
+    into gigabytes), and so are an oversized text and deep nesting (the trainer's bounded
+    loader)."""
     if len(text.encode("utf-8")) > MAX_CONFIG_BYTES:
         raise ValueError(f"the config is larger than {MAX_CONFIG_BYTES // 1024} KiB")
     try:
         if any(isinstance(t, yaml.AliasToken) for t in yaml.scan(text)):
             raise ValueError("YAML aliases (*name) are not accepted here; write the values out")
-        return yaml.safe_load(text)
+        return load_bounded(text, "<web ui>")
     except yaml.YAMLError as exc:
         raise ValueError(f"not valid YAML: {' '.join(str(exc).split())}") from None
+    except ConfigError as exc:
+        raise ValueError(exc.problems[0]) from None
+    except RecursionError:
+        raise ValueError("nested too deeply to be a job config") from None
+
+
+# What the trainer would fill in from its environment (aitk.config.substitute).
+ENV_REFERENCE = re.compile(r"\$\{")
+
+
+def env_references(raw: Any, path: str = "") -> list[dict[str, str]]:
+    """Every string (or key) holding `${`: the web UI never fills those in."""
+    found = []
+    stack = [(raw, path)]
+    while stack:
+        value, where = stack.pop()
+        if isinstance(value, dict):
+            for key, item in value.items():
+                child = f"{where}.{key}" if where else str(key)
+                if isinstance(key, str) and ENV_REFERENCE.search(key):
+                    found.append(child)
+                stack.append((item, child))
+        elif isinstance(value, list):
+            stack += [(item, f"{where}[{i}]") for i, item in enumerate(value)]
+        elif isinstance(value, str) and ENV_REFERENCE.search(value):
+            found.append(where)
+    return [{"path": where, "message": "`${...}` is not filled in for jobs made in the web "
+             "UI (it would read the server's environment); write the value itself"}
+            for where in sorted(found)]
+
+
+def within(path: Path, root: Path) -> bool:
+    """`path` (symlinks followed, as far as it exists) lies inside `root`."""
+    try:
+        return path.resolve().is_relative_to(root.resolve())
+    except (OSError, RuntimeError, ValueError):
+        return False
 
 
 def resolve(root: Path, value: str) -> Path:
@@ -51,6 +97,27 @@ def resolve(root: Path, value: str) -> Path:
 def out_dir(loaded: LoadedConfig, root: Path) -> Path:
     proc = loaded.job.config.process[0]
     return resolve(root, proc.training_folder) / loaded.name
+
+
+def confinement(loaded: LoadedConfig, root: Path, outputs: Path) -> list[dict[str, str]]:
+    """What a job made here would write outside the outputs root."""
+    problems = []
+    for i, proc in enumerate(loaded.job.config.process):
+        where = f"config.process[{i}]"
+        folder = resolve(root, proc.training_folder)
+        if not within(folder, outputs):
+            problems.append({"path": f"{where}.training_folder", "message":
+                             f"jobs made in the web UI write only under {outputs} (the "
+                             "outputs root; the server's --outputs-dir sets it)"})
+        elif not within(folder / loaded.name, outputs):
+            problems.append({"path": "config.name", "message": f"{folder / loaded.name} "
+                             f"leads out of the outputs root {outputs} (a link)"})
+        model = resolve(root, proc.model.name_or_path)
+        if proc.model.create_if_missing and not model.exists() and not within(model, outputs):
+            problems.append({"path": f"{where}.model.name_or_path", "message":
+                             f"create_if_missing would build a model outside the outputs "
+                             f"root {outputs}; build it under it, or point at a model"})
+    return problems
 
 
 def preflight(loaded: LoadedConfig, root: Path) -> list[dict[str, str]]:
@@ -70,17 +137,21 @@ def preflight(loaded: LoadedConfig, root: Path) -> list[dict[str, str]]:
     return problems
 
 
-def check(text: str, root: Path, taken: dict[Path, str] | None = None) -> Checked:
-    """`taken`: output folders of other jobs -> their names."""
+def check(text: str, root: Path, outputs: Path,
+          taken: dict[Path, str] | None = None) -> Checked:
+    """`outputs`: the outputs root; `taken`: output folders of other jobs -> their names."""
     try:
         raw = load_yaml(text)
     except ValueError as exc:
         return Checked(None, [{"path": "", "message": str(exc)}], [])
+    refused = env_references(raw)
+    if refused:
+        return Checked(None, refused, [])
     try:
-        loaded = parse_job(raw, "<web ui>", check_arch=None)
+        loaded = parse_job(raw, "<web ui>", env={}, check_arch=None)
     except ConfigError as exc:
         return Checked(None, problem_fields(exc.problems), [])
-    errors = preflight(loaded, root)
+    errors = confinement(loaded, root, outputs) + preflight(loaded, root)
     target = out_dir(loaded, root).resolve()
     other = (taken or {}).get(target)
     if other is not None:

@@ -13,12 +13,12 @@ def inside(base: Path, relative: str) -> Path | None:
     """`base/relative`, or None when it would leave `base` (.., absolute, a symlink
     pointing out) or does not exist."""
     rel = PurePosixPath(relative.replace("\\", "/"))
-    if rel.is_absolute() or ".." in rel.parts or not rel.parts:
+    if rel.is_absolute() or ".." in rel.parts or not rel.parts or "\0" in relative:
         return None
     try:
         real_base = base.resolve(strict=True)
         target = (base / rel).resolve(strict=True)
-    except (OSError, RuntimeError):  # missing, or a symlink loop
+    except (OSError, RuntimeError, ValueError):  # missing, a symlink loop, a NUL
         return None
     return target if target.is_relative_to(real_base) else None
 

@@ -1,17 +1,79 @@
 """What a job wrote in its output folder, read for the page: the loss log as points,
-the sample gallery by step, the LoRA files."""
+the sample gallery by step, the LoRA files, and the one file the file route serves.
+
+Only files the trainer wrote are served or deleted, whatever else the folder holds: its
+ownership marks say which (aitk.ownership: LoRA metadata, the previews' EXIF mark, the
+config header; aitk.metrics and aitk.checkpoint for the loss log and checkpoints). They
+are imported in one place, `_owners()`. Previews are served inline with their own image
+type (a video preview is an animated WebP); everything else as a download; nothing ever
+as HTML, so no file can run as a page of the UI's origin.
+"""
 
 from __future__ import annotations
 
 import json
 import re
 from collections.abc import Callable
-from pathlib import Path
+from dataclasses import dataclass
+from pathlib import Path, PurePosixPath
+from types import SimpleNamespace
 from typing import Any
 
 SAMPLE = re.compile(r"^(\d{9})_(\d+)\.(png|jpg|jpeg|webp)$")
+SERVED_SAMPLE = re.compile(r"^\d{9}_\d+(_strip)?\.(png|jpg|jpeg|webp)$")  # a video's strip too
 STEP_LORA = re.compile(r"_(\d{9})\.safetensors$")
 MAX_LOG_BYTES = 64 * 1024 * 1024
+INLINE_TYPES = {".png": "image/png", ".jpg": "image/jpeg", ".jpeg": "image/jpeg",
+                ".webp": "image/webp"}
+DOWNLOAD_TYPE = "application/octet-stream"
+
+
+def _owners() -> SimpleNamespace:
+    """aitk's ownership checks: every import from the trainer's modules is here."""
+    from aitk.checkpoint import is_ours as checkpoint
+    from aitk.metrics import is_loss_log
+    from aitk.ownership import config_is_ours, image_is_ours, lora_is_ours
+
+    return SimpleNamespace(lora=lora_is_ours, image=image_is_ours, config=config_is_ours,
+                           loss_log=is_loss_log, checkpoint=checkpoint)
+
+
+def _lora_name(name: str) -> re.Pattern[str]:
+    return re.compile(re.escape(name) + r"(_[a-z_]+)?(_\d{9})?\.safetensors")
+
+
+@dataclass(frozen=True)
+class Served:
+    path: Path
+    media_type: str
+    inline: bool  # shown in the page (a preview); else a download
+
+
+def served_file(out_dir: Path, name: str, relative: str) -> Served | None:
+    """The file `relative` of a job's output folder when the trainer wrote it, with how to
+    send it; None for anything else (a user's file, a link, a folder, a path out)."""
+    rel = PurePosixPath(relative)
+    if rel.is_absolute() or not rel.parts or any(p in ("", ".", "..") for p in rel.parts) \
+            or "\\" in relative or "\0" in relative:
+        return None
+    path = out_dir.joinpath(*rel.parts)
+    if out_dir.is_symlink() or path.parent.is_symlink() or path.is_symlink() \
+            or not path.is_file():
+        return None  # the trainer never writes links; one may lead anywhere
+    owners = _owners()
+    parts = rel.parts
+    if len(parts) == 2 and parts[0] == "samples":
+        kind = INLINE_TYPES.get(path.suffix.lower())
+        if kind and SERVED_SAMPLE.match(parts[1]) and owners.image(path):
+            return Served(path, kind, True)
+        return None
+    if len(parts) != 1:
+        return None
+    if (_lora_name(name).fullmatch(parts[0]) and owners.lora(path)) \
+            or (parts[0] == "config.yaml" and owners.config(path)) \
+            or (parts[0] == "loss_log.jsonl" and owners.loss_log(path)):
+        return Served(path, DOWNLOAD_TYPE, False)
+    return None
 
 
 def loss_points(out_dir: Path, max_points: int = 1000) -> list[list[float]]:
@@ -48,9 +110,11 @@ def samples(out_dir: Path) -> list[dict[str, Any]]:
 
 
 def loras(out_dir: Path, name: str) -> list[dict[str, Any]]:
+    """The LoRA files the trainer wrote (a user's file beside them is not listed)."""
     out = []
+    pattern, is_ours = _lora_name(name), _owners().lora
     for path in sorted(out_dir.glob("*.safetensors")) if out_dir.is_dir() else []:
-        if not path.name.startswith(name):
+        if not pattern.fullmatch(path.name) or not is_ours(path):
             continue
         step = STEP_LORA.search(path.name)
         out.append({"file": path.name, "size": path.stat().st_size,
@@ -60,18 +124,15 @@ def loras(out_dir: Path, name: str) -> list[dict[str, Any]]:
 
 
 def _owned_files(out_dir: Path, name: str) -> list[Path]:
-    """Files at the top of the output folder that aitk wrote (aitk.ownership)."""
-    from aitk.metrics import is_loss_log
-    from aitk.ownership import config_is_ours, lora_is_ours
-
+    """Files at the top of the output folder that aitk wrote."""
+    owners, pattern = _owners(), _lora_name(name)
     found = []
     for entry in out_dir.iterdir():
         if entry.is_symlink() or not entry.is_file():
             continue
-        lora = re.fullmatch(re.escape(name) + r"(_[a-z_]+)?(_\d{9})?\.safetensors", entry.name)
-        if ((lora and lora_is_ours(entry))
-                or (entry.name == "config.yaml" and config_is_ours(entry))
-                or (entry.name == "loss_log.jsonl" and is_loss_log(entry))
+        if ((pattern.fullmatch(entry.name) and owners.lora(entry))
+                or (entry.name == "config.yaml" and owners.config(entry))
+                or (entry.name == "loss_log.jsonl" and owners.loss_log(entry))
                 or (entry.name == "status.json" and _is_status(entry))):
             found.append(entry)
     return found
@@ -95,14 +156,12 @@ def trainer_written(out_dir: Path, name: str) -> list[Path]:
     """What the trainer wrote in its output folder and nothing else (aitk.ownership): a
     config may point `training_folder` anywhere, and a user's file at one of the trainer's
     names (a picture in samples/, their own config.yaml) is theirs."""
-    from aitk.checkpoint import is_ours as checkpoint_is_ours
-    from aitk.ownership import image_is_ours
-
+    owners = _owners()
     if not out_dir.is_dir() or out_dir.is_symlink():
         return []
     return sorted([*_owned_files(out_dir, name),
-                   *_owned_in(out_dir / "samples", image_is_ours),
-                   *_owned_in(out_dir / "checkpoints", checkpoint_is_ours)])
+                   *_owned_in(out_dir / "samples", owners.image),
+                   *_owned_in(out_dir / "checkpoints", owners.checkpoint)])
 
 
 def delete_outputs(out_dir: Path, name: str) -> list[str]:

@@ -3,9 +3,13 @@ and run queued jobs one after another.
 
 Each job gets a folder `<data_dir>/jobs/<id>/` with `config.yaml` (what runs),
 `status.json` (the trainer's status file, via AITK_STATUS_FILE) and `log.txt` (the
-trainer's stdout and stderr). The trainer runs in its own process group (its own
-session), so stopping a job signals only it, and a server that dies leaves it running;
-a restarted server finds it again through the pid in the database and the status file.
+trainer's stdout and stderr). The trainer runs in its own process group
+(aitk_common.procs), so stopping a job signals only it, and a server that dies leaves it
+running; a restarted server finds it again through the process identity (pid and start
+time) in the database, so a reused pid is never taken for the trainer.
+
+A start is a compare-and-set on the job's state (Database.transition): of two starts at
+the same moment, one launches the trainer and the other gets `Conflict`.
 """
 
 from __future__ import annotations
@@ -20,51 +24,45 @@ import time
 from pathlib import Path
 from typing import Any
 
+from aitk_common import procs
+from aitk_common.files import atomic_write_text
+from aitk_common.jobstates import ACTIVE, STARTABLE, JobState
 from aitk_server.db import Database, JobRow
-from aitk_server.reconcile import ACTIVE, ended
+from aitk_server.reconcile import ended
 
 ONE_AT_A_TIME = 1  # a single accelerator: queued jobs run one after another
 
 
-def pid_alive(pid: int) -> bool:
-    if pid <= 0:
-        return False
-    if os.name == "nt":  # os.kill would terminate it; a handle query is enough there
-        import ctypes
-
-        handle = ctypes.windll.kernel32.OpenProcess(0x1000, False, pid)  # type: ignore
-        return bool(handle)
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    try:  # an exited child nobody reaped still answers signal 0
-        stat = Path(f"/proc/{pid}/stat").read_text()
-        return stat.rpartition(")")[2].split()[:1] != ["Z"]
-    except OSError:
-        return True
-
-
-def is_our_trainer(pid: int, config: Path) -> bool:
-    """Guards against a reused pid after a restart: the process must be running this
-    job's config (checked where /proc exists)."""
-    cmdline = Path(f"/proc/{pid}/cmdline")
-    if not cmdline.exists():
-        return pid_alive(pid)
-    try:
-        return str(config).encode() in cmdline.read_bytes()
-    except OSError:
-        return False
+class Conflict(Exception):
+    """The job's state does not allow what was asked (the API answers 409)."""
 
 
 def read_status(path: Path) -> dict[str, Any] | None:
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
+    except (OSError, ValueError, RecursionError):
         return None
     return data if isinstance(data, dict) else None
+
+
+def is_our_trainer(job: JobRow, config: Path) -> bool:
+    """The job's recorded process still runs: the same pid and start time (a reused pid
+    is another process). A row from before identities were kept falls back to the
+    command line naming this job's config (where /proc tells)."""
+    recorded = procs.ProcessIdentity.from_json(_json(job.process))
+    if recorded is not None:
+        return procs.still_running(recorded)
+    now = procs.identify(job.pid or 0)
+    if now is None:
+        return False
+    return now.cmdline is None or str(config) in now.cmdline
+
+
+def _json(text: str | None) -> object:
+    try:
+        return json.loads(text) if text else None
+    except ValueError:
+        return None
 
 
 class Runner:
@@ -94,74 +92,81 @@ class Runner:
     def status(self, job_id: int) -> dict[str, Any] | None:
         return read_status(self.status_path(job_id))
 
+    def _get(self, job_id: int) -> JobRow:
+        found = self.db.get(job_id)
+        if found is None:
+            raise Conflict("that job no longer exists")
+        return found
+
     # ---- actions ------------------------------------------------------------------
-    def start(self, job: JobRow) -> JobRow:
-        """Run now, or queue behind the running job."""
+    def start(self, job_id: int) -> JobRow:
+        """Run now, or queue behind the running job; Conflict when its state allows no
+        start (running, stopping, queued)."""
         with self.lock:
             self.reconcile()
-            if job.state in ACTIVE:
-                return job
+            job = self._get(job_id)
+            if job.state not in STARTABLE:
+                raise Conflict(f"{job.name} is {job.state}; it cannot be started now")
             if any(j.state in ACTIVE for j in self.db.all()):
-                return self.enqueue(job)
-            self._spawn(job)
-            return self.db.get(job.id) or job
+                return self.enqueue(job_id)
+            self._spawn(job, STARTABLE)
+            return self._get(job_id)
 
-    def enqueue(self, job: JobRow) -> JobRow:
+    def enqueue(self, job_id: int) -> JobRow:
+        """Queue a job that may start; one already queued or running stays as it is."""
         with self.lock:
-            if job.state not in ACTIVE and job.state != "queued":
-                self.db.update(job.id, "queued", state="queued", queue_order=time.time())
+            self.db.transition(job_id, STARTABLE, "queued", state=JobState.QUEUED,
+                               queue_order=time.time())
             self.pump()
-            return self.db.get(job.id) or job
+            return self._get(job_id)
 
-    def _spawn(self, job: JobRow) -> None:
-        folder = self.job_dir(job.id)
-        folder.mkdir(parents=True, exist_ok=True)
+    def _spawn(self, job: JobRow, leaving: frozenset[JobState]) -> None:
+        if not self.db.transition(job.id, leaving, "starting", state=JobState.RUNNING,
+                                  pid=None, process=None, exit_code=None, error=None,
+                                  started=time.time(), ended=None, queue_order=None):
+            raise Conflict(f"{job.name} was started by another request")
+        try:
+            child = self._launch(job)
+        except OSError as exc:
+            self.db.update(job.id, f"could not start: {exc}", state=JobState.FAILED,
+                           error=f"cannot start the trainer: {exc}", ended=time.time())
+            return
+        self.children[job.id] = child
+        identity = procs.identify(child.pid)
+        self.db.update(job.id, f"started (pid {child.pid})", pid=child.pid,
+                       process=json.dumps(identity.to_json()) if identity else None)
+
+    def _launch(self, job: JobRow) -> subprocess.Popen[bytes]:
         config = self.config_path(job.id)
-        config.write_text(job.config_yaml, encoding="utf-8")
+        atomic_write_text(config, job.config_yaml)
         self.status_path(job.id).unlink(missing_ok=True)  # the last run's final state
         env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
         env.update(AITK_STATUS_FILE=str(self.status_path(job.id)), PYTHONUNBUFFERED="1")
-        group: dict[str, Any] = (
-            {"creationflags": subprocess.CREATE_NEW_PROCESS_GROUP}  # type: ignore[attr-defined]
-            if os.name == "nt" else {"start_new_session": True})
         with open(self.log_path(job.id), "ab") as log:
             log.write(f"\n==== start {time.strftime('%Y-%m-%d %H:%M:%S')} ====\n".encode())
             log.flush()
-            try:
-                child = subprocess.Popen([self.python, str(self.trainer), str(config)],
-                                         cwd=self.root, env=env, stdin=subprocess.DEVNULL,
-                                         stdout=log, stderr=subprocess.STDOUT, **group)
-            except OSError as exc:
-                self.db.update(job.id, f"could not start: {exc}", state="failed",
-                               error=f"cannot start the trainer: {exc}")
-                return
-        self.children[job.id] = child
-        self.db.update(job.id, f"started (pid {child.pid})", state="running", pid=child.pid,
-                       exit_code=None, error=None, started=time.time(), ended=None,
-                       queue_order=None)
+            return subprocess.Popen([self.python, str(self.trainer), str(config)],
+                                    cwd=self.root, env=env, stdin=subprocess.DEVNULL,
+                                    stdout=log, stderr=subprocess.STDOUT,
+                                    **procs.group_options())
 
-    def stop(self, job: JobRow) -> JobRow:
-        """Ask the trainer to save and exit (SIGTERM = its Ctrl+C); a queued job just
-        leaves the queue."""
+    def stop(self, job_id: int) -> JobRow:
+        """Ask the trainer to save and exit (SIGTERM = its Ctrl+C; CTRL_BREAK on
+        Windows); a queued job just leaves the queue. Conflict when there is nothing to
+        stop."""
         with self.lock:
-            self.reconcile()
-            job = self.db.get(job.id) or job
-            if job.state == "queued":
-                self.db.update(job.id, "removed from the queue", state="stopped",
-                               queue_order=None)
-            elif job.state == "running" and job.pid:
-                self._signal(job.pid)
-                self.db.update(job.id, "stop requested", state="stopping")
-            return self.db.get(job.id) or job
-
-    def _signal(self, pid: int) -> None:
-        try:
-            if os.name == "nt":
-                os.kill(pid, signal.CTRL_BREAK_EVENT)  # type: ignore[attr-defined]
+            self.reconcile()  # first: a pid whose trainer is gone is never signalled
+            job = self._get(job_id)
+            if job.state == JobState.QUEUED:
+                self.db.transition(job.id, {JobState.QUEUED}, "removed from the queue",
+                                   state=JobState.STOPPED, queue_order=None)
+            elif job.state == JobState.RUNNING:
+                if self.db.transition(job.id, {JobState.RUNNING}, "stop requested",
+                                      state=JobState.STOPPING) and job.pid:
+                    procs.signal_group(job.pid, signal.SIGTERM)
             else:
-                os.killpg(pid, signal.SIGTERM)
-        except (ProcessLookupError, PermissionError, OSError):
-            pass  # already gone: reconcile records how it ended
+                raise Conflict(f"{job.name} is {job.state}; there is nothing to stop")
+            return self._get(job_id)
 
     def stop_all(self, timeout: float) -> list[str]:
         """Server shutdown: every running job saves and stops; returns their names."""
@@ -169,13 +174,15 @@ class Runner:
             self.reconcile()
             active = [j for j in self.db.all() if j.state in ACTIVE]
             for job in active:
-                self.stop(job)
+                if job.state == JobState.RUNNING:
+                    self.stop(job.id)
             for j in self.db.all():
-                if j.state == "queued":
-                    self.db.update(j.id, "server stopped", state="stopped", queue_order=None)
+                if j.state == JobState.QUEUED:
+                    self.db.update(j.id, "server stopped", state=JobState.STOPPED,
+                                   queue_order=None)
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline and any(
-                j.pid and pid_alive(j.pid) for j in active):
+                j.pid and procs.pid_alive(j.pid) for j in active):
             time.sleep(0.2)
         self.reconcile()
         return [j.name for j in active]
@@ -197,11 +204,11 @@ class Runner:
                 return
             del self.children[job.id]
         else:
-            if job.pid and pid_alive(job.pid) and is_our_trainer(job.pid,
-                                                                 self.config_path(job.id)):
+            if job.pid and is_our_trainer(job, self.config_path(job.id)):
                 return  # adopted after a restart: still running
             returncode = None
-        done = ended(job.pid or 0, returncode, self.status(job.id))
+        done = ended(job.pid or 0, returncode, self.status(job.id),
+                     stop_requested=job.state == JobState.STOPPING)
         self.db.update(job.id, f"{done.state}" + (f" (exit {done.exit_code})"
                                                   if done.exit_code is not None else ""),
                        state=done.state, exit_code=done.exit_code, error=done.error,
@@ -212,7 +219,7 @@ class Runner:
             jobs = self.db.all()
             if sum(j.state in ACTIVE for j in jobs) >= ONE_AT_A_TIME:
                 return
-            queued = sorted((j for j in jobs if j.state == "queued"),
+            queued = sorted((j for j in jobs if j.state == JobState.QUEUED),
                             key=lambda j: j.queue_order or 0)
             if queued:
-                self._spawn(queued[0])
+                self._spawn(queued[0], frozenset({JobState.QUEUED}))

@@ -1,9 +1,10 @@
 """The web UI: is its front end built from the current sources, and is its port free
-(or held by this checkout's own running server)?"""
+(or held by this checkout's own running server)? The server's record is
+aitk_server.record's (stdlib only), which names the server by pid and start time, so a
+dead server whose pid was reused is not taken for a running one."""
 
 from __future__ import annotations
 
-import json
 import socket
 from collections.abc import Sequence
 
@@ -39,14 +40,10 @@ def judge_port(free: bool, ours: dict | None, port: int = DEFAULT_PORT) -> Check
 
 
 def running_server(paths: Paths) -> dict | None:
-    from manager.running_jobs import pid_alive
+    from aitk_server import record
 
-    try:
-        info = json.loads((paths.root / ".aitk-ui" / "server.json").read_text())
-    except (OSError, ValueError):
-        return None
-    pid = info.get("pid") if isinstance(info, dict) else None
-    return info if isinstance(pid, int) and pid_alive(pid) else None
+    info = record.read(paths.root / ".aitk-ui")
+    return info if info is not None and record.alive(info) else None
 
 
 def probe(paths: Paths) -> Sequence[Check]:

@@ -3,22 +3,17 @@ token, file routes that must not leave their folder, datasets and uploads."""
 
 from __future__ import annotations
 
-import io
-import json
 import os
 from pathlib import Path
 
-import numpy as np
 import pytest
 import yaml
-from PIL import Image
-from safetensors.numpy import save_file
 from starlette.testclient import TestClient
 
-import aitk
-from aitk.ownership import image_mark
 from aitk_server.app import create_app
-from tests.aitk_server.conftest import REPO
+from tests.aitk_server.conftest import REPO, fake_outputs, tool_client
+
+UPLOAD = {"content-type": "application/octet-stream"}
 
 
 def create(client: TestClient, text: str) -> dict:
@@ -35,13 +30,16 @@ def test_health_and_examples(client, settings):
 
 
 def test_create_from_an_example_with_a_new_name(client, settings):
-    (settings.examples_dir / "tiny.yaml").write_text((REPO / "config" / "examples" /
-                                                      "train_lora_example_cpu.yaml").read_text())
+    example = (REPO / "config" / "examples" / "train_lora_example_cpu.yaml").read_text()
+    assert "training_folder: output\n" in example
+    (settings.examples_dir / "tiny.yaml").write_text(example.replace(
+        "training_folder: output\n", f"training_folder: {settings.outputs_dir}\n"))
     r = client.post("/api/jobs", json={"example": "tiny", "name": "mine"})
     assert r.status_code == 201, r.text
     job = r.json()
     assert job["name"] == "mine" and job["state"] == "created"
-    assert job["out_dir"] == str(REPO / "output" / "mine")
+    assert job["actions"] == ["start", "queue", "edit", "delete", "delete_outputs"]
+    assert job["out_dir"] == str(settings.outputs_dir / "mine")
     assert yaml.safe_load(job["config_yaml"])["config"]["name"] == "mine"
     assert "# A LoRA on the tiny" in job["config_yaml"]  # the example's comments kept
     assert client.post("/api/jobs", json={"example": "nope"}).status_code == 404
@@ -54,7 +52,8 @@ def test_list_get_edit_and_delete(client, job_yaml):
     assert detail["history"][0]["event"] == "created"
     r = client.put(f"/api/jobs/{job['id']}/config", json={"yaml": job_yaml("renamed")})
     assert r.status_code == 200 and r.json()["name"] == "renamed"
-    assert client.delete(f"/api/jobs/{job['id']}").json() == {"deleted": job["id"]}
+    assert client.request("DELETE", f"/api/jobs/{job['id']}", json={}).json() == {
+        "deleted": job["id"]}
     assert client.get(f"/api/jobs/{job['id']}").status_code == 404
     assert client.get("/api/jobs/999/loss").status_code == 404
 
@@ -100,23 +99,26 @@ def test_two_jobs_cannot_share_an_output_folder(client, job_yaml):
 
 @pytest.fixture
 def listening(settings):
-    """The app as served with --listen: a token on every API route."""
+    """The app as served with --listen: the token works on every API route too."""
     from dataclasses import replace
 
-    with TestClient(create_app(replace(settings, token="s3cret"))) as c:
+    with TestClient(create_app(replace(settings, token="s3cret")),
+                    base_url=f"http://127.0.0.1:{settings.port}") as c:
         yield c
 
 
 def test_beyond_loopback_every_api_route_needs_the_token(listening, job_yaml):
+    writes = {"content-type": "application/json", "origin": str(listening.base_url)}
     for method, path in [("GET", "/api/jobs"), ("GET", "/api/health"),
                          ("POST", "/api/jobs"), ("GET", "/api/events"),
                          ("GET", "/api/jobs/1/files/x"), ("PUT", "/api/datasets/d/files/a.txt"),
                          ("GET", "/api/datasets")]:
-        assert listening.request(method, path).status_code == 401, path
-        assert listening.request(method, path, headers={"Authorization": "Bearer wrong"}
-                                 ).status_code == 401
+        r = listening.request(method, path, headers=writes)
+        assert r.status_code == 401 and r.json()["sign_in"] == "token", path
+        assert listening.request(method, path, headers={**writes, "Authorization":
+                                                        "Bearer wrong"}).status_code == 401
     assert listening.get("/api/jobs", headers={"Authorization": "Bearer s3cret"}).json() == []
-    assert listening.get("/api/jobs?token=s3cret").status_code == 200
+    assert listening.get("/api/jobs?token=s3cret").status_code == 401  # never in a URL
     assert listening.get("/").status_code == 503  # the page itself holds no data
 
 
@@ -131,35 +133,6 @@ def test_the_token_is_made_once_owner_only_or_taken_from_the_environment(tmp_pat
         "mine", False)
     assert auth.is_loopback("127.0.0.1") and auth.is_loopback("::1")
     assert not auth.is_loopback("0.0.0.0") and not auth.is_loopback("192.168.1.5")
-
-
-def aitk_png(path: Path, shade: int = 0) -> bytes:
-    """A preview as the trainer writes it: a PNG carrying aitk's EXIF mark."""
-    buf = io.BytesIO()
-    Image.new("RGB", (4, 4), (shade, 0, 0)).save(buf, format="PNG", exif=image_mark())
-    path.write_bytes(buf.getvalue())
-    return buf.getvalue()
-
-
-def aitk_lora(path: Path, value: float) -> bytes:
-    """A LoRA file as the trainer writes it: safetensors whose metadata names aitk."""
-    save_file({"w": np.full(2, value, dtype=np.float32)}, str(path),
-              metadata={"software": json.dumps({"name": aitk.SOFTWARE_NAME})})
-    return path.read_bytes()
-
-
-def fake_outputs(out_dir: Path, name: str) -> dict[str, bytes]:
-    (out_dir / "samples").mkdir(parents=True)
-    written = {
-        "samples/000000002_0.png": aitk_png(out_dir / "samples" / "000000002_0.png", 2),
-        "samples/000000000_0.png": aitk_png(out_dir / "samples" / "000000000_0.png", 0),
-        f"{name}_000000002.safetensors": aitk_lora(out_dir / f"{name}_000000002.safetensors",
-                                                   2.0),
-        f"{name}.safetensors": aitk_lora(out_dir / f"{name}.safetensors", 1.0)}
-    (out_dir / "loss_log.jsonl").write_text(
-        "".join(json.dumps({"step": s, "loss": 1 / s, "lr": 1e-3, "time": 0}) + "\n"
-                for s in range(1, 11)) + '{"step": 11, "lo')  # a torn last line
-    return written
 
 
 def test_outputs_loss_samples_loras_and_files(client, job_yaml):
@@ -241,10 +214,10 @@ def test_queue_needs_known_job_ids(client):
 def test_datasets_listing_audit_and_upload(client, settings):
     png = (REPO / "datasets" / "example").glob("*.png")
     image = next(iter(png)).read_bytes()
-    r = client.put("/api/datasets/cats/files/a.png", content=image)
+    r = client.put("/api/datasets/cats/files/a.png", content=image, headers=UPLOAD)
     assert r.status_code == 201 and r.json()["size"] == len(image)
-    client.put("/api/datasets/cats/files/b.png", content=b"not an image")
-    client.put("/api/datasets/cats/files/b.txt", content=b"a cat")
+    client.put("/api/datasets/cats/files/b.png", content=b"not an image", headers=UPLOAD)
+    client.put("/api/datasets/cats/files/b.txt", content=b"a cat", headers=UPLOAD)
     assert client.get("/api/datasets").json()["datasets"] == [{"name": "cats", "images": 2}]
     audit = client.get("/api/datasets/cats/audit").json()
     assert [i["file"] for i in audit["images"]] == ["a.png"]
@@ -257,15 +230,19 @@ def test_datasets_listing_audit_and_upload(client, settings):
 def test_uploads_are_capped_and_confined(settings, tmp_path):
     from dataclasses import replace
 
-    with TestClient(create_app(replace(settings, max_upload_bytes=1024))) as c:
-        assert c.put("/api/datasets/d/files/big.png", content=b"x" * 2048).status_code == 413
+    with tool_client(create_app(replace(settings, max_upload_bytes=1024)), settings) as c:
+        def put(path: str, data: bytes) -> int:
+            return c.put(path, content=data, headers=UPLOAD).status_code
+
+        assert put("/api/datasets/d/files/big.png", b"x" * 2048) == 413
         assert not any((settings.datasets_dir / "d").glob("*"))  # nothing half-written
-        assert c.put("/api/datasets/d/files/run.sh", content=b"x").status_code == 400
-        assert c.put("/api/datasets/d/files/.hidden.png", content=b"x").status_code == 400
-        assert c.put("/api/datasets/..%2Fescape/files/a.png", content=b"x").status_code in (
-            400, 404)
+        assert put("/api/datasets/d/files/run.sh", b"x") == 400
+        assert put("/api/datasets/d/files/.hidden.png", b"x") == 400
+        assert put("/api/datasets/..%2Fescape/files/a.png", b"x") in (400, 404)
         outside = tmp_path / "outside"
         outside.mkdir()
         os.symlink(outside, settings.datasets_dir / "sneaky")
-        assert c.put("/api/datasets/sneaky/files/a.png", content=b"x").status_code == 400
+        assert put("/api/datasets/sneaky/files/a.png", b"x") == 400
         assert not (outside / "a.png").exists()
+        assert c.put("/api/datasets/d/files/a.png", content=b"x", headers={
+            "content-type": "application/json"}).status_code == 415

@@ -1,7 +1,9 @@
-"""End to end in a real headless browser (Debian's chromium through chromedriver): open
-the page, create a job from the example, start it, see progress, the loss chart and a
-sample image, stop it, resume it to completion, download the LoRA. Screenshots are kept
-in logs/test-artifacts/ (git-ignored).
+"""End to end in a real headless browser (Debian's chromium through chromedriver): the
+page refuses a browser that has not signed in, then signs in on the one-time link the
+server opens a browser on; create a job from the example, start it, see progress, the
+loss chart and a sample image, stop it, resume it to completion, download the LoRA; the
+page's Content-Security-Policy is never violated. Screenshots are kept in
+logs/test-artifacts/ (git-ignored).
 
 The trainer is tests/aitk/paused_run.py: it pauses mid-step until the stop arrives, so
 the test never races the trainer's speed."""
@@ -9,23 +11,21 @@ the test never races the trainer's speed."""
 from __future__ import annotations
 
 import shutil
-import socket
-import threading
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-import uvicorn
 import yaml
 
 from aitk_server.app import create_app
 from tests.aitk_server.conftest import (
     REPO,
     WAIT_S,
+    free_socket,
     no_pause,
     pause_at,
     short_job,
+    uvicorn_serving,
     wait_marker,
 )
 
@@ -35,6 +35,7 @@ CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 CHROMEDRIVER = shutil.which("chromedriver")
 
 pytestmark = [
+    pytest.mark.slow,  # it trains (tests/aitk/paused_run.py)
     pytest.mark.skipif(not (CHROMIUM and CHROMEDRIVER),
                        reason="needs Debian's chromium and chromium-driver (.ci/run installs "
                               "them)"),
@@ -44,31 +45,18 @@ pytestmark = [
 
 
 @pytest.fixture
-def served(settings, tmp_path, example_model) -> Iterator[str]:
+def served(settings, tmp_path, example_model) -> Iterator[tuple[str, object]]:
     """The app on an ephemeral 127.0.0.1 port, in this process (the trainer it starts
-    is a real child), serving the built front end."""
+    is a real child), serving the built front end; with the app, for its sign-in links."""
     from dataclasses import replace
 
     example = short_job("example_lora", tmp_path / "out", example_model, steps=6)
     (settings.examples_dir / "train_lora_example_cpu.yaml").write_text(yaml.safe_dump(
         example, sort_keys=False))
-    app = create_app(replace(settings, ui_dir=UI))
-    sock = socket.socket()
-    sock.bind(("127.0.0.1", 0))
-    sock.listen(64)
-    server = uvicorn.Server(uvicorn.Config(app, log_level="warning",
-                                           timeout_graceful_shutdown=1))
-    server.install_signal_handlers = lambda: None  # type: ignore[method-assign]
-    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
-    thread.start()
-    while not server.started:
-        time.sleep(0.05)
-    try:
-        yield f"http://127.0.0.1:{sock.getsockname()[1]}/"
-    finally:
-        server.should_exit = True
-        thread.join(timeout=30)
-        app.state.api.runner.stop_all(60)
+    sock = free_socket()
+    app = create_app(replace(settings, ui_dir=UI, port=sock.getsockname()[1]))
+    with uvicorn_serving(app, sock) as url:
+        yield url, app
 
 
 @pytest.fixture
@@ -78,6 +66,7 @@ def browser(tmp_path) -> Iterator[object]:
 
     options = webdriver.ChromeOptions()
     options.binary_location = CHROMIUM
+    options.set_capability("goog:loggingPrefs", {"browser": "ALL"})  # CSP reports
     for arg in ("--headless=new", "--no-sandbox", "--disable-dev-shm-usage",
                 "--disable-gpu", "--window-size=1400,1100", "--no-first-run",
                 "--disable-background-networking", "--disable-component-update"):
@@ -120,11 +109,17 @@ def shoot(driver, name: str) -> Path:
 
 
 def test_create_start_watch_stop_resume_download(served, browser, settings, monkeypatch):
+    url, app = served
     driver = browser
     cats = settings.datasets_dir / "cats"
     cats.mkdir()
     shutil.copy(next((REPO / "datasets" / "example").glob("*.png")), cats / "a.png")
-    driver.get(served)
+    driver.get(url)  # not signed in: the page says how to, and shows nothing else
+    until(driver, lambda d: "manager" in text_of(d, "#sign-in"), "the sign-in notice")
+    assert not driver.find_elements("css selector", "#datasets")
+    # What `python -m aitk_server` does at start: open the browser on a one-time link.
+    driver.get(f"{url}auth/{app.state.keys.new_link()}")
+    until(driver, lambda d: d.current_url == url, "the page after signing in")
     until(driver, lambda d: d.find_elements("css selector", "#datasets li"), "the datasets")
     driver.find_element("css selector", "#datasets li").click()
     until(driver, lambda d: "1 images · 1 without a caption" in text_of(d, "#audit"),
@@ -167,3 +162,6 @@ def test_create_start_watch_stop_resume_download(served, browser, settings, monk
     until(driver, lambda d: target.exists(), "the downloaded LoRA")
     out = Path(settings.examples_dir.parent / "out" / "browser_lora")
     assert target.read_bytes() == (out / "browser_lora.safetensors").read_bytes()
+    refused = [e["message"] for e in driver.get_log("browser")
+               if "Content Security Policy" in e["message"]]
+    assert refused == []

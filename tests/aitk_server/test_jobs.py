@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 
+import pytest
 from starlette.testclient import TestClient
 
 from aitk_server.app import create_app
@@ -13,6 +14,7 @@ from tests.aitk_server.conftest import (
     kill_hard,
     no_pause,
     pause_at,
+    tool_client,
     wait_marker,
     wait_state,
 )
@@ -24,6 +26,7 @@ def new_job(client: TestClient, text: str) -> int:
     return r.json()["id"]
 
 
+@pytest.mark.slow
 def test_killed_then_stopped_then_resumed_to_the_end(client, job_yaml, settings,
                                                      monkeypatch):
     """One job through every way a run ends: SIGKILL (failed, resumable), stop (the
@@ -31,7 +34,7 @@ def test_killed_then_stopped_then_resumed_to_the_end(client, job_yaml, settings,
     markers = settings.data_dir.parent / "markers"
     job_id = new_job(client, job_yaml("cycle", steps=4))
     pause_at(monkeypatch, 3)  # mid-step 3: steps 1-2 done, a save and samples written
-    assert client.post(f"/api/jobs/{job_id}/start").json()["state"] == "running"
+    assert client.post(f"/api/jobs/{job_id}/start", json={}).json()["state"] == "running"
     wait_marker(markers)
     job = client.get(f"/api/jobs/{job_id}").json()
     assert job["state"] == "running" and job["progress"]["phase"] == "training"
@@ -43,15 +46,15 @@ def test_killed_then_stopped_then_resumed_to_the_end(client, job_yaml, settings,
 
     (markers / "step").unlink()
     pause_at(monkeypatch, 1)  # resumed from step 2: pause in step 3 again
-    assert client.post(f"/api/jobs/{job_id}/resume").json()["state"] == "running"
+    assert client.post(f"/api/jobs/{job_id}/resume", json={}).json()["state"] == "running"
     wait_marker(markers)
-    assert client.post(f"/api/jobs/{job_id}/stop").json()["state"] == "stopping"
+    assert client.post(f"/api/jobs/{job_id}/stop", json={}).json()["state"] == "stopping"
     job = wait_state(client, job_id, "stopped", "failed")
     assert (job["state"], job["exit_code"]) == ("stopped", 130), job
     assert [f["step"] for f in client.get(f"/api/jobs/{job_id}/loras").json()] == [2, 3]
 
     no_pause(monkeypatch)
-    assert client.post(f"/api/jobs/{job_id}/resume").json()["state"] == "running"
+    assert client.post(f"/api/jobs/{job_id}/resume", json={}).json()["state"] == "running"
     job = wait_state(client, job_id, "finished", "failed")
     assert (job["state"], job["exit_code"], job["progress"]["step"]) == ("finished", 0, 4)
     assert [e["event"] for e in job["history"]][-1] == "finished (exit 0)"
@@ -67,23 +70,25 @@ def test_killed_then_stopped_then_resumed_to_the_end(client, job_yaml, settings,
     assert "resuming cycle from step 2" in log and "resuming cycle from step 3" in log
 
 
+@pytest.mark.slow
 def test_a_restarted_server_reconnects_to_the_running_job(settings, job_yaml, monkeypatch):
-    with TestClient(create_app(settings)) as first:
+    with tool_client(create_app(settings), settings) as first:
         job_id = new_job(first, job_yaml("adopted", steps=3))
         pause_at(monkeypatch, 2)
-        first.post(f"/api/jobs/{job_id}/start")
+        first.post(f"/api/jobs/{job_id}/start", json={})
         wait_marker(settings.data_dir.parent / "markers")
     # The first server is gone (its process would be too); the trainer runs on.
     second_app = create_app(settings)
-    with TestClient(second_app) as second:
+    with tool_client(second_app, settings) as second:
         job = second.get(f"/api/jobs/{job_id}").json()
         assert job["state"] == "running" and job["progress"]["phase"] == "training"
-        assert second.post(f"/api/jobs/{job_id}/stop").json()["state"] == "stopping"
+        assert second.post(f"/api/jobs/{job_id}/stop", json={}).json()["state"] == "stopping"
         job = wait_state(second, job_id, "stopped", "failed")
         # Not this server's child: how it ended comes from the trainer's status file.
         assert (job["state"], job["exit_code"]) == ("stopped", 130), job
 
 
+@pytest.mark.slow
 def test_queued_jobs_run_one_after_another_past_a_refused_config(client, job_yaml,
                                                                   monkeypatch):
     """The first queued job names an arch the trainer does not know: it fails with its

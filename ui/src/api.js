@@ -1,35 +1,35 @@
-// Talking to the server. Beyond loopback the server needs a token: it arrives once in
-// the address (?token=...), is kept in this browser's storage and removed from the
-// address bar; requests send it as a header, and EventSource, images and downloads
-// (which cannot send headers) as ?token=.
-const KEY = "aitk-token";
-const params = new URLSearchParams(window.location.search);
-if (params.has("token")) {
-  localStorage.setItem(KEY, params.get("token"));
-  params.delete("token");
-  const rest = params.toString();
-  window.history.replaceState(null, "", window.location.pathname + (rest ? `?${rest}` : ""));
+// Talking to the server. The browser is signed in by a cookie the server set when it
+// opened this page on a one-time link (HttpOnly: this code never sees it; it goes with
+// every same-origin request, EventSource, image and download alike). With --listen a
+// browser on another machine signs in once with the access token (signIn below).
+// Every change is sent as JSON (an upload as application/octet-stream): the server's
+// guard refuses any other kind of write, which is what keeps other sites out.
+
+export class ApiError extends Error {
+  constructor(status, data) {
+    super(data.error || `request failed (${status})`);
+    this.status = status;
+    this.errors = data.errors;
+    this.signIn = status === 401 ? data.sign_in || "link" : null;
+  }
 }
-const token = () => localStorage.getItem(KEY);
-const withToken = (url) => (token() ? `${url}${url.includes("?") ? "&" : "?"}token=${encodeURIComponent(token())}` : url);
 
 export async function api(method, url, body) {
-  const headers = {};
-  if (token()) headers.Authorization = `Bearer ${token()}`;
-  const raw = body instanceof Blob;  // an upload goes as it is
-  if (body !== undefined && !raw) headers["Content-Type"] = "application/json";
-  const response = await fetch(url, { method, headers,
-    body: body === undefined ? undefined : raw ? body : JSON.stringify(body) });
+  const write = method !== "GET";
+  const upload = body instanceof Blob;
+  const headers = write ? { "Content-Type": upload ? "application/octet-stream" : "application/json" } : {};
+  const response = await fetch(url, {
+    method, headers, credentials: "same-origin",
+    body: !write ? undefined : upload ? body : JSON.stringify(body ?? {}),
+  });
   const data = await response.json().catch(() => ({}));
-  if (!response.ok) {
-    const err = new Error(data.error || `${response.status} ${response.statusText}`);
-    err.errors = data.errors;
-    throw err;
-  }
+  if (!response.ok) throw new ApiError(response.status, data);
   return data;
 }
 
+export const signIn = (token) => api("POST", "/api/session", { token });
+
 export const fileUrl = (jobId, path, download = false) =>
-  withToken(`/api/jobs/${jobId}/files/${path.split("/").map(encodeURIComponent).join("/")}` +
-    (download ? "?download=1" : ""));
-export const eventsUrl = () => withToken("/api/events");
+  `/api/jobs/${jobId}/files/${path.split("/").map(encodeURIComponent).join("/")}` +
+    (download ? "?download=1" : "");
+export const eventsUrl = () => "/api/events";

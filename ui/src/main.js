@@ -3,11 +3,13 @@
 import { h, render } from "preact";
 import { useEffect, useState, useCallback } from "preact/hooks";
 import htm from "htm";
-import { api, fileUrl, eventsUrl } from "./api.js";
+import { api, fileUrl, eventsUrl, signIn } from "./api.js";
 import { LossChart } from "./chart.js";
 
+// A job's state is the server's word: it sends `active` (its trainer lives) and
+// `actions` (what the state allows), and the buttons follow them; no state list here.
 const html = htm.bind(h);
-const ACTIVE = new Set(["running", "stopping"]);
+const can = (job, action) => job.actions.includes(action);
 
 function fmtTime(s) {
   if (s == null) return "–";
@@ -34,7 +36,7 @@ function JobList({ jobs, selected, onSelect, onNew }) {
           data-job=${j.name} onClick=${() => onSelect(j.id)}>
         <div class="row"><b>${j.name}</b><span class=${`badge ${j.state}`}>${j.state}</span></div>
         <div class="muted">${j.progress?.step ?? 0}/${j.progress?.total_steps ?? "?"} steps
-          ${j.progress?.phase && ACTIVE.has(j.state) ? ` · ${j.progress.phase}` : ""}</div>
+          ${j.progress?.phase && j.active ? ` · ${j.progress.phase}` : ""}</div>
         <${Progress} job=${j} />
       </li>`)}
     </ul>
@@ -122,7 +124,7 @@ function JobDetail({ job, onDeleted }) {
     setMessage("");
     try {
       const r = await api("POST", `/api/jobs/${job.id}/${verb}`);
-      if (r.state === "queued") setMessage("queued: it starts when the running job ends");
+      if (r.queued) setMessage("queued: it starts when the running job ends");
     } catch (err) { setMessage(err.message); }
   };
   const deleteOutputs = async () => {
@@ -138,8 +140,7 @@ function JobDetail({ job, onDeleted }) {
     catch (err) { setMessage(err.message); }
   };
 
-  const active = ACTIVE.has(job.state);
-  const canResume = ["stopped", "failed"].includes(job.state);
+  const active = job.active;
   const recent = samples.slice(-4).reverse();
   return html`<div class="card" id="job-detail" data-state=${job.state}>
     <h2>${job.name} <span class=${`badge ${job.state}`} id="job-state">${job.state}</span></h2>
@@ -152,17 +153,17 @@ function JobDetail({ job, onDeleted }) {
     </div>
     <${Progress} job=${job} />
     <div class="actions">
-      ${job.state === "created" && html`<button id="start" class="primary"
+      ${can(job, "start") && html`<button id="start" class="primary"
         onClick=${() => act("start")}>Start</button>`}
-      ${canResume && html`<button id="resume" class="primary"
+      ${can(job, "resume") && html`<button id="resume" class="primary"
         onClick=${() => act("resume")}>Resume</button>`}
-      ${job.state === "finished" && html`<button id="rerun"
+      ${can(job, "rerun") && html`<button id="rerun"
         onClick=${() => act("start")}>Run again</button>`}
-      ${(active || job.state === "queued") && html`<button id="stop"
-        disabled=${job.state === "stopping"} onClick=${() => act("stop")}>
-        ${job.state === "stopping" ? "Saving…" : "Stop"}</button>`}
-      <button class="danger" disabled=${active} onClick=${deleteOutputs}>Delete outputs</button>
-      <button class="danger" disabled=${active} onClick=${forget}>Remove job</button>
+      ${can(job, "stop") && html`<button id="stop" onClick=${() => act("stop")}>Stop</button>`}
+      ${active && !can(job, "stop") && html`<button id="stop" disabled>Saving…</button>`}
+      <button class="danger" disabled=${!can(job, "delete_outputs")}
+        onClick=${deleteOutputs}>Delete outputs</button>
+      <button class="danger" disabled=${!can(job, "delete")} onClick=${forget}>Remove job</button>
     </div>
     ${message && html`<p class="muted" id="message">${message}</p>`}
     ${job.error && html`<p class="problems" id="job-error">${job.error}</p>`}
@@ -226,24 +227,54 @@ function Datasets() {
   </div>`;
 }
 
+// Shown instead of the page when the server does not know this browser (a server
+// restarted since, another browser, another machine with --listen).
+function SignIn({ how, message }) {
+  const [token, setToken] = useState("");
+  const [problem, setProblem] = useState("");
+  const send = async () => {
+    try { await signIn(token); window.location.reload(); }
+    catch (err) { setProblem(err.message); }
+  };
+  return html`<main><div class="card" id="sign-in">
+    <h2>Sign in</h2>
+    <p>${message}</p>
+    <p class="muted">On the machine that runs the server, <code>python3 -m manager
+      launch</code> opens this page signed in (a one-time link).</p>
+    ${how === "token" && html`<div class="actions">
+      <label>Access token <input id="token" type="password" value=${token}
+        onInput=${(e) => setToken(e.target.value)} /></label>
+      <button id="sign-in-button" class="primary" onClick=${send}>Sign in</button></div>`}
+    ${problem && html`<p class="problems">${problem}</p>`}
+  </div></main>`;
+}
+
 function App() {
   const [jobs, setJobs] = useState([]);
   const [selected, setSelected] = useState(null);
   const [creating, setCreating] = useState(false);
   const [conn, setConn] = useState("connecting…");
+  const [locked, setLocked] = useState(null);
 
   const refresh = useCallback(() => api("GET", "/api/jobs").then(setJobs), []);
   useEffect(() => {
-    refresh().catch((err) => setConn(err.message));
-    const source = new EventSource(eventsUrl());
-    source.addEventListener("jobs", (e) => { setJobs(JSON.parse(e.data)); setConn("live"); });
-    source.onerror = () => setConn("reconnecting…");
-    return () => source.close();
+    let source = null;
+    refresh().then(() => {
+      source = new EventSource(eventsUrl());
+      source.addEventListener("jobs", (e) => { setJobs(JSON.parse(e.data)); setConn("live"); });
+      source.onerror = () => setConn("reconnecting…");
+    }).catch((err) => {
+      if (err.signIn) setLocked({ how: err.signIn, message: err.message });
+      else setConn(err.message);
+    });
+    return () => source?.close();
   }, []);
 
   const job = jobs.find((j) => j.id === selected);
-  return html`<header><h1>aitk</h1><span>LoRA training</span>
-      <span class="conn" id="conn">${conn}</span></header>
+  const header = html`<header><h1>aitk</h1><span>LoRA training</span>
+      <span class="conn" id="conn">${locked ? "signed out" : conn}</span></header>`;
+  if (locked) return html`${header}<${SignIn} ...${locked} />`;
+  return html`${header}
     <main>
       <div>
         <${JobList} jobs=${jobs} selected=${creating ? null : selected}

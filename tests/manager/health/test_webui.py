@@ -29,12 +29,19 @@ def test_a_port_held_by_another_program_warns_and_a_free_one_is_ok():
 
 
 def test_this_checkouts_running_server_is_ok_and_named(tmp_path):
+    from aitk_common import procs
+
     (tmp_path / ".aitk-ui").mkdir()
-    (tmp_path / ".aitk-ui" / "server.json").write_text(json.dumps(
-        {"pid": os.getpid(), "url": "http://127.0.0.1:8676/", "port": 8676}))
+    record = tmp_path / ".aitk-ui" / "server.json"
+    me = procs.current().to_json()  # the record names the server by pid and start time
+    record.write_text(json.dumps({"process": me, "pid": os.getpid(),
+                                  "url": "http://127.0.0.1:8676/", "port": 8676}))
     ours = webui.running_server(Paths(tmp_path))
     assert ours is not None
     check = webui.judge_port(False, ours, 8676)
     assert check.status is Status.OK and "http://127.0.0.1:8676/" in check.detail
-    (tmp_path / ".aitk-ui" / "server.json").write_text(json.dumps({"pid": 2**22 + 7}))
+    record.write_text(json.dumps({"pid": 2**22 + 7}))
     assert webui.running_server(Paths(tmp_path)) is None  # a stale record
+    record.write_text(json.dumps({"process": {**me, "started": "another start"},
+                                  "pid": os.getpid()}))
+    assert webui.running_server(Paths(tmp_path)) is None  # its pid, reused by another
