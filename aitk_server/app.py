@@ -116,14 +116,15 @@ class ApiError(Exception):
 
 # ---- helpers --------------------------------------------------------------------------
 async def read_capped(request: Request, limit: int) -> bytes:
+    too_large = ApiError(413, f"the request body is larger than {limit // 2**20} MiB")
     declared = request.headers.get("content-length")
-    if declared and declared.isdigit() and int(declared) > limit:
-        raise ApiError(413, f"the upload is larger than {limit // (1024 * 1024)} MiB")
+    if declared and declared.isascii() and declared.isdigit() and int(declared) > limit:
+        raise too_large
     body = bytearray()
     async for chunk in request.stream():
         body += chunk
         if len(body) > limit:
-            raise ApiError(413, f"the upload is larger than {limit // (1024 * 1024)} MiB")
+            raise too_large
     return bytes(body)
 
 

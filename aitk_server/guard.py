@@ -89,8 +89,8 @@ class Policy:
     @classmethod
     def for_server(cls, port: int, listening: bool, allowed_hosts: Iterable[str] = (),
                    max_body_bytes: int = 64 * 1024 * 1024) -> Policy:
-        return cls(port, listening, frozenset(h.strip().lower().strip("[]")
-                                              for h in allowed_hosts if h.strip()),
+        names = (parse_host(h) for h in allowed_hosts)  # a port given with a name: dropped
+        return cls(port, listening, frozenset(n[0] for n in names if n is not None),
                    machine_names() if listening else frozenset(), max_body_bytes)
 
     def allows_host(self, host: tuple[str, int | None]) -> bool:

@@ -122,6 +122,20 @@ def test_beyond_loopback_every_api_route_needs_the_token(listening, job_yaml):
     assert listening.get("/").status_code == 503  # the page itself holds no data
 
 
+def test_with_listen_a_browser_signs_in_once_with_the_token(listening):
+    """The page's token box (another machine on the LAN): the token buys the same
+    session cookie a one-time link does; a wrong one buys nothing."""
+    page = {"origin": str(listening.base_url)}
+    assert listening.post("/api/session", json={"token": "wrong"}, headers=page
+                          ).status_code == 401
+    assert listening.get("/api/jobs").status_code == 401
+    r = listening.post("/api/session", json={"token": "s3cret"}, headers=page)
+    assert r.status_code == 200 and "httponly" in r.headers["set-cookie"].lower()
+    assert listening.get("/api/jobs").json() == []  # the client keeps the cookie
+    assert listening.post("/api/session", json={"token": "s3cret"}, headers={
+        "origin": "http://evil.example"}).status_code == 403
+
+
 def test_the_token_is_made_once_owner_only_or_taken_from_the_environment(tmp_path):
     from aitk_server import auth
 

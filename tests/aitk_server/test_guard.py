@@ -128,7 +128,7 @@ def test_another_host_name_is_refused_dns_rebinding(served):
 def test_allowed_host_names_with_listen_and_allowed_host(served):
     from aitk_server.guard import Policy, parse_host
 
-    loopback = Policy.for_server(8675, listening=False, allowed_hosts=["studio.lan"])
+    loopback = Policy.for_server(8675, listening=False, allowed_hosts=["Studio.LAN:8443"])
     listening = Policy.for_server(8675, listening=True)
     assert loopback.allows_host(("studio.lan", 443))  # a named proxy: any port
     assert not loopback.allows_host(("192.168.1.5", 8675))

@@ -259,13 +259,19 @@ function App() {
   const refresh = useCallback(() => api("GET", "/api/jobs").then(setJobs), []);
   useEffect(() => {
     let source = null;
-    refresh().then(() => {
+    // A 401 (never signed in, or the server restarted with a new secret) shows the
+    // sign-in card; any other failure just waits for the event stream to come back.
+    const check = () => refresh().then(() => true).catch((err) => {
+      if (!err.signIn) { setConn(err.message); return true; }
+      setLocked({ how: err.signIn, message: err.message });
+      source?.close();
+      return false;
+    });
+    check().then((signedIn) => {
+      if (!signedIn) return;
       source = new EventSource(eventsUrl());
       source.addEventListener("jobs", (e) => { setJobs(JSON.parse(e.data)); setConn("live"); });
-      source.onerror = () => setConn("reconnecting…");
-    }).catch((err) => {
-      if (err.signIn) setLocked({ how: err.signIn, message: err.message });
-      else setConn(err.message);
+      source.onerror = () => { setConn("reconnecting…"); check(); };
     });
     return () => source?.close();
   }, []);

@@ -411,8 +411,9 @@ def new_checkout(tmp_dir: Path, world: World, caches: Path, uv_dir: Path,
                  installer: str = "uv") -> Checkout:
     root = tmp_dir / "checkout"
     root.mkdir()
-    shutil.copytree(REPO / "manager", root / "manager",
-                    ignore=shutil.ignore_patterns("__pycache__"))
+    for package in ("manager", "aitk_common"):  # aitk_common: the manager imports it
+        shutil.copytree(REPO / package, root / package,
+                        ignore=shutil.ignore_patterns("__pycache__"))
     shutil.copy2(REPO / "spec.py", root / "spec.py")
     (root / "dgx_requirements.txt").write_text("demo-req==1.0\n")
     checkout = Checkout(root, _base_env(root, world, caches, installer, uv_dir), world)

@@ -75,7 +75,8 @@ def test_dry_run_on_a_fresh_checkout_changes_nothing(uv_checkout: Checkout) -> N
     assert [s["kind"] for s in plan][:3] == ["create-venv", "install-torch", "install-companion"]
     assert not checkout.venv.exists()
     assert sorted(p.name for p in checkout.root.iterdir()) == [
-        "dgx_requirements.txt", "manager", "requirements.txt", "spec.json", "spec.py"]
+        "aitk_common", "dgx_requirements.txt", "manager", "requirements.txt", "spec.json",
+        "spec.py"]
     human = checkout.manager("sync", "--dry-run")
     assert "Plan (" in human.stdout and "install torch==2.13.0+cpu" in human.stdout
 

@@ -159,7 +159,8 @@ class Checkout:
 
 def _copy_tree(dest: Path) -> None:
     ignore = shutil.ignore_patterns("__pycache__", "*.pyc")
-    shutil.copytree(REPO_ROOT / "manager", dest / "manager", ignore=ignore)
+    for package in ("manager", "aitk_common"):  # aitk_common: the manager imports it
+        shutil.copytree(REPO_ROOT / package, dest / package, ignore=ignore)
     for name in ("spec.py", ".gitignore", "pyproject.toml"):
         if (REPO_ROOT / name).exists():
             shutil.copy2(REPO_ROOT / name, dest / name)
