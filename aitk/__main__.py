@@ -1,6 +1,6 @@
 """`python -m aitk run|models|example-model|audit ...`
 
-Standard library only up to the environment check (aitk.venv_check): a Python without
+Standard library only up to the environment check (aitk.cli.venv_check): a Python without
 the trainer's packages gets one line saying how to run it (exit 2).
 """
 
@@ -12,10 +12,10 @@ import sys
 def main(argv: list[str] | None = None) -> int:
     args = sys.argv[1:] if argv is None else argv
     verbs = {
-        "run": "aitk.cli_run",  # same as `python run.py`
-        "models": "aitk.cli_models",  # list archs and where each comes from
-        "example-model": "aitk.cli_example_model",  # build a tiny random example model
-        "audit": "aitk.audit.cli",  # audit a config, a dataset folder or an adapter file
+        "run": "aitk.cli.run",  # same as `python run.py`
+        "models": "aitk.cli.models",  # list archs and where each comes from
+        "example-model": "aitk.cli.example_model",  # build a tiny random example model
+        "audit": "aitk.cli.audit",  # audit a config, a dataset folder or an adapter file
     }
     if not args or args[0] in ("-h", "--help") or args[0] not in verbs:
         print("usage: python -m aitk {run,models,example-model,audit} ...", file=sys.stderr)
@@ -26,7 +26,7 @@ def main(argv: list[str] | None = None) -> int:
         print("  audit config|dataset|adapter ...  check a job, a dataset or a LoRA file",
               file=sys.stderr)
         return 0 if args and args[0] in ("-h", "--help") else 2
-    from aitk import venv_check
+    from aitk.cli import venv_check
 
     wrong_python = venv_check.check(["-m", "aitk"], args)
     if wrong_python is not None:

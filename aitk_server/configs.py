@@ -1,7 +1,7 @@
 """Job configs from the page: YAML text -> the trainer's own schema and preflight, with
 every problem as {path, message} so the page can show it at its field.
 
-The schema is aitk.config.parse_job (the same code `run.py` runs); the preflight adds
+The schema is aitk.config.loading.parse_job (the same code `run.py` runs); the preflight adds
 what the trainer would refuse at start and the page can tell now: a dataset folder or a
 model folder that does not exist, and a job that would write into another job's output
 folder. The arch is checked by the trainer itself at start (its registry imports torch,
@@ -23,9 +23,9 @@ from typing import Any
 
 import yaml
 
-from aitk.config import ConfigError, LoadedConfig, parse_job
-from aitk.config import load_yaml as load_bounded
-from aitk.status import problem_fields
+from aitk.config.loading import ConfigError, LoadedConfig, parse_job
+from aitk.config.loading import load_yaml as load_bounded
+from aitk.run.status import problem_fields
 
 MAX_CONFIG_BYTES = 256 * 1024
 
@@ -55,7 +55,7 @@ def load_yaml(text: str) -> object:
         raise ValueError("nested too deeply to be a job config") from None
 
 
-# What the trainer would fill in from its environment (aitk.config.substitute).
+# What the trainer would fill in from its environment (aitk.config.loading.substitute).
 ENV_REFERENCE = re.compile(r"\$\{")
 
 

@@ -2,8 +2,8 @@
 the sample gallery by step, the LoRA files, and the one file the file route serves.
 
 Only files the trainer wrote are served or deleted, whatever else the folder holds: its
-ownership marks say which (aitk.ownership: LoRA metadata, the previews' EXIF mark, the
-config header; aitk.metrics and aitk.checkpoint for the loss log and checkpoints). They
+ownership marks say which (aitk.run.ownership: LoRA metadata, the previews' EXIF mark, the
+config header; aitk.run.metrics and aitk.run.checkpoint for the loss log and checkpoints). They
 are imported in one place, `_owners()`. Previews are served inline with their own image
 type (a video preview is an animated WebP); everything else as a download; nothing ever
 as HTML, so no file can run as a page of the UI's origin.
@@ -30,9 +30,9 @@ DOWNLOAD_TYPE = "application/octet-stream"
 
 def _owners() -> SimpleNamespace:
     """aitk's ownership checks: every import from the trainer's modules is here."""
-    from aitk.checkpoint import is_ours as checkpoint
-    from aitk.metrics import is_loss_log
-    from aitk.ownership import config_is_ours, image_is_ours, lora_is_ours
+    from aitk.run.checkpoint import is_ours as checkpoint
+    from aitk.run.metrics import is_loss_log
+    from aitk.run.ownership import config_is_ours, image_is_ours, lora_is_ours
 
     return SimpleNamespace(lora=lora_is_ours, image=image_is_ours, config=config_is_ours,
                            loss_log=is_loss_log, checkpoint=checkpoint)
@@ -153,7 +153,7 @@ def _owned_in(folder: Path, is_ours: Callable[[Path], bool]) -> list[Path]:
 
 
 def trainer_written(out_dir: Path, name: str) -> list[Path]:
-    """What the trainer wrote in its output folder and nothing else (aitk.ownership): a
+    """What the trainer wrote in its output folder and nothing else (aitk.run.ownership): a
     config may point `training_folder` anywhere, and a user's file at one of the trainer's
     names (a picture in samples/, their own config.yaml) is theirs."""
     owners = _owners()

@@ -4,7 +4,7 @@
 
 Builds a FLUX.1-dev-sized FluxTransformer2DModel (19 double + 38 single blocks, hidden
 3072, guidance embedding; about 11.9B parameters) with random weights, no download,
-directly on the GPU in bf16, and for each of bf16 / qfloat8 (aitk.quantize, Flux's
+directly on the GPU in bf16, and for each of bf16 / qfloat8 (aitk.models.quantize, Flux's
 exclusions, one layer at a time) x gradient checkpointing off / on, attaches a rank-16
 LoRA to the blocks (aitk.adapters) and times forward + backward + AdamW on a 1024x1024
 batch of one (4096 image tokens of 2x2 packed latents, 512 T5 tokens). Reports the
@@ -51,7 +51,7 @@ def case(variant: str, checkpointing: bool, steps: int, warmup: int,
 
     from aitk.adapters import AdapterNetwork
     from aitk.models.flux.model import TRANSFORMER_QUANT_EXCLUDE, FluxModel
-    from aitk.quantize import quantize_linear_layers, weight_bytes
+    from aitk.models.quantize import quantize_linear_layers, weight_bytes
 
     device = torch.device("cpu" if smoke else "cuda")
     config, pixels, t5_tokens = (TINY, 64, 8) if smoke else (FULL, PIXELS, T5_TOKENS)

@@ -9,10 +9,10 @@ cannot hide another's peak). In the child:
    FLUX.1; about 212M parameters) is built with random weights directly in bf16 (default
    dtype bf16: no float32 copy ever exists);
 2. the kernel's peak-RSS counter is reset (`echo 5 > /proc/self/clear_refs`), then the
-   model is quantized as the trainer does it (aitk.quantize.quantize_linear_layers with
+   model is quantized as the trainer does it (aitk.models.quantize.quantize_linear_layers with
    Flux's exclusions, one block at a time; `--mode whole` uses quanto's quantize+freeze
    over the whole model instead, for comparison);
-3. it reports the weight bytes (aitk.quantize.weight_bytes: quantized data + scales) and
+3. it reports the weight bytes (aitk.models.quantize.weight_bytes: quantized data + scales) and
    VmHWM, the peak RSS since the reset.
 
 Figures: weights / bf16 weights (target for qfloat8 <= 0.55), and the peak RSS during
@@ -50,7 +50,7 @@ def child(variant: str, mode: str) -> dict:
     from diffusers import FluxTransformer2DModel
 
     from aitk.models.flux.model import TRANSFORMER_QUANT_EXCLUDE
-    from aitk.quantize import _qtype, quantize_linear_layers, weight_bytes
+    from aitk.models.quantize import _qtype, quantize_linear_layers, weight_bytes
 
     gc.collect()
     base_kib = status_kib("VmRSS")

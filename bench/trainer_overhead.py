@@ -40,8 +40,8 @@ from PIL import Image
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from aitk.config import parse_job  # noqa: E402
-from aitk.job import create_network, load_model, run_job  # noqa: E402
+from aitk.config.loading import parse_job  # noqa: E402
+from aitk.run.job import create_network, load_model, run_job  # noqa: E402
 
 SIDES = {"example": 64, "flux": 192}
 
@@ -94,7 +94,7 @@ def job_rate(root: Path, model_dir: Path, steps: int, name: str,
              arch: str) -> tuple[float, float]:
     import types
 
-    from aitk import metrics
+    from aitk.run import metrics
 
     loaded = parse_job(job_dict(root, model_dir, steps, name, arch), "bench.yml")
     # The loss log's timestamps, read from the chosen clock.

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from aitk.audit.findings import Finding, Report, error, info, warning
+from aitk.findings import Finding, Report, error, info, warning
 
 HEADER_LIMIT = 100 * 1024 * 1024  # safetensors' own cap on the JSON header
 

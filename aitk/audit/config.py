@@ -12,9 +12,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from aitk.audit.findings import Finding, Report, error, warning
-from aitk.config import ConfigError, LoadedConfig, ProcessConfig, load_config, split_problem
+from aitk.config.loading import ConfigError, LoadedConfig, ProcessConfig, load_config, split_problem
 from aitk.data.formats import TRIGGER_TAG
+from aitk.findings import Finding, Report, error, warning
 
 
 def _caching_conflicts(where: str, proc: ProcessConfig, raw: dict[str, Any]
@@ -87,7 +87,7 @@ def conflicts(loaded: LoadedConfig) -> list[Finding]:
 
 
 def audit_config(name: str) -> Report:
-    from aitk.preflight import preflight
+    from aitk.audit.preflight import preflight
 
     report = Report("config", name)
     try:

@@ -25,10 +25,10 @@ from pathlib import Path
 
 from PIL import Image, UnidentifiedImageError
 
-from aitk.audit.findings import Finding, Report, error, info, warning
+from aitk.config.upstream_keys import divisibility_for
 from aitk.data.buckets import bucket_for
 from aitk.data.formats import IMAGE_EXTENSIONS, VIDEO_EXTENSIONS
-from aitk.upstream_keys import divisibility_for
+from aitk.findings import Finding, Report, error, info, warning
 
 CAPTION_READ_LIMIT = 1 << 20  # a caption is text; never read an endless file whole
 LONG_CAPTION_WORDS = 200  # beyond a T5/CLIP context either way

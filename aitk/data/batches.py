@@ -6,11 +6,11 @@ from collections.abc import Callable, Sequence
 
 import torch
 
-from aitk.batch import DataBatch
+from aitk.data.batch import DataBatch
 from aitk.data.buckets import BatchSampler, resize_crop
 from aitk.data.controls import ControlEmbeds, control_batch
 from aitk.data.dataset import Item, dropped_captions, load_pixels
-from aitk.prompt_embeds import AdvancedPromptEmbeds
+from aitk.models.prompt_embeds import AdvancedPromptEmbeds
 
 
 class BatchSource:

@@ -39,7 +39,7 @@ from aitk.data.buckets import Size
 from aitk.data.dataset import BadInputFile, DatasetError, Item, image_size, open_image
 from aitk.data.formats import IMAGE_EXTENSIONS
 from aitk.files import sha256_file
-from aitk.prompt_embeds import AdvancedPromptEmbeds, PromptEmbedsFileError
+from aitk.models.prompt_embeds import AdvancedPromptEmbeds, PromptEmbedsFileError
 
 CACHE_FORMAT = "1"
 UNREADABLE = (BadInputFile, OSError, UnidentifiedImageError, SyntaxError, ValueError,

@@ -20,7 +20,7 @@ The trainer calls these hooks in this order:
    (`place_loaded`: with `model_config.low_vram` the idle parts wait on the CPU and
    visit the device inside `with self.on_device(part):`).
    Apply `model_config.quantize` / `quantize_te` here (`quantize_transformer`,
-   `quantize_text_encoder`, over aitk.quantize) and read extra knobs from
+   `quantize_text_encoder`, over aitk.models.quantize) and read extra knobs from
    `self.model_kwargs` (`model.model_kwargs` checked against the description's typed
    knobs; an unknown key is a ModelKwargsError naming the valid ones).
    aitk.models.loading loads each part from a folder or a hub id (`load_part`) with
@@ -44,8 +44,8 @@ The trainer calls these hooks in this order:
    `add_noise`, the target and the weights come from `self.training_schedule`, which the
    trainer builds once after loading with `configure_training(train_config)` through
    `make_training_schedule(settings)`: flow matching without a shift by default
-   (aitk.flow_matching); override it for a timestep shift (Flux, Qwen-Image) or DDPM
-   (aitk.ddpm, SDXL). `self.train_config` then holds the job's `train:` section for
+   (aitk.diffusion.flow_matching); override it for a timestep shift (Flux, Qwen-Image) or DDPM
+   (aitk.diffusion.ddpm, SDXL). `self.train_config` then holds the job's `train:` section for
    model-specific knobs (e.g. Flux's guidance `cfg_scale`).
    LoRA/LoKr (aitk.adapters) attach to the nn.Linear layers of
    `get_model_to_train()` whose path starts with one of `lora_block_prefixes`.
@@ -77,10 +77,10 @@ Conventions (keep them exactly):
 - Gradient checkpointing uses `torch.utils.checkpoint.checkpoint(...,
   use_reentrant=False)` whenever the flag is set and `torch.is_grad_enabled()`, never
   gated on `self.training`.
-- Quantized Linear layers take 2-D/3-D activations only: use `aitk.quantize.linear_nd`
+- Quantized Linear layers take 2-D/3-D activations only: use `aitk.models.quantize.linear_nd`
   for a Linear applied over a 4-D tensor.
 - Optional attention kernels (flash-attn) are imported under a guard, never at module
-  top level; SDPA is the default (aitk.attention); `set_attention_backend()` on the
+  top level; SDPA is the default (aitk.models.attention); `set_attention_backend()` on the
   network sets a per-module flag.
 - `get_bucket_divisibility()` = vae scale factor * patch size: image sides are
   multiples of it.
@@ -91,7 +91,7 @@ dataset's `num_frames` (1 or 4k+1), an image being a 1-frame clip, so `encode_im
 takes 5-D pixels (and 4-D ones, as F = 1) and returns latents (B, C, f, h, w). An image
 arch refuses `num_frames` above 1. A video arch's `generate_single_image` returns the
 frames, a `list[PIL.Image]` (`config.num_frames` of them, played at `config.fps`), which
-aitk.sampling writes as an animated WebP plus a frame strip.
+aitk.run.sampling writes as an animated WebP plus a frame strip.
 """
 
 from __future__ import annotations
@@ -105,16 +105,16 @@ from typing import TYPE_CHECKING, Any, ClassVar, Protocol
 import torch
 from torch import nn
 
+from aitk.diffusion.noise import NoiseSchedule, NoiseSettings
 from aitk.models.description import ArchDescription, ArchKwargs, minimal_description
 from aitk.models.errors import ModelError, ModelLoadError  # noqa: F401 (defined without torch)
 from aitk.models.offload import visiting
-from aitk.noise import NoiseSchedule, NoiseSettings
-from aitk.prompt_embeds import AdvancedPromptEmbeds
+from aitk.models.prompt_embeds import AdvancedPromptEmbeds
 
 if TYPE_CHECKING:
     from PIL import Image
 
-    from aitk.batch import DataBatch
+    from aitk.data.batch import DataBatch
 
 
 def parse_model_kwargs(description: ArchDescription, raw: Any) -> ArchKwargs:
@@ -124,7 +124,7 @@ def parse_model_kwargs(description: ArchDescription, raw: Any) -> ArchKwargs:
 
 
 class ModelSettings(Protocol):
-    """What a model reads from the job's `model:` section (aitk.config.ModelConfig)."""
+    """What a model reads from the job's `model:` section (aitk.config.loading.ModelConfig)."""
 
     arch: str
     name_or_path: str
@@ -269,7 +269,7 @@ class BaseModel:
         """With `model.quantize`, the denoiser's Linear layers to `model.qtype`."""
         cfg = self.model_config
         if getattr(cfg, "quantize", False):
-            from aitk.quantize import quantize_linear_layers
+            from aitk.models.quantize import quantize_linear_layers
 
             quantize_linear_layers(module, getattr(cfg, "qtype", "qfloat8"), exclude=exclude)
 
@@ -277,7 +277,7 @@ class BaseModel:
         """With `model.quantize_te`, a text encoder's Linear layers to `model.qtype_te`."""
         cfg = self.model_config
         if getattr(cfg, "quantize_te", False):
-            from aitk.quantize import quantize_linear_layers
+            from aitk.models.quantize import quantize_linear_layers
 
             quantize_linear_layers(module, getattr(cfg, "qtype_te", "qfloat8"),
                                    exclude=exclude)
@@ -309,12 +309,12 @@ class BaseModel:
 
     # ---- 3. train step -------------------------------------------------------------
     def make_training_schedule(self, settings: NoiseSettings) -> NoiseSchedule:
-        """The schedule training uses (see aitk.noise); called after `load_model()`.
+        """The schedule training uses (see aitk.diffusion.noise); called after `load_model()`.
 
         Default: flow matching, no timestep shift. Override to read the model's own
         scheduler config (a shift) or to train with DDPM noise.
         """
-        from aitk.flow_matching import FlowMatchSchedule
+        from aitk.diffusion.flow_matching import FlowMatchSchedule
 
         return FlowMatchSchedule(settings)
 

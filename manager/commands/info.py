@@ -2,7 +2,7 @@
 dirty files, remote (credentials redacted), the installed versions of the libraries that
 shape trained weights, the backend and the registered archs.
 
-The block comes from `aitk.provenance` (stdlib only, no torch), the same one training
+The block comes from `aitk.run.provenance` (stdlib only, no torch), the same one training
 outputs record in their metadata (`aitk_info`), so a LoRA can be traced to this output.
 The backend is the manager's own record (its state file) when there is one.
 """
@@ -20,7 +20,7 @@ from manager.state import read_state
 
 
 def run() -> Result:
-    from aitk import provenance  # light: stdlib only
+    from aitk.run import provenance  # light: stdlib only
 
     data: dict[str, Any] = dict(provenance.collect())
     recorded = read_state(paths(), keep_backup=False)

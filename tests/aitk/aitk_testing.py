@@ -17,7 +17,7 @@ from PIL import Image
 from torch import nn
 
 from aitk.models.base import BaseModel, GenerateImageConfig
-from aitk.prompt_embeds import AdvancedPromptEmbeds
+from aitk.models.prompt_embeds import AdvancedPromptEmbeds
 
 REPO = Path(__file__).resolve().parents[2]
 

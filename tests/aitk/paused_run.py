@@ -24,8 +24,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from aitk import checkpoint, job, train  # noqa: E402
-from aitk.cli_run import main  # noqa: E402
+from aitk.cli.run import main  # noqa: E402
+from aitk.run import checkpoint, job, train  # noqa: E402
 
 MARKERS = Path(os.environ["AITK_TEST_MARKERS"])
 PAUSE_CALL = int(os.environ.get("AITK_TEST_PAUSE_CALL", "0"))

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 import torch
 
-from aitk import checkpoint as ckpt
+from aitk.run import checkpoint as ckpt
 
 
 def files(step: int) -> dict[str, bytes]:

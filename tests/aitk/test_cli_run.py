@@ -6,7 +6,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from aitk.cli_run import main
+from aitk.cli.run import main
 from tests.aitk.aitk_testing import REPO, job_config, write_config
 
 

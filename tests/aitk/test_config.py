@@ -8,7 +8,13 @@ from pathlib import Path
 import pytest
 import yaml
 
-from aitk.config import ConfigError, load_config, parse_job, read_config_file, resolve_config_path
+from aitk.config.loading import (
+    ConfigError,
+    load_config,
+    parse_job,
+    read_config_file,
+    resolve_config_path,
+)
 from tests.aitk.aitk_testing import REPO, run_py
 
 EXAMPLE = REPO / "config" / "examples" / "train_lora_example_cpu.yaml"
@@ -190,7 +196,7 @@ def test_unreadable_config_file_is_one_error_not_a_traceback(tmp_path: Path, mon
 
 
 def test_non_utf8_config_through_the_cli_exits_2_with_one_line(tmp_path: Path, capsys):
-    from aitk.cli_run import main
+    from aitk.cli.run import main
 
     path = tmp_path / "bad.yml"
     path.write_bytes(b"\xff\xfe")
@@ -322,7 +328,7 @@ def test_yaml_alias_bombs_are_refused_in_bounded_time(tmp_path: Path, text: str)
 
 
 def test_an_alias_bomb_through_the_cli_exits_2_with_one_line(tmp_path: Path, capsys):
-    from aitk.cli_run import main
+    from aitk.cli.run import main
 
     path = tmp_path / "bomb.yml"
     path.write_text(billion_laughs())

@@ -16,10 +16,10 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from aitk import checkpoint as ckpt
-from aitk import torchrun
-from aitk.cli_run import main as cli_main
-from aitk.cli_run import strip_rank_flags
+from aitk.cli.run import main as cli_main
+from aitk.cli.run import strip_rank_flags
+from aitk.run import checkpoint as ckpt
+from aitk.run import torchrun
 from tests.aitk.aitk_testing import REPO, job_config, write_config
 from tests.aitk.test_job_signals import PAUSED_RUN, wait_for
 
@@ -80,7 +80,7 @@ def test_sigterm_to_one_rank_stops_both_then_one_process_resumes(
     markers = tmp_path / "markers"
     markers.mkdir()
     # Rank 1 pauses in its 3rd loss computation (step 3) until the signal arrives.
-    launcher = ("import sys; from aitk import torchrun; sys.exit(torchrun.launch("
+    launcher = ("import sys; from aitk.run import torchrun; sys.exit(torchrun.launch("
                 "sys.argv[1:], 2, 0))")
     proc = subprocess.Popen(
         [sys.executable, "-c", launcher, "--standalone", "--nproc-per-node", "2",

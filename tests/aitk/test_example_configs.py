@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 from safetensors.torch import load_file
 
-from aitk.cli_run import main as cli_main
-from aitk.config import load_config
+from aitk.cli.run import main as cli_main
+from aitk.config.loading import load_config
 from tests.aitk.aitk_testing import REPO, scratch_checkout
 
 EXAMPLES = sorted((REPO / "config" / "examples").glob("*.yaml"))

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import yaml
 
-from aitk.cli_run import main as cli_main
+from aitk.cli.run import main as cli_main
 from aitk.models.example.likeness import mean_distance
 from tests.aitk.aitk_testing import REPO, scratch_checkout
 

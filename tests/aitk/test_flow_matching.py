@@ -5,7 +5,12 @@ from __future__ import annotations
 import pytest
 import torch
 
-from aitk.flow_matching import NonFiniteLoss, check_finite, flow_matching_loss, sample_timesteps
+from aitk.diffusion.flow_matching import (
+    NonFiniteLoss,
+    check_finite,
+    flow_matching_loss,
+    sample_timesteps,
+)
 
 
 @pytest.mark.parametrize("kind", ["sigmoid", "logit_normal", "linear", "uniform"])

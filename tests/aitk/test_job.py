@@ -14,8 +14,9 @@ import yaml
 from PIL import Image
 from safetensors import safe_open
 
-from aitk.config import load_config
-from aitk.job import (
+from aitk.config.loading import load_config
+from aitk.models.base import BaseModel
+from aitk.run.job import (
     EXIT_OK,
     create_network,
     load_model,
@@ -23,9 +24,8 @@ from aitk.job import (
     run_job,
     step_lora_name,
 )
-from aitk.models.base import BaseModel
-from aitk.sampling import image_configs
-from aitk.train import compute_loss, step_generator
+from aitk.run.sampling import image_configs
+from aitk.run.train import compute_loss, step_generator
 from tests.aitk.aitk_testing import job_config, write_config
 
 STEPS = 24
@@ -96,8 +96,8 @@ def test_lora_file_has_public_keys_and_metadata(trained):
 
 def test_lora_records_the_provenance_block_and_audits_clean(trained):
     """The same block `manager info` shows; the trained file passes the adapter audit."""
-    from aitk import provenance
     from aitk.audit.adapter import audit_adapter
+    from aitk.run import provenance
 
     _, out = trained
     with safe_open(str(out / "demo.safetensors"), "pt") as fh:
@@ -117,7 +117,7 @@ def test_loss_on_fixed_batches_falls(trained):
 
     items = scan_folder(Path(proc.datasets[0].folder_path), trigger_word=proc.trigger_word,
                         resolutions=[32], divisibility=model.get_bucket_divisibility())
-    from aitk.batch import DataBatch
+    from aitk.data.batch import DataBatch
 
     def mean_loss() -> float:
         total = 0.0

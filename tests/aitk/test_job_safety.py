@@ -14,10 +14,10 @@ from pathlib import Path
 import pytest
 import yaml
 
-from aitk import checkpoint as ckpt
-from aitk.cli_run import main as cli_main
-from aitk.config import load_config
-from aitk.job import EXIT_CONFIG, EXIT_FAILED, EXIT_OK, run_job
+from aitk.cli.run import main as cli_main
+from aitk.config.loading import load_config
+from aitk.run import checkpoint as ckpt
+from aitk.run.job import EXIT_CONFIG, EXIT_FAILED, EXIT_OK, run_job
 from tests.aitk.aitk_testing import REPO, job_config, write_config
 
 

@@ -6,7 +6,7 @@ import io
 import json
 from pathlib import Path
 
-from aitk.metrics import Metrics, trim_log
+from aitk.run.metrics import Metrics, trim_log
 
 
 def test_log_lines_hold_step_loss_lr_time_and_plain_progress(tmp_path: Path):

@@ -8,10 +8,10 @@ import math
 import pytest
 import torch
 
-from aitk.ddpm import DDPMSchedule
-from aitk.flow_matching import FlowMatchSchedule, image_tokens
-from aitk.noise import NoiseSettings, diffusion_loss, sample_noise
-from aitk.timesteps import FlowShift, bell_weights, sample_sigmas, sample_timesteps
+from aitk.diffusion.ddpm import DDPMSchedule
+from aitk.diffusion.flow_matching import FlowMatchSchedule, image_tokens
+from aitk.diffusion.noise import NoiseSettings, diffusion_loss, sample_noise
+from aitk.diffusion.timesteps import FlowShift, bell_weights, sample_sigmas, sample_timesteps
 
 SDXL_SCHEDULER = {"_class_name": "EulerDiscreteScheduler", "num_train_timesteps": 1000,
                   "beta_start": 0.00085, "beta_end": 0.012, "beta_schedule": "scaled_linear",

@@ -10,10 +10,10 @@ from pathlib import Path
 
 import pytest
 
-from aitk.audit.findings import Level
-from aitk.cli_run import main as run_main
-from aitk.config import load_config
-from aitk.preflight import preflight
+from aitk.audit.preflight import preflight
+from aitk.cli.run import main as run_main
+from aitk.config.loading import load_config
+from aitk.findings import Level
 from tests.aitk.aitk_testing import REPO, job_config, write_config, write_image
 
 EXAMPLE = REPO / "config" / "examples" / "train_lora_example_cpu.yaml"
@@ -31,7 +31,7 @@ def _by_path(findings):
 
 
 def test_the_bundled_example_passes_check_without_importing_torch(tmp_path):
-    code = ("import sys; from aitk.cli_run import main; rc = main([sys.argv[1], '--check']);"
+    code = ("import sys; from aitk.cli.run import main; rc = main([sys.argv[1], '--check']);"
             "print('torch' in sys.modules, 'diffusers' in sys.modules); sys.exit(rc)")
     done = subprocess.run([sys.executable, "-c", code, str(EXAMPLE)], cwd=REPO,
                           capture_output=True, text=True, timeout=120)

@@ -8,8 +8,8 @@ import numpy as np
 import torch
 from PIL import Image
 
-from aitk.config import SampleConfig, SampleItem
-from aitk.sampling import image_configs, write_samples
+from aitk.config.loading import SampleConfig, SampleItem
+from aitk.run.sampling import image_configs, write_samples
 
 
 def test_configs_follow_seed_walk_trigger_and_per_item_overrides():
@@ -118,7 +118,7 @@ def test_a_sample_file_the_trainer_did_not_write_is_never_overwritten(tiny_model
 
 
 def test_every_sample_format_carries_the_trainers_mark(tiny_model, tmp_path: Path):
-    from aitk.ownership import image_is_ours as written_by_aitk
+    from aitk.run.ownership import image_is_ours as written_by_aitk
 
     configs = image_configs(SampleConfig(prompts=["a"], width=16, height=16,
                                          sample_steps=2), None)

@@ -8,9 +8,9 @@ import sys
 
 import pytest
 
-from aitk.config import load_config
-from aitk.job import run_job
-from aitk.status import StatusFile, final_phase, problem_fields
+from aitk.config.loading import load_config
+from aitk.run.job import run_job
+from aitk.run.status import StatusFile, final_phase, problem_fields
 from tests.aitk.aitk_testing import REPO, job_config, write_config
 
 

@@ -6,10 +6,10 @@ from __future__ import annotations
 import pytest
 import torch
 
-from aitk.batch import DataBatch
-from aitk.flow_matching import NonFiniteLoss
-from aitk.optim import Schedule
-from aitk.train import (
+from aitk.data.batch import DataBatch
+from aitk.diffusion.flow_matching import NonFiniteLoss
+from aitk.run.optim import Schedule
+from aitk.run.train import (
     LoopSettings,
     Outcome,
     Run,

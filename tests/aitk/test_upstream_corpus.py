@@ -10,9 +10,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from aitk import upstream_keys
-from aitk.cli_run import main as run_main
-from aitk.config import ConfigError, TrainConfig, load_config, parse_job
+from aitk.cli.run import main as run_main
+from aitk.config import upstream_keys
+from aitk.config.loading import ConfigError, TrainConfig, load_config, parse_job
 from aitk.models import catalog
 from tests.aitk.aitk_testing import run_py, write_image
 from tests.aitk.upstream_corpus import CORPUS, RUNS, corpus_entry

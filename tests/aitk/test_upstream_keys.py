@@ -1,4 +1,4 @@
-"""The upstream key tables and derivations (aitk/upstream_keys.py) and how load_config
+"""The upstream key tables and derivations (aitk/config/upstream_keys.py) and how load_config
 applies them: accepted keys, warnings only for values that change behaviour, once per
 key name; arch derivation; structured error records."""
 
@@ -8,8 +8,8 @@ import copy
 
 import pytest
 
-from aitk import upstream_keys as uk
-from aitk.config import ConfigError, parse_job, read_config_file, split_problem
+from aitk.config import upstream_keys as uk
+from aitk.config.loading import ConfigError, parse_job, read_config_file, split_problem
 from tests.aitk.aitk_testing import REPO
 
 EXAMPLE = REPO / "config" / "examples" / "train_lora_example_cpu.yaml"
@@ -138,7 +138,7 @@ def test_config_errors_carry_path_message_records():
 
 
 def test_every_upstream_section_maps_to_a_schema_class():
-    from aitk.config import SECTION_NAMES
+    from aitk.config.loading import SECTION_NAMES
 
     mapped = set(SECTION_NAMES.values())
     assert {"job", "config", "process", "network", "save", "sample", "sample.samples",

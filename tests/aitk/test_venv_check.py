@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from aitk import venv_check
+from aitk.cli import venv_check
 
 REPO = Path(__file__).resolve().parents[2]
 CONFIG = "config/examples/train_lora_example_cpu.yaml"

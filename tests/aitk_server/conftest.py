@@ -24,7 +24,7 @@ from safetensors.numpy import save_file
 from starlette.testclient import TestClient
 
 import aitk
-from aitk.ownership import image_mark
+from aitk.run.ownership import image_mark
 from aitk_server.app import Settings, create_app
 
 REPO = Path(__file__).resolve().parents[2]

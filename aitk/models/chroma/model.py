@@ -39,7 +39,7 @@ from torch import nn
 
 from aitk.models.base import GenerateImageConfig, ModelLoadError
 from aitk.models.flux.model import MAX_T5_TOKENS, FluxModel
-from aitk.prompt_embeds import AdvancedPromptEmbeds
+from aitk.models.prompt_embeds import AdvancedPromptEmbeds
 
 PARTS = ("transformer", "text_encoder", "tokenizer", "vae", "scheduler")
 # Kept in float by quantization: the input embedders, the guidance approximator (it

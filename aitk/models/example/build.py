@@ -14,41 +14,15 @@ from __future__ import annotations
 import json
 import sys
 from collections.abc import Callable
-from dataclasses import asdict, dataclass
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
 import torch
 
 from aitk.files import staged_dir
-from aitk.models.example.model import MAX_TOKENS
 from aitk.models.example.pretrain import PretrainPlan
-
-
-@dataclass(frozen=True)
-class ExampleSizes:
-    """Small enough that a training step on a 2-core CPU takes a fraction of a second."""
-
-    hidden_size: int = 64
-    num_layers: int = 2
-    num_heads: int = 4
-    patch_size: int = 2
-    latent_channels: int = 4
-    text_dim: int = 64
-    text_layers: int = 2
-    vae_channels: tuple[int, ...] = (16, 32, 32)  # 3 levels: scale factor 4
-    vae_attention: bool = True  # the VAE's mid-block self-attention
-    vae_norm_groups: int = 8
-
-
-# Sizes for `pretrain=`: a VAE without mid-block attention and with narrower convs
-# pre-trains several times faster; one norm group keeps the channels' relative levels
-# (the colour of a flat region), which per-channel groups normalise away, so it learns
-# colours sooner. A wider, deeper transformer than the test model's: at 64 wide and 2
-# deep it drew blobs and ignored the prompt after the same pre-training.
-PRETRAINED_SIZES = ExampleSizes(hidden_size=96, num_layers=3, vae_channels=(8, 16, 16),
-                                vae_attention=False, vae_norm_groups=1)
-
+from aitk.models.example.sizes import MAX_TOKENS, PRETRAINED_SIZES, ExampleSizes
 
 # What a pre-trained folder records of how it was made (the shipped base has one).
 RECIPE_FILE = "pretrain.json"

@@ -26,15 +26,15 @@ from aitk.adapters.keys import from_public_keys, to_public_keys
 from aitk.files import staged_dir
 from aitk.models import kl_latents
 from aitk.models.base import BaseModel, GenerateImageConfig, ModelLoadError
+from aitk.models.example.sizes import MAX_TOKENS
 from aitk.models.loading import freeze
-from aitk.prompt_embeds import AdvancedPromptEmbeds
+from aitk.models.prompt_embeds import AdvancedPromptEmbeds
 
 PARTS = ("transformer", "text_encoder", "tokenizer", "vae")
 # Kept in float32 by quantization: the token/time/text embedders and the output layer are
 # tiny and the most sensitive to rounding.
 TRANSFORMER_QUANT_EXCLUDE = ("x_embedder", "t_embedder*", "context_embedder",
                              "pooled_embedder", "adaLN_out", "proj_out")
-MAX_TOKENS = 128
 
 
 class ExampleModel(BaseModel):

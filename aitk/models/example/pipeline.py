@@ -13,7 +13,7 @@ from collections.abc import Callable
 import torch
 from diffusers import FlowMatchEulerDiscreteScheduler
 
-from aitk.prompt_embeds import AdvancedPromptEmbeds
+from aitk.models.prompt_embeds import AdvancedPromptEmbeds
 
 # (latents, timestep 0..1000, embeds) -> velocity; ExampleModel.get_noise_prediction.
 PredictFn = Callable[[torch.Tensor, torch.Tensor, AdvancedPromptEmbeds], torch.Tensor]

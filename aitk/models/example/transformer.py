@@ -14,7 +14,7 @@ work as for any diffusers model, and it shows the two patterns the seeds require
   `self.gradient_checkpointing` is set and `torch.is_grad_enabled()`. It is never gated
   on `self.training`: frozen-base LoRA training may run the model in eval mode.
 - Attention backends: every `Attention` keeps an `attention_backend` flag and branches on
-  it (aitk.attention); `set_attention_backend()` validates and propagates the flag.
+  it (aitk.models.attention); `set_attention_backend()` validates and propagates the flag.
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ from diffusers.models.modeling_utils import ModelMixin
 from torch import nn
 from torch.utils.checkpoint import checkpoint
 
-from aitk.attention import attention, check_backend
+from aitk.models.attention import attention, check_backend
 
 
 def timestep_embedding(t: torch.Tensor, dim: int, max_period: float = 10000.0) -> torch.Tensor:
@@ -68,7 +68,7 @@ class Attention(nn.Module):
         self.to_k = nn.Linear(kv_dim, dim)
         self.to_v = nn.Linear(kv_dim, dim)
         self.to_out = nn.Linear(dim, dim)
-        self.attention_backend = "native"  # branch flag; see aitk.attention
+        self.attention_backend = "native"  # branch flag; see aitk.models.attention
 
     def forward(self, x: torch.Tensor, context: torch.Tensor | None = None,
                 key_mask: torch.Tensor | None = None) -> torch.Tensor:

@@ -38,10 +38,10 @@ import torch
 from torch import nn
 
 from aitk.adapters.keys import from_public_keys, split_alphas
+from aitk.diffusion.noise import NoiseSchedule, NoiseSettings
 from aitk.models import kl_latents
 from aitk.models.base import BaseModel, GenerateImageConfig, ModelLoadError
-from aitk.noise import NoiseSchedule, NoiseSettings
-from aitk.prompt_embeds import AdvancedPromptEmbeds
+from aitk.models.prompt_embeds import AdvancedPromptEmbeds
 
 PARTS = ("transformer", "text_encoder", "tokenizer", "text_encoder_2", "tokenizer_2",
          "vae", "scheduler")
@@ -150,8 +150,8 @@ class FluxModel(BaseModel):
 
     # ---- 3. train step -------------------------------------------------------------
     def make_training_schedule(self, settings: NoiseSettings) -> NoiseSchedule:
-        from aitk.flow_matching import FlowMatchSchedule, image_tokens
-        from aitk.timesteps import FlowShift
+        from aitk.diffusion.flow_matching import FlowMatchSchedule, image_tokens
+        from aitk.diffusion.timesteps import FlowShift
 
         return FlowMatchSchedule(settings,
                                  shift=FlowShift.from_scheduler_config(

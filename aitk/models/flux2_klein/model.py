@@ -46,13 +46,13 @@ from typing import Any
 import torch
 from PIL import Image
 
-from aitk.flow_matching import FlowMatchSchedule, image_tokens
+from aitk.diffusion.flow_matching import FlowMatchSchedule, image_tokens
+from aitk.diffusion.noise import NoiseSchedule, NoiseSettings
 from aitk.models.base import BaseModel, GenerateImageConfig, ModelLoadError
 from aitk.models.flux2_klein import lora_keys
 from aitk.models.flux2_klein.schedule import EmpiricalShift
 from aitk.models.loading import freeze, load_part
-from aitk.noise import NoiseSchedule, NoiseSettings
-from aitk.prompt_embeds import AdvancedPromptEmbeds
+from aitk.models.prompt_embeds import AdvancedPromptEmbeds
 
 MAX_PROMPT_TOKENS = 512
 TEXT_LAYERS = (9, 18, 27)

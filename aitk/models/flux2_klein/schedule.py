@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from aitk.timesteps import FlowShift
+from aitk.diffusion.timesteps import FlowShift
 
 
 @dataclass(frozen=True)

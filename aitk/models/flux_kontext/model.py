@@ -28,7 +28,7 @@ import torch
 
 from aitk.models.base import GenerateImageConfig, ModelError
 from aitk.models.flux.model import FluxModel
-from aitk.prompt_embeds import AdvancedPromptEmbeds
+from aitk.models.prompt_embeds import AdvancedPromptEmbeds
 
 REFERENCE_ID = 1.0  # first id axis of the reference tokens (FluxKontextPipeline's value)
 

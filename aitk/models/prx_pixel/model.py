@@ -45,12 +45,12 @@ import torch
 from PIL import Image
 
 from aitk.adapters.keys import from_public_keys, to_public_keys
-from aitk.flow_matching import FlowMatchSchedule, image_tokens
+from aitk.diffusion.flow_matching import FlowMatchSchedule, image_tokens
+from aitk.diffusion.noise import NoiseSchedule, NoiseSettings
+from aitk.diffusion.timesteps import FlowShift
 from aitk.models.base import BaseModel, GenerateImageConfig, ModelLoadError
 from aitk.models.loading import freeze, load_part
-from aitk.noise import NoiseSchedule, NoiseSettings
-from aitk.prompt_embeds import AdvancedPromptEmbeds
-from aitk.timesteps import FlowShift
+from aitk.models.prompt_embeds import AdvancedPromptEmbeds
 
 # The released model's pipeline settings (diffusers' PRXPixelPipeline defaults), used when
 # model_index.json does not say.

@@ -32,13 +32,13 @@ import torch
 from PIL import Image
 
 from aitk.adapters.keys import from_public_keys, to_public_keys
-from aitk.flow_matching import FlowMatchSchedule, image_tokens
+from aitk.diffusion.flow_matching import FlowMatchSchedule, image_tokens
+from aitk.diffusion.noise import NoiseSchedule, NoiseSettings
+from aitk.diffusion.timesteps import FlowShift
 from aitk.models.base import BaseModel, GenerateImageConfig, ModelLoadError
 from aitk.models.loading import freeze, load_part
 from aitk.models.offload import visiting
-from aitk.noise import NoiseSchedule, NoiseSettings
-from aitk.prompt_embeds import AdvancedPromptEmbeds
-from aitk.timesteps import FlowShift
+from aitk.models.prompt_embeds import AdvancedPromptEmbeds
 
 PROMPT_TEMPLATE = (
     "<|im_start|>system\nDescribe the image by detailing the color, shape, size, texture, "

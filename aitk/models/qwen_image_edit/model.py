@@ -48,9 +48,9 @@ from PIL import Image
 from aitk.data.controls import load_sample_controls, open_sample_control, prompt_key
 from aitk.models.base import GenerateImageConfig, ModelError, ModelLoadError
 from aitk.models.loading import load_part
+from aitk.models.prompt_embeds import AdvancedPromptEmbeds
 from aitk.models.qwen_image.model import QwenImageModel, run_pipeline
 from aitk.models.qwen_image_edit.vision import VisionTextInputs, resized, to_pil
-from aitk.prompt_embeds import AdvancedPromptEmbeds
 
 EDIT_TEMPLATE = (
     "<|im_start|>system\nDescribe the key features of the input image (color, shape, size, "

@@ -16,7 +16,7 @@
 download of the hub's full-precision files).
 
 Prompt embeds per item: `text_embeds` (77, 768 + 1280) and `pooled_embeds` (1, 1280).
-Training: DDPM noise (aitk.ddpm) with the scheduler config's prediction type
+Training: DDPM noise (aitk.diffusion.ddpm) with the scheduler config's prediction type
 (`model.is_v_pred` overrides it), integer steps 0..999 passed to the UNet as they are,
 Min-SNR weighting from `train.min_snr_gamma`. The UNet's added conditioning `time_ids`
 = original size, crop top-left, target size, all (height, width), from the batch.
@@ -32,10 +32,10 @@ import torch
 from PIL import Image
 from torch import nn
 
+from aitk.diffusion.noise import NoiseSchedule, NoiseSettings
 from aitk.models import kl_latents
 from aitk.models.base import BaseModel, GenerateImageConfig, ModelLoadError
-from aitk.noise import NoiseSchedule, NoiseSettings
-from aitk.prompt_embeds import AdvancedPromptEmbeds
+from aitk.models.prompt_embeds import AdvancedPromptEmbeds
 
 PARTS = ("unet", "vae", "text_encoder", "text_encoder_2", "tokenizer", "tokenizer_2",
          "scheduler")
@@ -181,7 +181,7 @@ class SDXLModel(BaseModel):
 
     # ---- 3. train step -------------------------------------------------------------
     def make_training_schedule(self, settings: NoiseSettings) -> NoiseSchedule:
-        from aitk.ddpm import DDPMSchedule
+        from aitk.diffusion.ddpm import DDPMSchedule
 
         # The loaded scheduler already carries `is_v_pred`'s override.
         return DDPMSchedule.from_config(self.noise_scheduler.config, settings)

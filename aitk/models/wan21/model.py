@@ -42,14 +42,14 @@ import torch
 import torch.nn.functional as F
 from PIL import Image
 
-from aitk.flow_matching import FlowMatchSchedule, image_tokens
+from aitk.diffusion.flow_matching import FlowMatchSchedule, image_tokens
+from aitk.diffusion.noise import NoiseSchedule, NoiseSettings
+from aitk.diffusion.timesteps import FlowShift
 from aitk.models.base import BaseModel, GenerateImageConfig, ModelLoadError
 from aitk.models.loading import freeze, load_part, load_scheduler
+from aitk.models.prompt_embeds import AdvancedPromptEmbeds
 from aitk.models.wan21.lora_keys import from_wan_keys, to_wan_keys
 from aitk.models.wan21.tiny import TEXT_LEN, WAN21, WAN21_I2V, WanVariant, build_tiny_wan
-from aitk.noise import NoiseSchedule, NoiseSettings
-from aitk.prompt_embeds import AdvancedPromptEmbeds
-from aitk.timesteps import FlowShift
 
 # Kept in the float dtype by quantization: the time/text/image embedders and the head.
 TRANSFORMER_QUANT_EXCLUDE = ("condition_embedder*", "proj_out")

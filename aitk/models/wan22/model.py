@@ -45,11 +45,11 @@ import torch
 from torch import nn
 
 from aitk.adapters import AdapterError
-from aitk.flow_matching import FlowMatchSchedule, image_tokens
+from aitk.diffusion.flow_matching import FlowMatchSchedule, image_tokens
+from aitk.diffusion.noise import NoiseSchedule, NoiseSettings
 from aitk.models.wan21.lora_keys import from_wan_keys, to_wan_keys
 from aitk.models.wan21.model import FirstFrameConditioned, Wan21Model, run_transformer
 from aitk.models.wan21.tiny import WAN22_14B, WAN22_14B_I2V
-from aitk.noise import NoiseSchedule, NoiseSettings
 
 HIGH, LOW = "transformer", "transformer_2"
 EXPERTS = (HIGH, LOW)

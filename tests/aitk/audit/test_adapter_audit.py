@@ -12,8 +12,8 @@ import torch
 from safetensors.torch import save_file
 
 from aitk.audit.adapter import audit_adapter, block_of, layout_of
-from aitk.audit.cli import main as audit_main
-from aitk.audit.findings import Level
+from aitk.cli.audit import main as audit_main
+from aitk.findings import Level
 
 MODULES = ("transformer_blocks.0.attn.to_q", "transformer_blocks.1.attn.to_q")
 

@@ -6,9 +6,9 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from aitk.audit.cli import main as audit_main
 from aitk.audit.config import audit_config
-from aitk.audit.findings import Level
+from aitk.cli.audit import main as audit_main
+from aitk.findings import Level
 from tests.aitk.aitk_testing import REPO, job_config, write_config
 
 EXAMPLE = REPO / "config" / "examples" / "train_lora_example_cpu.yaml"

@@ -12,9 +12,9 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from aitk.audit.cli import main as audit_main
 from aitk.audit.dataset import DatasetOptions, audit_dataset
-from aitk.audit.findings import Level
+from aitk.cli.audit import main as audit_main
+from aitk.findings import Level
 from tests.aitk.aitk_testing import REPO, write_image
 
 

@@ -10,13 +10,13 @@ import pytest
 import torch
 from PIL import Image
 
-from aitk.config import DatasetConfig, parse_job
+from aitk.audit.preflight import preflight
+from aitk.config.loading import DatasetConfig, parse_job
 from aitk.data import controls
 from aitk.data.batches import BatchSource
 from aitk.data.dataset import DatasetError, load_pixels, scan_folder
-from aitk.preflight import preflight
-from aitk.prompt_embeds import AdvancedPromptEmbeds
-from aitk.sampling import image_configs
+from aitk.models.prompt_embeds import AdvancedPromptEmbeds
+from aitk.run.sampling import image_configs
 from tests.aitk.aitk_testing import job_config, write_image
 
 

@@ -9,13 +9,13 @@ from pathlib import Path
 import pytest
 import torch
 
-from aitk.config import ConfigError, DatasetConfig, ProcessConfig
+from aitk.config.loading import ConfigError, DatasetConfig, ProcessConfig
 from aitk.data import dataset as dataset_module
 from aitk.data.batches import BatchSource
 from aitk.data.cache import LatentCache
 from aitk.data.dataset import DatasetError, load_pixels, scan_folder
 from aitk.data.video import ClipSpec, VideoInfo, frame_indices, spread
-from aitk.prompt_embeds import AdvancedPromptEmbeds
+from aitk.models.prompt_embeds import AdvancedPromptEmbeds
 from tests.aitk.aitk_testing import model_settings, write_image
 from tests.aitk.data.videos import VideoModel, frame_numbers, write_video
 
@@ -140,7 +140,7 @@ def test_with_num_frames_1_videos_are_skipped_with_one_report(tmp_path: Path):
 
 
 def test_an_image_arch_refuses_num_frames_above_1(tmp_path: Path):
-    from aitk.job import scan_datasets
+    from aitk.run.job import scan_datasets
 
     write_video(tmp_path / "ds" / "a.mp4", 5)
     proc = ProcessConfig.model_validate({
@@ -349,7 +349,7 @@ def test_the_shipped_example_video_dataset_scans_as_17_frame_clips():
 
 
 def test_audit_dataset_videos_flag_counts_the_clips(capsys):
-    from aitk.audit.cli import main
+    from aitk.cli.audit import main
     from tests.aitk.aitk_testing import REPO
 
     folder = REPO / "datasets" / "example_video"

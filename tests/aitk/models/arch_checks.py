@@ -23,14 +23,14 @@ import torch
 from safetensors import safe_open
 from safetensors.torch import load_file, save_file
 
-from aitk import train as train_module
 from aitk.adapters import AdapterNetwork
-from aitk.batch import DataBatch
-from aitk.cli_run import main as cli_main
-from aitk.config import load_config
-from aitk.job import EXIT_INTERRUPTED, EXIT_OK, StopFlag, run_job
+from aitk.cli.run import main as cli_main
+from aitk.config.loading import load_config
+from aitk.data.batch import DataBatch
 from aitk.models.base import BaseModel
-from aitk.train import compute_loss, step_generator
+from aitk.run import train as train_module
+from aitk.run.job import EXIT_INTERRUPTED, EXIT_OK, StopFlag, run_job
+from aitk.run.train import compute_loss, step_generator
 from tests.aitk.aitk_testing import job_config, write_config
 from tests.aitk.models.conftest import ModelCfg
 
@@ -166,7 +166,7 @@ def interrupt_via_stop_flag_then_resume(config: Path, checkpoint: Path,
 
 def interrupt_via_sigint_then_resume(argv: list[str],
                                      monkeypatch: pytest.MonkeyPatch) -> None:
-    """`python run.py <argv>` (aitk.cli_run) in this process, a real SIGINT sent to it
+    """`python run.py <argv>` (aitk.cli.run) in this process, a real SIGINT sent to it
     during step 2's loss: exit 130. Then the same again, undisturbed: it must resume and
     finish (exit 0)."""
     real = train_module.compute_loss

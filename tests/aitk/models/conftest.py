@@ -11,14 +11,14 @@ from typing import Any
 import pytest
 import torch
 
-from aitk.cli_example_model import main as example_model_main
+from aitk.cli.example_model import main as example_model_main
 from aitk.models.registry import load_model
 
 
 @dataclass
 class ModelCfg:
     """Stands in for the trainer's `model:` section (aitk.models.base.ModelSettings, and
-    the optional knobs of aitk.config.ModelConfig that some archs read)."""
+    the optional knobs of aitk.config.loading.ModelConfig that some archs read)."""
 
     name_or_path: str
     arch: str = "example"

@@ -16,7 +16,7 @@ import yaml
 from safetensors.torch import load_file
 
 from aitk.adapters import AdapterNetwork
-from aitk.batch import DataBatch
+from aitk.data.batch import DataBatch
 from aitk.models import base, catalog
 from aitk.models.base import BaseModel
 from aitk.models.description import ArchDescription, ArchKwargs, KeyStyle, ModuleNames, PartRole

@@ -6,7 +6,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-import aitk.attention as attn
+import aitk.models.attention as attn
 from aitk.models.example.transformer import Attention
 
 pytestmark = pytest.mark.skipif(importlib.util.find_spec("flash_attn") is not None,

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from aitk import upstream_keys
+from aitk.config import upstream_keys
 from aitk.models import builtin, catalog, registry
 from aitk.models.errors import UnknownArchError
 

@@ -7,7 +7,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from aitk.cli_example_model import main as example_model_main
+from aitk.cli.example_model import main as example_model_main
 from aitk.models.base import ModelLoadError
 from aitk.models.example.model import ExampleModel
 from aitk.models.registry import load_model
@@ -79,7 +79,7 @@ def test_timestep_convention_and_loss_target(model) -> None:
     clean, noise = torch.randn(2, 4, 8, 8), torch.randn(2, 4, 8, 8)
     mixed = model.add_noise(clean, noise, torch.tensor([0.0, 1000.0]))
     assert torch.allclose(mixed[0], clean[0]) and torch.allclose(mixed[1], noise[1])
-    from aitk.batch import DataBatch
+    from aitk.data.batch import DataBatch
 
     target = model.get_loss_target(noise=noise, batch=DataBatch(captions=["a", "b"],
                                                                 latents=clean))
@@ -268,8 +268,9 @@ def test_the_shipped_base_was_made_by_this_code() -> None:
     command is in the base's README)."""
     import json
 
-    from aitk.models.example.build import PRETRAINED_SIZES, RECIPE_FILE, pretrain_record
+    from aitk.models.example.build import RECIPE_FILE, pretrain_record
     from aitk.models.example.pretrain import PretrainPlan
+    from aitk.models.example.sizes import PRETRAINED_SIZES
 
     base = REPO / "aitk" / "models" / "example" / "base"
     recorded = json.loads((base / RECIPE_FILE).read_text(encoding="utf-8"))

@@ -13,11 +13,11 @@ import torch
 from safetensors.torch import load_file, save_file
 
 from aitk.adapters import AdapterNetwork
-from aitk.config import load_config
-from aitk.job import EXIT_CONFIG, EXIT_OK, run_job
+from aitk.config.loading import load_config
 from aitk.models.base import GenerateImageConfig, ModelLoadError
 from aitk.models.flux.model import FluxModel
 from aitk.models.registry import load_model
+from aitk.run.job import EXIT_CONFIG, EXIT_OK, run_job
 from tests.aitk.aitk_testing import job_config, write_config
 from tests.aitk.models.arch_checks import (
     assert_a_step_moves_only_the_lora,

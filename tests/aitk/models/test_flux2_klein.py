@@ -18,13 +18,13 @@ from safetensors.torch import load_file
 
 from aitk.adapters import AdapterNetwork
 from aitk.adapters.keys import AdapterKeyError
-from aitk.batch import DataBatch
-from aitk.cli_run import main as cli_main
+from aitk.cli.run import main as cli_main
+from aitk.config.upstream_keys import divisibility_for
+from aitk.data.batch import DataBatch
 from aitk.models.base import GenerateImageConfig
 from aitk.models.flux2_klein import lora_keys
 from aitk.models.flux2_klein.model import Flux2Klein4BModel, Flux2KleinModel, run_pipeline
 from aitk.models.registry import discover
-from aitk.upstream_keys import divisibility_for
 from tests.aitk.models.arch_checks import (
     STEPS,
     amplified,
@@ -262,7 +262,7 @@ def test_gradient_checkpointing_gives_the_same_lora_gradients(klein_dir: Path):
 
 
 def test_quantized_transformer_trains_only_the_lora(klein_dir: Path):
-    from aitk.quantize import is_quantized
+    from aitk.models.quantize import is_quantized
 
     model = loaded_model(klein_dir, quantize=True, qtype="qint8")
     assert is_quantized(model.model)

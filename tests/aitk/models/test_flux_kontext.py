@@ -17,11 +17,11 @@ from PIL import Image
 from safetensors.torch import load_file
 
 from aitk.adapters import AdapterNetwork
-from aitk.batch import DataBatch
+from aitk.data.batch import DataBatch
 from aitk.models.base import GenerateImageConfig, ModelError
 from aitk.models.flux_kontext.model import FluxKontextModel
 from aitk.models.registry import load_model
-from aitk.train import compute_loss
+from aitk.run.train import compute_loss
 from tests.aitk.models.arch_checks import (
     assert_same_weights,
     assert_trained_lora,
@@ -244,9 +244,9 @@ def kontext_job(root: Path, kontext_dir: Path, name: str) -> Path:
 
 @pytest.fixture(scope="module")
 def straight(tmp_path_factory, kontext_dir: Path) -> Iterator[Path]:
-    from aitk import train
-    from aitk.config import load_config
-    from aitk.job import EXIT_OK, run_job
+    from aitk.config.loading import load_config
+    from aitk.run import train
+    from aitk.run.job import EXIT_OK, run_job
 
     root = tmp_path_factory.mktemp("kontext-job")
     with pytest.MonkeyPatch.context() as mp:
@@ -264,7 +264,7 @@ def test_ctrl_c_then_resume_matches_the_uninterrupted_run(tmp_path: Path, kontex
     """A SIGINT handled mid-step 2 (the in-process StopFlag path) finishes the step, saves
     and exits 130; running again resumes to the same weights. Both runs with the control
     the straight one had."""
-    from aitk import train
+    from aitk.run import train
 
     monkeypatch.setattr(train, "compute_loss", with_control(train.compute_loss))
     out = tmp_path / "out" / "run"

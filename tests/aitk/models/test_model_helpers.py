@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 import torch
 
-import aitk.quantize
+import aitk.models.quantize
 from aitk.models import kl_latents
 from aitk.models.base import BaseModel, GenerateImageConfig
 
@@ -25,7 +25,7 @@ def model(**overrides: Any) -> BaseModel:
 @pytest.fixture
 def quantized(monkeypatch) -> list[tuple[Any, str, tuple[str, ...]]]:
     calls: list[tuple[Any, str, tuple[str, ...]]] = []
-    monkeypatch.setattr(aitk.quantize, "quantize_linear_layers",
+    monkeypatch.setattr(aitk.models.quantize, "quantize_linear_layers",
                         lambda module, qtype, exclude=(): calls.append(
                             (module, qtype, tuple(exclude))))
     return calls

@@ -5,7 +5,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from aitk.prompt_embeds import AdvancedPromptEmbeds, PromptEmbedsError, PromptEmbedsFileError
+from aitk.models.prompt_embeds import AdvancedPromptEmbeds, PromptEmbedsError, PromptEmbedsFileError
 
 
 def embeds(*lengths: int, dim: int = 3) -> AdvancedPromptEmbeds:

@@ -17,14 +17,14 @@ import torch
 from safetensors.torch import load_file
 
 from aitk.adapters import AdapterNetwork
-from aitk.batch import DataBatch
-from aitk.cli_run import main as cli_main
+from aitk.cli.run import main as cli_main
+from aitk.data.batch import DataBatch
 from aitk.models.base import GenerateImageConfig
 from aitk.models.prx_pixel.model import PRXPixelModel, run_pipeline
 from aitk.models.prx_pixel.peft_adapter import convert_file
 from aitk.models.prx_pixel.peft_adapter import main as peft_main
 from aitk.models.registry import load_model
-from aitk.train import compute_loss, step_generator
+from aitk.run.train import compute_loss, step_generator
 from tests.aitk.models.arch_checks import (
     STEPS,
     assert_a_step_reaches_only_the_lora,
@@ -265,7 +265,7 @@ def test_gradient_checkpointing_gives_the_same_lora_gradients(prx_dir: Path):
 
 
 def test_quantized_transformer_and_text_encoder_train_only_the_lora(prx_dir: Path):
-    from aitk.quantize import is_quantized
+    from aitk.models.quantize import is_quantized
 
     model = loaded_model(prx_dir, quantize=True, quantize_te=True)  # qfloat8 both
     assert is_quantized(model.model) and is_quantized(model.text_encoder)

@@ -6,7 +6,7 @@ from optimum.quanto import QModuleMixin
 from torch import nn
 
 from aitk.adapters import AdapterNetwork
-from aitk.quantize import QuantizeError, is_quantized, linear_nd, quantize_linear_layers
+from aitk.models.quantize import QuantizeError, is_quantized, linear_nd, quantize_linear_layers
 
 
 def test_quantize_respects_exclude() -> None:
@@ -64,7 +64,7 @@ def _frozen(layer: nn.Module) -> bool:
 
 @pytest.mark.parametrize("qtype", ["qfloat8", "qint8", "qint4"])
 def test_weights_are_frozen_to_smaller_tensors(qtype: str) -> None:
-    from aitk.quantize import weight_bytes
+    from aitk.models.quantize import weight_bytes
 
     torch.manual_seed(0)
     net = nn.Sequential(nn.Linear(64, 128), nn.Linear(128, 64))

@@ -12,7 +12,7 @@ import pytest
 import torch
 
 from aitk.adapters import AdapterNetwork
-from aitk.cli_run import main as cli_main
+from aitk.cli.run import main as cli_main
 from aitk.models.base import GenerateImageConfig
 from aitk.models.qwen_image.model import QwenImageModel, run_pipeline
 from tests.aitk.models.arch_checks import (
@@ -95,7 +95,7 @@ def test_diffusers_load_lora_weights_reproduces_the_trainer_preview(qwen_dir: Pa
 
 
 def test_gradient_checkpointing_gives_the_same_lora_gradients(qwen_dir: Path):
-    from aitk.batch import DataBatch
+    from aitk.data.batch import DataBatch
 
     model = loaded_model(qwen_dir)
     network = AdapterNetwork.attach(model, NetCfg(linear=4, linear_alpha=4.0))
@@ -114,8 +114,8 @@ def test_gradient_checkpointing_gives_the_same_lora_gradients(qwen_dir: Path):
 
 
 def test_quantized_transformer_trains_only_the_lora(qwen_dir: Path):
-    from aitk.batch import DataBatch
-    from aitk.quantize import is_quantized
+    from aitk.data.batch import DataBatch
+    from aitk.models.quantize import is_quantized
 
     model = loaded_model(qwen_dir, quantize=True, qtype="qint8")
     assert is_quantized(model.model)

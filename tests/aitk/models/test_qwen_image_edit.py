@@ -23,9 +23,9 @@ import torch
 from PIL import Image
 
 from aitk.adapters import AdapterNetwork
-from aitk.batch import DataBatch
-from aitk.cli_run import main as cli_main
-from aitk.config import REPO_ROOT
+from aitk.cli.run import main as cli_main
+from aitk.config.loading import REPO_ROOT
+from aitk.data.batch import DataBatch
 from aitk.data.controls import load_sample_controls
 from aitk.models.base import GenerateImageConfig
 from aitk.models.qwen_image.model import run_pipeline
@@ -268,7 +268,7 @@ def test_gradient_checkpointing_gives_the_same_lora_gradients_with_controls(edit
 
 
 def test_quantize_te_leaves_the_vision_tower_in_float(edit_dir: Path):
-    from aitk.quantize import is_quantized
+    from aitk.models.quantize import is_quantized
 
     model = loaded(edit_dir, quantize_te=True, qtype_te="qint8")
     assert is_quantized(model.text_encoder.model.language_model)

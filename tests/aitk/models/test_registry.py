@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from aitk.cli_models import main as models_main
+from aitk.cli.models import main as models_main
 from aitk.models.example.model import ExampleModel
 from aitk.models.registry import REPO_ROOT, UnknownArchError, discover, get_model_class
 

@@ -21,18 +21,18 @@ from PIL import Image
 from safetensors import safe_open
 from safetensors.torch import load_file, save_file
 
-from aitk import train as train_module
 from aitk.adapters import AdapterNetwork
-from aitk.batch import DataBatch
-from aitk.cli_run import main as cli_main
-from aitk.config import load_config
+from aitk.cli.run import main as cli_main
+from aitk.config.loading import load_config
+from aitk.data.batch import DataBatch
 from aitk.data.batches import BatchSource
 from aitk.data.dataset import scan_folder
-from aitk.job import EXIT_CONFIG, EXIT_INTERRUPTED, EXIT_OK, run_job
 from aitk.models.base import GenerateImageConfig, ModelLoadError
 from aitk.models.registry import load_model
 from aitk.models.sdxl.model import SDXLModel, batch_time_ids, time_ids
-from aitk.train import compute_loss, step_generator
+from aitk.run import train as train_module
+from aitk.run.job import EXIT_CONFIG, EXIT_INTERRUPTED, EXIT_OK, run_job
+from aitk.run.train import compute_loss, step_generator
 from tests.aitk.aitk_testing import REPO, write_config, write_image
 from tests.aitk.models.arch_checks import model_cfg, randomise, tiny_model_folder, train_cfg
 from tests.aitk.models.conftest import NetCfg
@@ -373,7 +373,7 @@ def test_gradient_checkpointing_gives_the_same_gradients(sdxl_dir: Path) -> None
 
 
 def test_quantized_step_trains_only_lora(sdxl_dir: Path) -> None:
-    from aitk.quantize import is_quantized
+    from aitk.models.quantize import is_quantized
 
     model = make(sdxl_dir, quantize=True, qtype="qint8", quantize_te=True, qtype_te="qint8")
     assert is_quantized(model.model) and is_quantized(model.text_encoder_2)

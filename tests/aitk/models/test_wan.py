@@ -18,16 +18,16 @@ from PIL import Image
 from safetensors import safe_open
 from safetensors.torch import load_file
 
-from aitk import train as train_module
 from aitk.adapters import AdapterNetwork
-from aitk.batch import DataBatch
-from aitk.cli_run import main as cli_main
+from aitk.cli.run import main as cli_main
+from aitk.data.batch import DataBatch
 from aitk.models.base import GenerateImageConfig
 from aitk.models.registry import get_model_class
 from aitk.models.wan21.model import run_pipeline
 from aitk.models.wan22.model import HIGH, LOW, expert_for_micro_step
-from aitk.optim import Schedule
-from aitk.train import LoopSettings, Run, compute_loss, step_generator
+from aitk.run import train as train_module
+from aitk.run.optim import Schedule
+from aitk.run.train import LoopSettings, Run, compute_loss, step_generator
 from tests.aitk.models.arch_checks import (
     STEPS,
     assert_a_step_reaches_only_the_lora,
@@ -435,7 +435,7 @@ def test_gradient_checkpointing_gives_the_same_lora_gradients(arch: str, wan_dir
 
 
 def test_quantized_transformer_trains_only_the_lora(wan_dirs):
-    from aitk.quantize import is_quantized
+    from aitk.models.quantize import is_quantized
 
     model = loaded("wan21", wan_dirs["wan21"], quantize=True, qtype="qint8")
     assert is_quantized(model.model) and not is_quantized(model.model.proj_out)

@@ -10,17 +10,17 @@ Outputs, in `training_folder/NAME/`:
     NAME.safetensors                 final LoRA (public `diffusion_model.` keys + metadata)
     NAME_000000250.safetensors       every `save_every` steps (and on Ctrl+C); the newest
                                      `max_step_saves_to_keep` are kept
-    checkpoints/step_000000250/      full training state for resume (aitk.checkpoint)
+    checkpoints/step_000000250/      full training state for resume (aitk.run.checkpoint)
     samples/000000250_0.jpg          previews
     config.yaml                      the config as run ([name] replaced, ${VAR} kept)
     loss_log.jsonl                   one JSON object per step: step, loss, lr, time
     .aitk.lock, .aitk.lock.json      one trainer per output folder; who holds it
-    status.json                      phase, step, totals, exit code (aitk.status)
+    status.json                      phase, step, totals, exit code (aitk.run.status)
 
 The trainer only removes or overwrites files it recognises as its own: checkpoints by
-their manifest (aitk.checkpoint), LoRA files by their `software` metadata, config.yaml
-by its first line, previews by their EXIF mark (aitk.sampling), the loss log by its lines
-(aitk.metrics). Anything else in the output folder is left as it is.
+their manifest (aitk.run.checkpoint), LoRA files by their `software` metadata, config.yaml
+by its first line, previews by their EXIF mark (aitk.run.sampling), the loss log by its lines
+(aitk.run.metrics). Anything else in the output folder is left as it is.
 """
 
 from __future__ import annotations
@@ -42,13 +42,12 @@ from typing import Any, TextIO
 import torch
 
 import aitk
-from aitk import checkpoint as ckpt
-from aitk import distributed, provenance
-from aitk.config import REPO_ROOT, ConfigError, LoadedConfig, ProcessConfig, dump_yaml
+from aitk.config.loading import REPO_ROOT, ConfigError, LoadedConfig, ProcessConfig, dump_yaml
 from aitk.data import controls
 from aitk.data.batches import BatchSource
 from aitk.data.cache import LatentCache, TextEmbedCache, default_cache_dir
 from aitk.data.dataset import DatasetError, Item, scan_folder
+from aitk.diffusion.noise import NonFiniteLoss
 from aitk.files import (
     DiskFull,
     atomic_write_json,
@@ -56,12 +55,13 @@ from aitk.files import (
     check_free_space,
     is_disk_full,
 )
-from aitk.metrics import Metrics
-from aitk.noise import NonFiniteLoss
-from aitk.optim import OptimizerUnavailable, Schedule, build_optimizer, lr_at
-from aitk.ownership import CONFIG_HEADER, lora_is_ours
-from aitk.status import StatusFile, status_path
-from aitk.train import LoopSettings, Outcome, Run, train
+from aitk.run import checkpoint as ckpt
+from aitk.run import distributed, provenance
+from aitk.run.metrics import Metrics
+from aitk.run.optim import OptimizerUnavailable, Schedule, build_optimizer, lr_at
+from aitk.run.ownership import CONFIG_HEADER, lora_is_ours
+from aitk.run.status import StatusFile, status_path
+from aitk.run.train import LoopSettings, Outcome, Run, train
 
 EXIT_OK, EXIT_FAILED, EXIT_CONFIG, EXIT_INTERRUPTED = 0, 1, 2, 130
 RUNNING_DIR = REPO_ROOT / ".aitk-run"
@@ -583,7 +583,7 @@ def run_process(loaded: LoadedConfig, proc: ProcessConfig, stop: StopFlag,
 def train_process(loaded: LoadedConfig, proc: ProcessConfig, out_dir: Path, stop: StopFlag,
                   stream: TextIO, world: distributed.World,
                   status: StatusFile | None = None) -> Outcome:
-    from aitk.sampling import image_configs, write_samples
+    from aitk.run.sampling import image_configs, write_samples
 
     main = world.is_main
     if not main:
@@ -760,7 +760,7 @@ def run_job(loaded: LoadedConfig, stream: TextIO | None = None) -> int:
     """Run every process of one config; returns the exit code (never raises)."""
     stream = LenientStream(stream or sys.stderr)  # type: ignore[assignment]
     first = loaded.job.config.process[0]
-    # Under torchrun rank 0 alone writes the status file (aitk.distributed).
+    # Under torchrun rank 0 alone writes the status file (aitk.run.distributed).
     writes = os.environ.get("RANK", "0") == "0"
     status = StatusFile(status_path(Path(first.training_folder).expanduser() / loaded.name)
                         if writes else None, loaded.name)

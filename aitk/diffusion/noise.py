@@ -9,8 +9,8 @@ The loop uses the model's one `NoiseSchedule` (`model.training_schedule`, built 
     target  = model.get_loss_target(..., timesteps=t)       # schedule.target
     loss    = diffusion_loss(pred, target, schedule.loss_weights(t))
 
-Two schedules exist: flow matching (aitk.flow_matching; Flux, Qwen-Image, the example)
-and DDPM (aitk.ddpm; SDXL, epsilon or v-prediction). Draws come only from the generator
+Two schedules exist: flow matching (aitk.diffusion.flow_matching; Flux, Qwen-Image, the example)
+and DDPM (aitk.diffusion.ddpm; SDXL, epsilon or v-prediction). Draws come only from the generator
 passed in, in a fixed order (noise, then the offset, then timesteps), so a step's draws
 depend on (seed, step, micro-step) alone and resume is exact.
 """
@@ -26,7 +26,7 @@ import torch
 
 @dataclass(frozen=True)
 class NoiseSettings:
-    """The job's `train:` keys that shape the noise (aitk.config.TrainConfig)."""
+    """The job's `train:` keys that shape the noise (aitk.config.loading.TrainConfig)."""
 
     timestep_type: str = "sigmoid"
     noise_offset: float = 0.0

@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from aitk.prompt_embeds import AdvancedPromptEmbeds
+from aitk.models.prompt_embeds import AdvancedPromptEmbeds
 
 
 @dataclass

@@ -1,7 +1,7 @@
 """`python run.py CONFIG [CONFIG ...] [--recover] [--name NAME] [--log FILE] [--check]`
 (also `python -m aitk run ...`).
 
-Each config is loaded and preflighted (aitk.preflight: every problem that can be known
+Each config is loaded and preflighted (aitk.audit.preflight: every problem that can be known
 without model weights, all at once) before anything loads. `--check` stops there.
 Configs run in order; a failure stops the list unless --recover. Ctrl+C always stops
 the list. Exit code: 0 all finished (or, with --check, all passed); otherwise the first
@@ -19,10 +19,10 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import TextIO
 
-from aitk.config import ConfigError, LoadedConfig, load_config
-from aitk.status import StatusFile, status_path
+from aitk.config.loading import ConfigError, LoadedConfig, load_config
+from aitk.run.status import StatusFile, status_path
 
-# aitk.job's codes; that module imports torch, so it is imported only to run a job.
+# aitk.run.job's codes; that module imports torch, so it is imported only to run a job.
 EXIT_OK, EXIT_INTERRUPTED = 0, 130
 
 
@@ -85,7 +85,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
 def maybe_torchrun(args: argparse.Namespace, argv: list[str]) -> int | None:
     """Run this command under torchrun when more than one process is wanted and return
     its exit code; None when one process is wanted (or this already is a rank)."""
-    from aitk import torchrun
+    from aitk.run import torchrun
 
     if torchrun.under_torchrun():
         return None
@@ -95,7 +95,7 @@ def maybe_torchrun(args: argparse.Namespace, argv: list[str]) -> int | None:
     if not req.wanted:
         return None
     cuda = torchrun.cuda_gpu_count()
-    script = Path(__file__).resolve().parent.parent / "run.py"
+    script = Path(__file__).resolve().parents[2] / "run.py"
     command = torchrun.torchrun_args(req, script, strip_rank_flags(argv), cuda)
     return torchrun.launch(command, req.gpus, cuda)
 
@@ -119,8 +119,8 @@ def strip_rank_flags(argv: list[str]) -> list[str]:
 def checked(name: str, args: argparse.Namespace) -> LoadedConfig:
     """Load and preflight one config; raises ConfigError listing every error found.
     Preflight warnings and notes are printed here; config warnings by the caller."""
-    from aitk.audit.findings import Level
-    from aitk.preflight import preflight
+    from aitk.audit.preflight import preflight
+    from aitk.findings import Level
 
     loaded = load_config(name, name_override=args.name)
     findings = preflight(loaded)
@@ -140,7 +140,7 @@ def main(argv: list[str] | None = None) -> int:
     except SystemExit as exc:  # argparse: 2 on bad usage, 0 on --help
         return int(exc.code or 0)
     if not args.check:  # a check is one process: nothing to spread over GPUs
-        from aitk.torchrun import LaunchError
+        from aitk.run.torchrun import LaunchError
 
         try:
             ranks_code = maybe_torchrun(args, argv)
@@ -179,7 +179,7 @@ def check_passed(loaded: LoadedConfig) -> int:
 
 
 def _run(loaded: LoadedConfig) -> int:
-    from aitk.job import run_job
+    from aitk.run.job import run_job
 
     return run_job(loaded)
 

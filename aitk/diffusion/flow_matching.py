@@ -13,8 +13,14 @@ from dataclasses import dataclass, field
 
 import torch
 
-from aitk.noise import NoiseSettings, NonFiniteLoss, check_finite, diffusion_loss, sample_noise
-from aitk.timesteps import TIMESTEP_TYPES, FlowShift, bell_weights, sample_timesteps
+from aitk.diffusion.noise import (
+    NoiseSettings,
+    NonFiniteLoss,
+    check_finite,
+    diffusion_loss,
+    sample_noise,
+)
+from aitk.diffusion.timesteps import TIMESTEP_TYPES, FlowShift, bell_weights, sample_timesteps
 
 __all__ = ["FlowMatchSchedule", "NonFiniteLoss", "TIMESTEP_TYPES", "add_noise",
            "check_finite", "flow_matching_loss", "image_tokens", "sample_timesteps",
@@ -50,7 +56,7 @@ def image_tokens(patch_size: int) -> Callable[[torch.Tensor], int]:
 
 @dataclass(frozen=True)
 class FlowMatchSchedule:
-    """Flow matching with the model's timestep shift (see aitk.timesteps)."""
+    """Flow matching with the model's timestep shift (see aitk.diffusion.timesteps)."""
 
     settings: NoiseSettings = NoiseSettings()
     shift: FlowShift = FlowShift()

@@ -20,13 +20,13 @@ from pathlib import Path
 import torch
 from PIL import Image
 
-from aitk.config import SampleConfig
+from aitk.config.loading import SampleConfig
 from aitk.data.dataset import TRIGGER_TAG
 from aitk.data.video import spread
 from aitk.files import atomic_write_bytes
 from aitk.models.base import BaseModel, GenerateImageConfig
-from aitk.ownership import image_is_ours, image_mark
-from aitk.prompt_embeds import AdvancedPromptEmbeds
+from aitk.models.prompt_embeds import AdvancedPromptEmbeds
+from aitk.run.ownership import image_is_ours, image_mark
 
 
 def sample_prompt(prompt: str, trigger: str | None) -> str:

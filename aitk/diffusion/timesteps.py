@@ -27,7 +27,7 @@ from typing import Any
 
 import torch
 
-from aitk.choices import TIMESTEP_TYPES
+from aitk.config.choices import TIMESTEP_TYPES
 
 SHIFTED_TYPES = ("shift", "flux_shift")
 # s stays strictly inside (0, 1): s = 0 would make the input the clean image.

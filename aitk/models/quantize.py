@@ -26,7 +26,7 @@ from fnmatch import fnmatch
 import torch
 from torch import nn
 
-from aitk.choices import QTYPES
+from aitk.config.choices import QTYPES
 
 
 class QuantizeError(ValueError):

@@ -15,7 +15,7 @@ from typing import Any
 
 import torch
 
-from aitk.noise import NoiseSettings, sample_noise
+from aitk.diffusion.noise import NoiseSettings, sample_noise
 
 PREDICTION_TYPES = ("epsilon", "v_prediction")
 

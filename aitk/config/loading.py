@@ -47,10 +47,10 @@ from pydantic import (
     model_validator,
 )
 
-from aitk import upstream_keys
-from aitk.choices import QTYPES, TIMESTEP_TYPES
+from aitk.config import upstream_keys
+from aitk.config.choices import QTYPES, TIMESTEP_TYPES
 
-REPO_ROOT = Path(__file__).resolve().parent.parent
+REPO_ROOT = Path(__file__).resolve().parents[2]
 CONFIG_EXTENSIONS = ("", ".yml", ".yaml", ".json")
 
 
@@ -310,7 +310,7 @@ class ProcessConfig(_Strict):
     type: Literal["sd_trainer", "ui_trainer", "diffusion_trainer"] = "sd_trainer"
     training_folder: str = "output"
     device: str | None = None  # None: cuda when available, else cpu
-    gpus: PositiveInt = 1  # > 1: run.py starts torchrun (aitk.torchrun)
+    gpus: PositiveInt = 1  # > 1: run.py starts torchrun (aitk.run.torchrun)
     trigger_word: str | None = None
     network: NetworkConfig
     save: SaveConfig = SaveConfig()
@@ -339,7 +339,7 @@ class JobConfig(_Strict):
     meta: dict[str, Any] = {}
 
 
-# Each schema class is the aitk side of one upstream section (aitk.upstream_keys).
+# Each schema class is the aitk side of one upstream section (aitk.config.upstream_keys).
 SECTION_NAMES: dict[type[BaseModel], str] = {
     JobConfig: "job", JobSection: "config", ProcessConfig: "process",
     NetworkConfig: "network", NetworkKwargs: "network.network_kwargs", SaveConfig: "save",

@@ -12,11 +12,11 @@ from enum import Enum
 import numpy as np
 import torch
 
-from aitk import distributed
-from aitk.batch import DataBatch
+from aitk.data.batch import DataBatch
+from aitk.diffusion.noise import check_finite, diffusion_loss
 from aitk.models.base import BaseModel
-from aitk.noise import check_finite, diffusion_loss
-from aitk.optim import Schedule, lr_at, set_lr
+from aitk.run import distributed
+from aitk.run.optim import Schedule, lr_at, set_lr
 
 
 class Outcome(Enum):
@@ -37,7 +37,7 @@ class LoopSettings:
     # step's update, and always before a sample, a save or the end: a NaN loss stops
     # the run before it reaches a checkpoint (with 1, before it reaches the weights).
     log_every: int = 1
-    # Data-parallel ranks (aitk.distributed): noise micro-steps are numbered as if one
+    # Data-parallel ranks (aitk.run.distributed): noise micro-steps are numbered as if one
     # process ran them all, and gradients and the logged loss are means over ranks.
     world: distributed.World = distributed.World()
 
@@ -67,7 +67,7 @@ def step_generator(seed: int, step: int, micro: int) -> torch.Generator:
 
 def compute_loss(model: BaseModel, batch: DataBatch, generator: torch.Generator
                  ) -> torch.Tensor:
-    """One batch through the model's noise schedule (aitk.noise): noise and timesteps
+    """One batch through the model's noise schedule (aitk.diffusion.noise): noise and timesteps
     drawn, mixed, conditioned, predicted and scored against the schedule's target."""
     assert batch.latents is not None and batch.prompt_embeds is not None
     schedule = model.training_schedule

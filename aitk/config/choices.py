@@ -5,8 +5,8 @@ Kept free of torch imports: the config schema reads them before any model loads.
 
 from __future__ import annotations
 
-# train.timestep_type (aitk.timesteps documents each one).
+# train.timestep_type (aitk.diffusion.timesteps documents each one).
 TIMESTEP_TYPES = ("sigmoid", "logit_normal", "linear", "uniform", "weighted", "shift",
                   "flux_shift")
-# model.qtype / model.qtype_te: optimum-quanto weight types (aitk.quantize).
+# model.qtype / model.qtype_te: optimum-quanto weight types (aitk.models.quantize).
 QTYPES = ("qfloat8", "qint8", "qint4")

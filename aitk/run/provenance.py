@@ -15,7 +15,7 @@ from typing import Any
 
 import aitk
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 PACKAGES = ("torch", "diffusers", "transformers", "peft", "optimum-quanto", "safetensors")
 GIT_TIMEOUT = 10.0
 _CREDENTIALS = re.compile(r"^([a-z][a-z0-9+.-]*://)[^/@]*@", re.IGNORECASE)

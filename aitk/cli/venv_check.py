@@ -16,7 +16,7 @@ import sys
 from pathlib import Path
 
 EXIT_WRONG_PYTHON = 2
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 # Import names of the trainer's own requirements (requirements.txt, plus torch).
 REQUIRED = ("torch", "pydantic", "yaml", "diffusers", "transformers", "safetensors", "PIL",
             "numpy", "rich")

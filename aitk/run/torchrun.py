@@ -75,7 +75,7 @@ def cuda_gpu_count() -> int:
 def config_gpus(names: Sequence[str]) -> int:
     """The largest `gpus:` any of the configs asks for (unreadable ones count as 1: the
     run reports them properly)."""
-    from aitk.config import ConfigError, read_config_file, resolve_config_path
+    from aitk.config.loading import ConfigError, read_config_file, resolve_config_path
 
     most = 1
     for name in names:

@@ -23,7 +23,7 @@ from rich.progress import (
 )
 
 from aitk.files import atomic_write_text
-from aitk.status import StatusFile
+from aitk.run.status import StatusFile
 
 
 def is_loss_log(path: Path) -> bool:

@@ -2,10 +2,10 @@
 (a user's file at one of its names is left alone). Light on purpose: the web UI uses it
 too, and it must not import torch.
 
-- LoRA files: safetensors metadata `software` names aitk (aitk.provenance writes it);
+- LoRA files: safetensors metadata `software` names aitk (aitk.run.provenance writes it);
 - previews: EXIF `Software` = aitk (PNG, JPEG, WebP, animated WebP);
 - config.yaml: its first line is CONFIG_HEADER;
-- loss_log.jsonl: aitk.metrics.is_loss_log; checkpoints: aitk.checkpoint.is_ours.
+- loss_log.jsonl: aitk.run.metrics.is_loss_log; checkpoints: aitk.run.checkpoint.is_ours.
 Links are never ours: replacing one would replace the user's link.
 """
 

@@ -23,11 +23,11 @@ from collections.abc import Callable
 from pathlib import Path
 
 from aitk.audit.dataset import DatasetOptions, audit_dataset
-from aitk.audit.findings import Finding, Level, error, info, warning
-from aitk.config import LoadedConfig, ProcessConfig
+from aitk.config.loading import LoadedConfig, ProcessConfig
+from aitk.findings import Finding, Level, error, info, warning
 
 MIN_FREE_BYTES = 512 * 1024 * 1024  # a LoRA checkpoint set fits; less is a warning
-CHECKPOINT_PREFIX = "step_"  # aitk.checkpoint's directory names (that module hashes)
+CHECKPOINT_PREFIX = "step_"  # aitk.run.checkpoint's directory names (that module hashes)
 PreflightCheck = Callable[[str, ProcessConfig, LoadedConfig], list[Finding]]
 
 
