@@ -41,7 +41,8 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 from aitk.config.loading import parse_job  # noqa: E402
-from aitk.run.job import create_network, load_model, run_job  # noqa: E402
+from aitk.run.assembly import create_network, load_model  # noqa: E402
+from aitk.run.job import run_job  # noqa: E402
 
 SIDES = {"example": 64, "flux": 192}
 

@@ -23,7 +23,8 @@ from collections.abc import Callable
 from pathlib import Path
 
 from aitk.audit.dataset import DatasetOptions, audit_dataset
-from aitk.config.loading import LoadedConfig, ProcessConfig
+from aitk.config.loading import LoadedConfig
+from aitk.config.schema import ProcessConfig
 from aitk.findings import Finding, Level, error, info, warning
 
 MIN_FREE_BYTES = 512 * 1024 * 1024  # a LoRA checkpoint set fits; less is a warning

@@ -1,9 +1,9 @@
 """The upstream AI Toolkit's job format, as data: every key its config classes read,
 with upstream's default, the job and process types it has, and its model archs.
 
-aitk accepts every key listed here. A key aitk's schema (aitk.config.loading) also declares acts;
-any other listed key is dropped, and warned about once, by name, only when its value
-would change what upstream does (it differs from upstream's default). Keys in `QUIET`
+aitk accepts every key listed here. A key aitk's schema (aitk.config.schema) also
+declares acts; any other listed key is dropped, and warned about once, by name, only
+when its value would change what upstream does (it differs from upstream's default). Keys in `QUIET`
 never change the trained weights (logging, the UI's database, worker counts, compile
 flags) and are accepted silently. Anything in neither the schema nor these tables is a
 misspelling: an error with a suggestion.

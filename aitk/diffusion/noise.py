@@ -26,7 +26,7 @@ import torch
 
 @dataclass(frozen=True)
 class NoiseSettings:
-    """The job's `train:` keys that shape the noise (aitk.config.loading.TrainConfig)."""
+    """The job's `train:` keys that shape the noise (aitk.config.schema.TrainConfig)."""
 
     timestep_type: str = "sigmoid"
     noise_offset: float = 0.0

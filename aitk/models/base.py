@@ -124,7 +124,7 @@ def parse_model_kwargs(description: ArchDescription, raw: Any) -> ArchKwargs:
 
 
 class ModelSettings(Protocol):
-    """What a model reads from the job's `model:` section (aitk.config.loading.ModelConfig)."""
+    """What a model reads from the job's `model:` section (aitk.config.schema.ModelConfig)."""
 
     arch: str
     name_or_path: str

@@ -2,8 +2,14 @@
 
     job.py            run_job: signals, the run record, the status file, the error
                       boundary; each process of the job in turn
-    train.py          the one-screen training loop
-    checkpoint.py     checkpoint folders: save, validate, resume, prune
+    process.py        one process as a short sequence of named steps:
+      assembly.py       device, model, datasets, adapter + optimizer + batch source
+      caches.py         latents and text embeddings, encoded once or per batch
+      saving.py         a save (checkpoint, LoRA files, pruning) and a resume
+      train.py          the one-screen training loop
+    signals.py        Ctrl+C / SIGTERM / SIGHUP: finish the step, save, exit 130
+    output.py         the output folder: its lock, its file names, only ours touched
+    checkpoint.py     checkpoint folders: save, validate, find the resumable one, prune
     optim.py          the optimizer and lr_at(step)
     sampling.py       previews through the model's hooks
     metrics.py        progress on the console and the loss log
@@ -13,5 +19,5 @@
     provenance.py     where a run came from (also `manager info`); stdlib only
 
 Importing this package imports nothing: `run.py --check` and the manager import single
-light modules from it.
+light modules from it (status, torchrun, provenance).
 """

@@ -41,7 +41,8 @@ PREFIX = "step_"
 TMP_PREFIX = ".tmp-"
 OLD_PREFIX = ".old-"
 INVALID_PREFIX = "invalid-"
-# The files the trainer puts in a checkpoint (aitk.run.job.checkpoint_files) + the manifest.
+# The files the trainer puts in a checkpoint (aitk.run.saving.checkpoint_files) + the
+# manifest.
 FILES = frozenset({"adapter.safetensors", "optimizer.pt", "rng.pt", "state.json", MANIFEST})
 _PUBLISHED = re.compile(r"step_(\d{9})")
 _STALE = re.compile(r"\.(tmp|old)-step_\d{9}-\d+")

@@ -20,13 +20,14 @@ from pathlib import Path
 import torch
 from PIL import Image
 
-from aitk.config.loading import SampleConfig
+from aitk.config.schema import SampleConfig
 from aitk.data.dataset import TRIGGER_TAG
 from aitk.data.video import spread
 from aitk.files import atomic_write_bytes
 from aitk.models.base import BaseModel, GenerateImageConfig
 from aitk.models.prompt_embeds import AdvancedPromptEmbeds
 from aitk.run.ownership import image_is_ours, image_mark
+from aitk.run.status import StatusFile
 
 
 def sample_prompt(prompt: str, trigger: str | None) -> str:
@@ -123,3 +124,21 @@ def write_samples(model: BaseModel, configs: list[GenerateImageConfig], folder: 
             atomic_write_bytes(path, data)
             paths.append(path)
     return paths
+
+
+class Previews:
+    """The loop's `sample(step)` on rank 0: one step's previews, with the status file
+    in its `sampling` phase meanwhile."""
+
+    def __init__(self, model: BaseModel, configs: list[GenerateImageConfig], folder: Path,
+                 fmt: str, prompt_embeds: Mapping[str, AdvancedPromptEmbeds] | None,
+                 status: StatusFile, say: Callable[[str], None]) -> None:
+        self.model, self.configs, self.folder, self.fmt = model, configs, folder, fmt
+        self.prompt_embeds, self.status, self.say = prompt_embeds, status, say
+
+    def __call__(self, step: int) -> None:
+        self.status.phase("sampling")
+        paths = write_samples(self.model, self.configs, self.folder, step, self.fmt,
+                              self.prompt_embeds, say=self.say)
+        self.say(f"wrote {len(paths)} samples for step {step}")
+        self.status.phase("training")

@@ -44,7 +44,7 @@ class LoopSettings:
 
 @dataclass
 class Run:
-    """What the loop needs; job.py builds it, tests build it from stand-ins."""
+    """What the loop needs; aitk.run.process builds it, tests build it from stand-ins."""
 
     model: BaseModel
     params: Sequence[torch.nn.Parameter]

@@ -25,7 +25,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from aitk.cli.run import main  # noqa: E402
-from aitk.run import checkpoint, job, train  # noqa: E402
+from aitk.run import checkpoint, signals, train  # noqa: E402
 
 MARKERS = Path(os.environ["AITK_TEST_MARKERS"])
 PAUSE_CALL = int(os.environ.get("AITK_TEST_PAUSE_CALL", "0"))
@@ -48,10 +48,10 @@ def pause(point: str, signals: int) -> None:
         time.sleep(0.005)
 
 
-_handle = job.StopFlag.handle
+_handle = signals.StopFlag.handle
 
 
-def handle(self: job.StopFlag, signum: int, frame: object) -> None:
+def handle(self: signals.StopFlag, signum: int, frame: object) -> None:
     received.append(signum)
     _handle(self, signum, frame)
 
@@ -82,7 +82,7 @@ def write_synced(path: Path, data: bytes) -> None:
             pause("save", 2)
 
 
-job.StopFlag.handle = handle
+signals.StopFlag.handle = handle
 train.compute_loss = compute_loss
 checkpoint._write_synced = write_synced
 

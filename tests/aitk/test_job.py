@@ -16,15 +16,11 @@ from safetensors import safe_open
 
 from aitk.config.loading import load_config
 from aitk.models.base import BaseModel
-from aitk.run.job import (
-    EXIT_OK,
-    create_network,
-    load_model,
-    prune_step_loras,
-    run_job,
-    step_lora_name,
-)
+from aitk.run.assembly import create_network, load_model
+from aitk.run.job import EXIT_OK, run_job
+from aitk.run.output import step_lora_name
 from aitk.run.sampling import image_configs
+from aitk.run.saving import prune_step_loras
 from aitk.run.train import compute_loss, step_generator
 from tests.aitk.aitk_testing import job_config, write_config
 

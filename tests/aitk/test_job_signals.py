@@ -214,7 +214,7 @@ STOP_SIGNALS = [s for s in (signal.SIGINT, signal.SIGTERM, getattr(signal, "SIGH
 
 @pytest.mark.parametrize("signum", STOP_SIGNALS)
 def test_sigint_and_sigterm_request_a_stop_then_stop_at_once(signum: int):
-    from aitk.run.job import StopFlag
+    from aitk.run.signals import StopFlag
 
     said: list[str] = []
     before = signal.getsignal(signum)
@@ -236,7 +236,7 @@ def test_on_windows_ctrl_break_is_a_stop_that_saves_like_ctrl_c():
     """Issue 14: the launcher and the web UI stop a trainer on Windows with
     CTRL_BREAK_EVENT, which reaches it as SIGBREAK: that must be a stop-and-save signal
     there (the decision, tested on Linux; the handler is the same for every one)."""
-    from aitk.run.job import stop_signals
+    from aitk.run.signals import stop_signals
 
     assert stop_signals(WINDOWS_SIGNALS) == (2, 15, 21)
     assert stop_signals(LINUX_SIGNALS) == (2, 15, 1)

@@ -8,7 +8,7 @@ import numpy as np
 import torch
 from PIL import Image
 
-from aitk.config.loading import SampleConfig, SampleItem
+from aitk.config.schema import SampleConfig, SampleItem
 from aitk.run.sampling import image_configs, write_samples
 
 

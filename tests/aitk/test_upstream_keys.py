@@ -138,7 +138,7 @@ def test_config_errors_carry_path_message_records():
 
 
 def test_every_upstream_section_maps_to_a_schema_class():
-    from aitk.config.loading import SECTION_NAMES
+    from aitk.config.schema import SECTION_NAMES
 
     mapped = set(SECTION_NAMES.values())
     assert {"job", "config", "process", "network", "save", "sample", "sample.samples",

@@ -11,7 +11,8 @@ import torch
 from PIL import Image
 
 from aitk.audit.preflight import preflight
-from aitk.config.loading import DatasetConfig, parse_job
+from aitk.config.loading import parse_job
+from aitk.config.schema import DatasetConfig
 from aitk.data import controls
 from aitk.data.batches import BatchSource
 from aitk.data.dataset import DatasetError, load_pixels, scan_folder

@@ -9,7 +9,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from aitk.config.loading import ConfigError, DatasetConfig, ProcessConfig
+from aitk.config.loading import ConfigError
+from aitk.config.schema import DatasetConfig, ProcessConfig
 from aitk.data import dataset as dataset_module
 from aitk.data.batches import BatchSource
 from aitk.data.cache import LatentCache
@@ -140,7 +141,7 @@ def test_with_num_frames_1_videos_are_skipped_with_one_report(tmp_path: Path):
 
 
 def test_an_image_arch_refuses_num_frames_above_1(tmp_path: Path):
-    from aitk.run.job import scan_datasets
+    from aitk.run.assembly import scan_datasets
 
     write_video(tmp_path / "ds" / "a.mp4", 5)
     proc = ProcessConfig.model_validate({

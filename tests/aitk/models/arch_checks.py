@@ -29,7 +29,8 @@ from aitk.config.loading import load_config
 from aitk.data.batch import DataBatch
 from aitk.models.base import BaseModel
 from aitk.run import train as train_module
-from aitk.run.job import EXIT_INTERRUPTED, EXIT_OK, StopFlag, run_job
+from aitk.run.job import EXIT_INTERRUPTED, EXIT_OK, run_job
+from aitk.run.signals import StopFlag
 from aitk.run.train import compute_loss, step_generator
 from tests.aitk.aitk_testing import job_config, write_config
 from tests.aitk.models.conftest import ModelCfg

@@ -18,7 +18,7 @@ from aitk.models.registry import load_model
 @dataclass
 class ModelCfg:
     """Stands in for the trainer's `model:` section (aitk.models.base.ModelSettings, and
-    the optional knobs of aitk.config.loading.ModelConfig that some archs read)."""
+    the optional knobs of aitk.config.schema.ModelConfig that some archs read)."""
 
     name_or_path: str
     arch: str = "example"

@@ -1,0 +1,335 @@
+"""The job config's schema: upstream's YAML format as pydantic models, and pydantic's
+errors turned into one line per problem, each naming its field path.
+
+    job: extension
+    config:
+      name: my_lora
+      process:
+        - type: sd_trainer
+          training_folder: output
+          network: {type: lora, linear: 16, linear_alpha: 16}
+          save / sample / train / model / datasets: ...
+    meta: {name: "[name]", version: "1.0"}
+
+Every model forbids unknown keys (aitk.config.upstream screens them first, so an
+upstream-only key is a warning and a misspelling an error with a suggestion).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    model_validator,
+)
+
+from aitk.config.choices import QTYPES, TIMESTEP_TYPES
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", validate_default=True)
+
+
+PositiveInt = Annotated[int, Field(ge=1)]
+Probability = Annotated[float, Field(ge=0.0, le=1.0)]
+
+
+class NetworkKwargs(_Strict):
+    only_if_contains: list[str] | None = None
+    ignore_if_contains: list[str] | None = None
+
+
+class NetworkConfig(_Strict):
+    type: Literal["lora", "lokr"] = "lora"
+    linear: PositiveInt | None = None
+    rank: PositiveInt | None = None  # upstream's older name for `linear`
+    linear_alpha: float | None = None
+    alpha: float | None = None
+    dropout: Probability | None = None
+    lokr_factor: int = -1
+    network_kwargs: NetworkKwargs = NetworkKwargs()
+
+    @property
+    def dim(self) -> int:
+        return self.linear or self.rank or 16
+
+    @property
+    def scale_alpha(self) -> float:
+        for value in (self.linear_alpha, self.alpha):
+            if value is not None:
+                return float(value)
+        return float(self.dim)
+
+
+class SaveConfig(_Strict):
+    dtype: Literal["float16", "fp16", "bfloat16", "bf16", "float32", "fp32"] = "float16"
+    save_every: PositiveInt = 250
+    max_step_saves_to_keep: PositiveInt = 4
+    # upstream writes "diffusers" for flux; aitk always writes the layout the arch's
+    # loaders read (see aitk.adapters.keys), so both are accepted
+    save_format: Literal["safetensors", "diffusers"] = "safetensors"
+
+
+class SampleItem(_Strict):
+    prompt: str
+    width: PositiveInt | None = None
+    height: PositiveInt | None = None
+    neg: str | None = None
+    seed: int | None = None
+    guidance_scale: float | None = None
+    sample_steps: PositiveInt | None = None
+    num_frames: PositiveInt | None = None  # video archs; unset: the sample section's
+    fps: PositiveInt | None = None
+    # Edit models: the control (reference) image(s) a preview edits; `ctrl_img` or
+    # `ctrl_img_1..3` (upstream's names), in that order (aitk.data.controls).
+    ctrl_img: str | None = None
+    ctrl_img_1: str | None = None
+    ctrl_img_2: str | None = None
+    ctrl_img_3: str | None = None
+
+    @property
+    def ctrl_imgs(self) -> list[str]:
+        """As upstream: `ctrl_img` (else `ctrl_img_1`) first, then _2 and _3."""
+        return [p for p in (self.ctrl_img or self.ctrl_img_1, self.ctrl_img_2,
+                            self.ctrl_img_3) if p]
+
+
+class SampleConfig(_Strict):
+    sampler: str = "flowmatch"  # upstream's names; the arch's own sampler is used
+    sample_every: PositiveInt = 250
+    width: PositiveInt = 512
+    height: PositiveInt = 512
+    prompts: list[str] = []
+    samples: list[SampleItem] | None = None
+    neg: str | Literal[False] = ""
+    seed: int = 0
+    walk_seed: bool = False
+    guidance_scale: float = 4.0
+    sample_steps: PositiveInt = 20
+    format: Literal["jpg", "png", "webp"] = "jpg"
+    # Video archs: frames per preview (the arch may round to its 4k+1) and playback rate.
+    num_frames: PositiveInt = 1
+    fps: PositiveInt = 16
+
+    @property
+    def items(self) -> list[SampleItem]:
+        """`samples` wins over the legacy `prompts` list, as upstream."""
+        if self.samples is not None:
+            return list(self.samples)
+        return [SampleItem(prompt=p) for p in self.prompts]
+
+
+class OptimizerParams(_Strict):
+    weight_decay: float = 0.01
+    betas: tuple[float, float] = (0.9, 0.999)
+    eps: float = 1e-8
+
+
+class LRSchedulerParams(_Strict):
+    warmup_steps: Annotated[int, Field(ge=0)] = 0
+    eta_min: Annotated[float, Field(ge=0.0)] = 0.0  # floor of linear/cosine decay
+
+
+class TrainConfig(_Strict):
+    steps: PositiveInt = 1000
+    batch_size: PositiveInt = 1
+    gradient_accumulation: PositiveInt = 1
+    gradient_accumulation_steps: PositiveInt = 1  # upstream's legacy name
+    lr: Annotated[float, Field(gt=0.0)] = 1e-4
+    optimizer: Literal["adamw", "adamw8bit"] = "adamw"
+    optimizer_params: OptimizerParams = OptimizerParams()
+    lr_scheduler: Literal["constant", "constant_with_warmup", "linear", "cosine"] = "constant"
+    lr_scheduler_params: LRSchedulerParams = LRSchedulerParams()
+    max_grad_norm: Annotated[float, Field(ge=0.0)] = 1.0
+    dtype: Literal["fp32", "float32", "bf16", "bfloat16"] = "fp32"
+    noise_scheduler: Literal["flowmatch"] = "flowmatch"
+    timestep_type: Literal[TIMESTEP_TYPES] = "sigmoid"  # type: ignore[valid-type]
+    noise_offset: Annotated[float, Field(ge=0.0)] = 0.0
+    min_snr_gamma: Annotated[float, Field(gt=0.0)] | None = None  # DDPM archs (SDXL)
+    # Flux: the value fed to a guidance-distilled model's guidance embedding.
+    cfg_scale: float = 1.0
+    bypass_guidance_embedding: bool = False
+    # Multi-expert models (wan22_14b): train one expert for this many micro-batches,
+    # then the other (upstream's key).
+    switch_boundary_every: PositiveInt = 1
+    loss_type: Literal["mse"] = "mse"
+    gradient_checkpointing: bool = True
+    cache_text_embeddings: bool = False
+    unload_text_encoder: bool = False  # aitk: same as cache_text_embeddings
+    skip_first_sample: bool = False
+    disable_sampling: bool = False
+    seed: int = 42
+
+    @model_validator(mode="after")
+    def _one_accumulation_key(self) -> TrainConfig:
+        if self.gradient_accumulation > 1 and self.gradient_accumulation_steps > 1:
+            raise ValueError("set gradient_accumulation or gradient_accumulation_steps, "
+                             "not both")
+        return self
+
+    @property
+    def accumulation(self) -> int:
+        return max(self.gradient_accumulation, self.gradient_accumulation_steps)
+
+
+class ModelConfig(_Strict):
+    name_or_path: str
+    arch: str
+    quantize: bool = False
+    quantize_te: bool | None = None
+    qtype: Literal[QTYPES] = "qfloat8"  # type: ignore[valid-type]
+    qtype_te: Literal[QTYPES] = "qfloat8"  # type: ignore[valid-type]
+    low_vram: bool = False  # keep idle parts (text encoders, VAE) on the CPU
+    assistant_lora_path: str | None = None  # Flux schnell: the de-distillation LoRA
+    # DDPM archs (sdxl): true = v-prediction, false = epsilon; unset = the model's
+    # scheduler config says.
+    is_v_pred: bool | None = None
+    model_kwargs: dict[str, Any] = {}
+    # aitk: build the arch's tiny random model (BaseModel.build_tiny) at name_or_path
+    # when it is absent, so the tiny example jobs run on a fresh checkout.
+    create_if_missing: bool = False
+
+    @model_validator(mode="after")
+    def _te_follows_quantize(self) -> ModelConfig:
+        if self.quantize_te is None:
+            self.quantize_te = self.quantize
+        return self
+
+
+def four_k_plus_one(frames: int) -> int:
+    """Frame counts are 1 or 4k+1: video VAEs (Wan's) keep the first frame and pack
+    each further 4 frames into one latent frame."""
+    if frames < 1 or (frames - 1) % 4:
+        below = max(1, (frames - 1) // 4 * 4 + 1)
+        raise ValueError(f"must be 1 or of the form 4k+1 (1, 5, 9, 13, 17, ..., 81); got "
+                         f"{frames}: use {below} or {below + 4}")
+    return frames
+
+
+class DatasetConfig(_Strict):
+    folder_path: str
+    caption_ext: str = "txt"
+    default_caption: str | None = None
+    trigger_word: str | None = None
+    caption_dropout_rate: Probability = 0.0
+    num_repeats: PositiveInt = 1
+    resolution: PositiveInt | list[PositiveInt] = 512
+    cache_latents: bool = False
+    cache_latents_to_disk: bool = False
+    cache_text_embeddings: bool = False
+    # Video archs (aitk.data.video): frames per clip; 1 = images only (videos skipped).
+    num_frames: Annotated[int, AfterValidator(four_k_plus_one)] = 1
+    fps: PositiveInt = 24  # with shrink_video_to_frames false: the rate frames are taken at
+    shrink_video_to_frames: bool = True  # spread num_frames over the whole clip
+    # Edit models: folders of control images paired with the images by file stem
+    # (a list for several references; `control_path_1..3` are upstream's other names).
+    control_path: str | list[str] | None = None
+    control_path_1: str | None = None
+    control_path_2: str | None = None
+    control_path_3: str | None = None
+
+    @property
+    def control_paths(self) -> list[str]:
+        """Every control folder, in order: control_path (or its list), then _1.._3."""
+        first = self.control_path if isinstance(self.control_path, list) else \
+            [self.control_path]
+        return [p for p in (*first, self.control_path_1, self.control_path_2,
+                            self.control_path_3) if p]
+
+    @property
+    def resolutions(self) -> list[int]:
+        res = self.resolution if isinstance(self.resolution, list) else [self.resolution]
+        return sorted(set(res))
+
+
+class ProcessConfig(_Strict):
+    type: Literal["sd_trainer", "ui_trainer", "diffusion_trainer"] = "sd_trainer"
+    training_folder: str = "output"
+    device: str | None = None  # None: cuda when available, else cpu
+    gpus: PositiveInt = 1  # > 1: run.py starts torchrun (aitk.run.torchrun)
+    trigger_word: str | None = None
+    network: NetworkConfig
+    save: SaveConfig = SaveConfig()
+    sample: SampleConfig = SampleConfig()
+    train: TrainConfig = TrainConfig()
+    model: ModelConfig
+    datasets: Annotated[list[DatasetConfig], Field(min_length=1)]
+
+
+def one_path_component(name: str) -> str:
+    """The job name becomes a folder and file names: one plain path component."""
+    if name in (".", "..") or any(c in name for c in "/\\\0") or Path(name).is_absolute():
+        raise ValueError(f"must be one folder name (no '/', '\\', '..' or absolute path; "
+                         f"got {name!r}): it names the output folder and its files")
+    return name
+
+
+class JobSection(_Strict):
+    name: Annotated[str, Field(min_length=1), AfterValidator(one_path_component)]
+    process: Annotated[list[ProcessConfig], Field(min_length=1)]
+
+
+class JobConfig(_Strict):
+    job: Literal["extension"] = "extension"
+    config: JobSection
+    meta: dict[str, Any] = {}
+
+
+# Each schema class is the aitk side of one upstream section (aitk.config.upstream_keys).
+SECTION_NAMES: dict[type[BaseModel], str] = {
+    JobConfig: "job", JobSection: "config", ProcessConfig: "process",
+    NetworkConfig: "network", NetworkKwargs: "network.network_kwargs", SaveConfig: "save",
+    SampleConfig: "sample", SampleItem: "sample.samples", TrainConfig: "train",
+    OptimizerParams: "train.optimizer_params",
+    LRSchedulerParams: "train.lr_scheduler_params", ModelConfig: "model",
+    DatasetConfig: "datasets",
+}
+
+
+def join_path(path: str, key: Any) -> str:
+    """A field path one level down: ("config.process[0]", "train") -> "...[0].train"."""
+    return f"{path}.{key}" if path else str(key)
+
+
+# ---- pydantic's errors as config problems ---------------------------------------------
+def _loc(loc: Iterable[Any], data: Any) -> str:
+    """A pydantic location as a config path, skipping union-branch tags like `int`."""
+    out = ""
+    for part in loc:
+        if isinstance(part, int) and isinstance(data, list) and part < len(data):
+            out, data = f"{out}[{part}]", data[part]
+        elif isinstance(part, str) and isinstance(data, dict) and part in data:
+            out, data = join_path(out, part), data[part]
+        elif isinstance(part, str) and isinstance(data, dict | None) and \
+                not any(c in part for c in "[-"):
+            out, data = join_path(out, part), None  # a missing key
+    return out
+
+
+def _expected(err: Any) -> str:
+    msg = err["msg"]
+    if err["type"] == "missing":
+        return "required key is missing"
+    if msg.startswith("Value error, "):
+        msg = msg[len("Value error, "):]
+    if err["type"] in ("value_error", "assertion_error"):
+        return msg
+    return f"{msg[0].lower()}{msg[1:]} (got {err.get('input')!r})"
+
+
+def validation_problems(exc: ValidationError, data: Any) -> list[str]:
+    found: dict[str, str] = {}
+    for err in exc.errors():
+        where = _loc(err["loc"], data) or "(top level)"
+        found.setdefault(where, f"{where}: {_expected(err)}")
+    # A union reports one error per branch; keep the most specific path.
+    return [line for where, line in found.items()
+            if not any(o != where and o.startswith((f"{where}.", f"{where}["))
+                       for o in found)]

@@ -1,0 +1,179 @@
+"""Assembling a process: the device, the model, the datasets and the adapter the loop
+trains. Each step is a plain function of the process config; aitk.run.process calls
+them in order.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any, TextIO
+
+import torch
+
+from aitk.config.schema import ProcessConfig
+from aitk.data import controls
+from aitk.data.batches import BatchSource
+from aitk.data.dataset import DatasetError, Item, scan_folder
+from aitk.run.optim import Schedule, build_optimizer
+from aitk.run.output import JobInputError, foreign_loras
+
+TRAIN_DTYPES = {"fp32": torch.float32, "float32": torch.float32,
+                "bf16": torch.bfloat16, "bfloat16": torch.bfloat16}
+
+
+def pick_device(requested: str | None) -> torch.device:
+    if requested is None:
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    device = torch.device(requested)
+    if device.type == "cuda" and not torch.cuda.is_available():
+        raise JobInputError(f"device {requested!r} was asked for but CUDA is not available "
+                            "here; set `device: cpu` (or remove `device`)")
+    if device.type == "mps" and not torch.backends.mps.is_available():
+        raise JobInputError(f"device {requested!r} was asked for but MPS is not available")
+    return device
+
+
+def ensure_example_model(proc: ProcessConfig) -> None:
+    """`model.create_if_missing`: build the arch's tiny random model on first use."""
+    from aitk.models import registry
+
+    path = Path(proc.model.name_or_path).expanduser()
+    if not proc.model.create_if_missing or path.exists():
+        return
+    model_cls = registry.get_model_class(proc.model.arch)
+    print(f"building a tiny random {proc.model.arch} model at {path} (create_if_missing)",
+          file=sys.stderr)
+    try:
+        model_cls.build_tiny(path)
+    except NotImplementedError:
+        raise JobInputError(f"model.create_if_missing: the {proc.model.arch} arch has no "
+                            "tiny random model to build; point name_or_path at a model"
+                            ) from None
+
+
+def quiet_library_progress() -> None:
+    """Loading a local folder is quick; per-file bars would bury the training output."""
+    from diffusers.utils import logging as diffusers_logging
+    from transformers.utils import logging as transformers_logging
+
+    transformers_logging.disable_progress_bar()
+    diffusers_logging.disable_progress_bar()
+
+
+def load_model(proc: ProcessConfig, device: torch.device,
+               report: Callable[[str], None] | None = None) -> Any:
+    from aitk.models import registry
+
+    # `report` shows broken extensions even when the requested arch loads fine.
+    model_cls = registry.get_model_class(proc.model.arch, report=report)
+    model = model_cls(proc.model, device=device, dtype=TRAIN_DTYPES[proc.train.dtype])
+    model.load_model()
+    return model
+
+
+def create_network(model: Any, proc: ProcessConfig) -> Any:
+    from aitk.adapters import AdapterNetwork
+
+    net = proc.network
+    # The adapter reads upstream's names; hand it the resolved rank/alpha aliases.
+    spec = SimpleNamespace(type=net.type, linear=net.dim, linear_alpha=net.scale_alpha,
+                           dropout=net.dropout or 0.0, lokr_factor=net.lokr_factor,
+                           network_kwargs=net.network_kwargs.model_dump(exclude_none=True))
+    return AdapterNetwork.attach(model, spec)
+
+
+def enable_gradient_checkpointing(module: torch.nn.Module) -> None:
+    if hasattr(module, "enable_gradient_checkpointing"):
+        module.enable_gradient_checkpointing()
+    else:
+        module.gradient_checkpointing = True
+
+
+def scan_datasets(proc: ProcessConfig, divisibility: int, report: Callable[[str], None],
+                  is_video: bool = False) -> list[Item]:
+    """Every dataset's items. For a video arch (`is_video`) each dataset's frame settings
+    apply; an image arch refuses num_frames above 1 (one line, exit 2)."""
+    from aitk.data.video import ClipSpec
+
+    items: list[Item] = []
+    for i, ds in enumerate(proc.datasets):
+        if ds.num_frames > 1 and not is_video:
+            raise DatasetError(f"datasets[{i}].num_frames is "
+                               f"{ds.num_frames}, but arch {proc.model.arch!r} trains on "
+                               "images; set num_frames: 1 or use a video arch")
+        clip = (ClipSpec(ds.num_frames, float(ds.fps), ds.shrink_video_to_frames)
+                if is_video else None)
+        found = scan_folder(Path(ds.folder_path).expanduser(), caption_ext=ds.caption_ext,
+                            default_caption=ds.default_caption,
+                            trigger_word=ds.trigger_word or proc.trigger_word,
+                            resolutions=ds.resolutions, divisibility=divisibility,
+                            caption_dropout_rate=ds.caption_dropout_rate,
+                            num_repeats=ds.num_repeats, clip=clip, report=report)
+        items += controls.pair_controls(
+            found, [Path(p).expanduser() for p in ds.control_paths], report)
+    controls.check_same_count(items)
+    return items
+
+
+class Reporter:
+    """Each distinct message once (unreadable images, missing captions)."""
+
+    def __init__(self, stream: TextIO) -> None:
+        self.stream = stream
+        self.seen: set[str] = set()
+
+    def __call__(self, message: str) -> None:
+        if message not in self.seen:
+            self.seen.add(message)
+            print(f"warning: {message}", file=self.stream, flush=True)
+
+
+def refuse_foreign_loras(out_dir: Path, name: str, suffixes: Sequence[str] = ("",)) -> None:
+    """Stop (exit 2) before anything is trained when a LoRA file this run would write is
+    someone else's."""
+    foreign = foreign_loras(out_dir, name, suffixes)
+    if foreign:
+        raise JobInputError(f"{', '.join(str(p) for p in foreign)} "
+                            f"{'was' if len(foreign) == 1 else 'were'} not written by aitk "
+                            "and would be overwritten; move them away or give this run "
+                            "another name")
+
+
+@dataclass
+class Trainable:
+    """What the loop updates and a checkpoint holds: the adapter on the model, its
+    optimizer and LR schedule, and the batch source (its order is resumed too)."""
+
+    network: Any
+    module: torch.nn.Module  # the model part the adapter sits on (train/eval switch)
+    params: list[torch.nn.Parameter]
+    optimizer: torch.optim.Optimizer
+    schedule: Schedule
+    data: BatchSource
+
+
+def attach_adapter(proc: ProcessConfig, model: Any, items: list[Item],
+                   latents: Callable[[Sequence[Item]], torch.Tensor] | None,
+                   embeds: Callable[..., Any],
+                   control_embeds: controls.ControlEmbeds | None) -> Trainable:
+    """The adapter (seeded), gradient checkpointing, the optimizer and schedule, and the
+    batch source over the encoded inputs."""
+    tr = proc.train
+    torch.manual_seed(tr.seed)  # adapter init; a resume overwrites both
+    network = create_network(model, proc)
+    module = model.get_model_to_train()
+    if tr.gradient_checkpointing:
+        enable_gradient_checkpointing(module)
+    params = list(network.trainable_parameters())
+    opt = tr.optimizer_params
+    optimizer = build_optimizer(tr.optimizer, params, tr.lr, opt.weight_decay, opt.betas,
+                                opt.eps)
+    schedule = Schedule(tr.lr, tr.steps, tr.lr_scheduler,
+                        tr.lr_scheduler_params.warmup_steps, tr.lr_scheduler_params.eta_min)
+    data = BatchSource(items, tr.batch_size, tr.seed, latents, model.encode_images, embeds,
+                       control_embeds)
+    return Trainable(network, module, params, optimizer, schedule, data)

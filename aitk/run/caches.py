@@ -1,0 +1,163 @@
+"""The encoded inputs of a process: latents and text embeddings, computed once before
+the loop (in memory, and on disk under AITK_CACHE_DIR when the datasets ask for it) or
+per batch when nothing asks for caching.
+
+Cache keys cover the input's content and the model's identity (aitk.data.cache); on a
+disk cache shared by several ranks each rank fills its own share first.
+"""
+
+from __future__ import annotations
+
+import tempfile
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, TextIO
+
+import torch
+
+from aitk.config.loading import REPO_ROOT
+from aitk.config.schema import ProcessConfig
+from aitk.data import controls
+from aitk.data.cache import LatentCache, TextEmbedCache, default_cache_dir
+from aitk.data.dataset import Item
+from aitk.run import distributed
+from aitk.run.signals import StopFlag
+
+
+@dataclass
+class Inputs:
+    """How the batch source gets each batch's latents and embeddings, and the preview
+    prompts' embeddings (None: the previews embed their prompts themselves)."""
+
+    latents: Callable[[Sequence[Item]], torch.Tensor] | None  # None: encode each batch
+    embeds: Callable[..., Any]
+    control_embeds: controls.ControlEmbeds | None
+    sample_embeds: dict[str, Any] | None
+
+
+def encode_inputs(proc: ProcessConfig, model: Any, items: list[Item], samples: list[Any],
+                  stop: StopFlag, say: Callable[[str], None], stream: TextIO,
+                  world: distributed.World = distributed.SINGLE) -> Inputs:
+    """Fill the caches the config asks for; a model whose embeddings read the control
+    images (edit models) embeds each caption with its item's controls."""
+    cache_dir = usable_cache_dir(say)
+    latents = cached_latents(proc, model, items, stop, say, stream, cache_dir, world)
+    if model.encode_control_in_text_embeddings and items[0].controls:
+        control_embeds, sample_embeds = control_text_embeddings(
+            proc, model, items, samples, stop, say, cache_dir, world)
+        # unused: every item has its controls
+        return Inputs(latents, model.get_prompt_embeds, control_embeds, sample_embeds)
+    embeds, sample_embeds = text_embeddings(proc, model, items, samples, stop, say,
+                                            cache_dir, world)
+    return Inputs(latents, embeds, None, sample_embeds)
+
+
+def usable_cache_dir(say: Callable[[str], None]) -> Path | None:
+    """The cache folder, or None when it cannot be written (a read-only checkout): the
+    caches then live in memory for this run. Never a reason to stop training."""
+    folder = default_cache_dir(REPO_ROOT)
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryFile(dir=folder):
+            pass
+    except OSError as exc:
+        say(f"cache folder {folder} is not writable ({exc.strerror or exc}); caches stay "
+            "in memory for this run (set AITK_CACHE_DIR to a writable folder)")
+        return None
+    return folder
+
+
+def model_identity(model: Any, cache_dir: Path | None) -> str:
+    """The model's cache-key fingerprint. File digests are remembered in the cache folder
+    (by path, size and mtime), so a multi-GB model is hashed once, not at every start."""
+    return model.identity(digest_cache=cache_dir / "model_digests.json" if cache_dir
+                          else None)
+
+
+def fill_shared(fill: Callable[..., Any], entries: Sequence[Any], world: distributed.World,
+                shared: bool, stop: StopFlag) -> None:
+    """Fill a cache. On a disk cache shared by several ranks, each rank first computes
+    its own share (every W-th entry), so no two ranks write one entry; after a barrier
+    the full pass only reads what the others wrote."""
+    if shared and world.distributed:
+        fill(list(dict.fromkeys(entries))[world.rank::world.size], stop=stop.check)
+        distributed.barrier(world)
+    fill(entries, stop=stop.check)
+
+
+def cached_latents(proc: ProcessConfig, model: Any, items: list[Item], stop: StopFlag,
+                   say: Callable[[str], None], stream: TextIO, cache_dir: Path | None,
+                   world: distributed.World = distributed.SINGLE
+                   ) -> Callable[[Sequence[Item]], torch.Tensor] | None:
+    """Encode every image once (memory, and disk with `cache_latents_to_disk`); None
+    when no dataset asks for caching: the loop then encodes each batch."""
+    if not any(ds.cache_latents or ds.cache_latents_to_disk for ds in proc.datasets):
+        return None
+    to_disk = any(ds.cache_latents_to_disk for ds in proc.datasets)
+    folder = cache_dir / "latents" if to_disk and cache_dir else None
+    cache = LatentCache(model.encode_images, model_identity(model, cache_dir),
+                        model.latent_space_version, folder, report=say)
+    print(f"caching latents for {len(set(items))} image sizes", file=stream, flush=True)
+    fill_shared(cache.fill, items, world, folder is not None, stop)
+    return cache.get
+
+
+def text_embeddings(proc: ProcessConfig, model: Any, items: list[Item],
+                    samples: list[Any], stop: StopFlag, say: Callable[[str], None],
+                    cache_dir: Path | None, world: distributed.World = distributed.SINGLE
+                    ) -> tuple[Callable[[list[str]], Any], dict[str, Any] | None]:
+    """(captions -> batch embeds, embeds for the preview prompts or None).
+
+    With `cache_text_embeddings` (or `unload_text_encoder`), every caption the run can
+    use (the empty one for caption dropout, the preview prompts) is embedded up front and
+    the text encoder is unloaded; otherwise captions are embedded per batch."""
+    tr = proc.train
+    wanted = tr.cache_text_embeddings or tr.unload_text_encoder
+    if not (wanted or any(ds.cache_text_embeddings for ds in proc.datasets)):
+        def embed(captions: list[str]) -> Any:
+            with torch.no_grad():
+                return model.get_prompt_embeds(captions).detach()
+
+        return embed, None
+    captions = [i.caption for i in items]
+    if any(i.caption_dropout_rate > 0 for i in items):
+        captions.append("")
+    captions += [t for c in samples for t in (c.prompt, c.negative_prompt)]
+    cache = TextEmbedCache(model.encode_prompts, model_identity(model, cache_dir),
+                           model.text_embedding_space_version,
+                           cache_dir / "text_embeds" if cache_dir else None, report=say)
+    fill_shared(cache.fill, list(dict.fromkeys(captions)), world, cache_dir is not None,
+                stop)
+    model.unload_text_encoder()  # every caption is cached: free its memory
+    return cache.get, cache.mapping()
+
+
+def control_text_embeddings(proc: ProcessConfig, model: Any, items: list[Item],
+                            samples: list[Any], stop: StopFlag, say: Callable[[str], None],
+                            cache_dir: Path | None,
+                            world: distributed.World = distributed.SINGLE
+                            ) -> tuple[controls.ControlEmbeds, dict[str, Any] | None]:
+    """`text_embeddings` for a model whose embeddings read the control images
+    (aitk.data.controls): cache entries are keyed by caption and control content, and the
+    preview prompts by `prompt_key(text, ctrl_imgs)`."""
+    def encode(captions: list[str], images: list[torch.Tensor]) -> Any:
+        with torch.no_grad():
+            return model.get_prompt_embeds(captions, control_images=images).detach()
+
+    tr = proc.train
+    if not (tr.cache_text_embeddings or tr.unload_text_encoder
+            or any(ds.cache_text_embeddings for ds in proc.datasets)):
+        return (lambda captions, batch_items, images: encode(captions, images)), None
+    cache = controls.ControlTextEmbedCache(
+        encode, model_identity(model, cache_dir), model.text_embedding_space_version,
+        cache_dir / "text_embeds" if cache_dir else None, report=say)
+    fill_shared(cache.fill, controls.caption_pairs(items), world, cache_dir is not None, stop)
+    sample_embeds = {}
+    for c in samples:
+        images = controls.load_sample_controls(c.ctrl_imgs)
+        for text in (c.prompt, c.negative_prompt):
+            sample_embeds[controls.prompt_key(text, c.ctrl_imgs)] = encode([text], images)
+    model.unload_text_encoder()  # every caption is cached: free its memory
+    return (lambda captions, batch_items, images: cache.get(captions, batch_items)), \
+        sample_embeds

@@ -1,0 +1,124 @@
+"""The output folder `training_folder/NAME/`: one trainer at a time, only aitk's own
+files touched.
+
+    NAME.safetensors                 final LoRA (public keys + metadata)
+    NAME_000000250.safetensors       every `save_every` steps (and on Ctrl+C); the newest
+                                     `max_step_saves_to_keep` are kept
+    checkpoints/step_000000250/      full training state for resume (aitk.run.checkpoint)
+    samples/000000250_0.jpg          previews (aitk.run.sampling)
+    config.yaml                      the config as run ([name] replaced, ${VAR} kept)
+    loss_log.jsonl                   one JSON object per step: step, loss, lr, time
+    .aitk.lock, .aitk.lock.json      one trainer per output folder; who holds it
+    status.json                      phase, step, totals, exit code (aitk.run.status)
+
+The trainer only removes or overwrites files it recognises as its own: checkpoints by
+their manifest (aitk.run.checkpoint), LoRA files by their `software` metadata,
+config.yaml by its first line, previews by their EXIF mark (aitk.run.sampling), the
+loss log by its lines (aitk.run.metrics), all read through aitk.run.ownership. Anything
+else in the output folder is left as it is.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from pathlib import Path
+
+from aitk.config.loading import LoadedConfig, dump_yaml
+from aitk.files import atomic_write_json, atomic_write_text
+from aitk.run.ownership import CONFIG_HEADER, lora_is_ours
+
+
+class JobInputError(Exception):
+    """Something the config points at is unusable (exit 2)."""
+
+
+LOCK_NAME = ".aitk.lock"
+
+
+def _holder_text(out_dir: Path) -> str:
+    try:
+        holder = json.loads((out_dir / f"{LOCK_NAME}.json").read_text(encoding="utf-8"))
+        return (f"pid {holder['pid']}, started {holder['started']}, config "
+                f"{holder['config']}")
+    except (OSError, ValueError, KeyError, TypeError):
+        return "holder unknown"
+
+
+@contextmanager
+def output_lock(out_dir: Path, config: Path) -> Iterator[None]:
+    """Hold `out_dir/.aitk.lock` for the whole run: two trainers writing one folder would
+    mix their checkpoints into one LoRA. The OS drops the lock when its holder dies (even
+    by kill -9), so a stale lock never blocks a resume."""
+    from filelock import FileLock, Timeout
+
+    try:
+        out_dir.mkdir(parents=True, exist_ok=True)
+        lock = FileLock(str(out_dir / LOCK_NAME))
+        lock.acquire(timeout=0)
+    except Timeout:
+        raise JobInputError(
+            f"output folder {out_dir} is in use by another trainer ({_holder_text(out_dir)}); "
+            "wait for it to finish (or stop it), or give this run another name") from None
+    except OSError as exc:
+        raise JobInputError(f"cannot use the output folder {out_dir}: "
+                            f"{exc.strerror or exc}") from None
+    holder = out_dir / f"{LOCK_NAME}.json"
+    try:
+        atomic_write_json(holder, {"pid": os.getpid(), "config": str(config),
+                                   "started": time.strftime("%Y-%m-%dT%H:%M:%SZ",
+                                                            time.gmtime())})
+        yield
+    finally:
+        holder.unlink(missing_ok=True)
+        lock.release()
+
+
+def foreign_loras(out_dir: Path, name: str, suffixes: Sequence[str] = ("",)) -> list[Path]:
+    """LoRA-named files in `out_dir` that aitk did not write (it would overwrite them).
+    `suffixes`: the model's per-file suffixes (`_high_noise`, ... for multi-expert)."""
+    if not out_dir.is_dir():
+        return []
+    finals = {f"{name}{s}.safetensors" for s in suffixes}
+    return [p for p in out_dir.iterdir() if (p.name in finals
+                                             or step_lora_step(p, name, suffixes) is not None)
+            and not lora_is_ours(p)]
+
+
+def write_run_config(path: Path, loaded: LoadedConfig, say: Callable[[str], None]) -> None:
+    """config.yaml: ours (first line CONFIG_HEADER, or exactly this config as an earlier
+    aitk wrote it) is rewritten; anyone else's is left alone."""
+    if path.exists() or path.is_symlink():
+        try:
+            with open(path, "rb") as fh:
+                head = fh.read(1 << 20).decode("utf-8")
+            import yaml
+
+            ours = head.startswith(CONFIG_HEADER) or yaml.safe_load(head) == loaded.recorded
+        except (OSError, ValueError, yaml.YAMLError):
+            ours = False
+        if not ours or path.is_symlink():
+            say(f"{path} was not written by aitk; left as it is (the config as run is "
+                "in the LoRA file's metadata)")
+            return
+    atomic_write_text(path, CONFIG_HEADER + dump_yaml(loaded.recorded))
+
+
+def step_lora_name(name: str, step: int) -> str:
+    return f"{name}_{step:09d}.safetensors"
+
+
+def step_lora_step(path: Path, name: str, suffixes: Sequence[str] = ("",)) -> int | None:
+    # Not glob(): a name like "lora[v2]" would read as a pattern and match nothing.
+    prefix = f"{name}_"
+    if path.suffix != ".safetensors" or not path.stem.startswith(prefix):
+        return None
+    rest = path.stem[len(prefix):]
+    for suffix in suffixes:
+        digits = rest[:len(rest) - len(suffix)] if suffix else rest
+        if rest.endswith(suffix) and len(digits) == 9 and digits.isdigit():
+            return int(digits)
+    return None

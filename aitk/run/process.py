@@ -1,0 +1,197 @@
+"""One process of a job (a `config.process[i]` entry): a LoRA/LoKr training run, as a
+short sequence of named steps. Each step lives in the module that owns its concern:
+
+    refuse foreign LoRAs   assembly   a file at this run's LoRA names that aitk did not
+                                      write stops the run before anything loads
+    join the ranks         distributed  the device, the process group
+    load the model         assembly   built first with `create_if_missing`; configured
+    scan the datasets      assembly   items with buckets, repeats and control images
+    encode the inputs      caches     latents and text embeddings, cached or per batch
+    attach the adapter     assembly   network, optimizer, LR schedule, batch source
+    resume                 saving     the newest checkpoint that validates
+    train                  train      the loop; saving.Saver and sampling.Previews are
+                                      its `save` and `sample`
+
+Under torchrun every rank runs all of it; rank 0 alone writes (outputs, checkpoints,
+samples, logs, the status file) and holds the output folder's lock, and the others
+train their shard. Another kind of job (a full fine-tune, generate, merge) is another
+function like `train_process`, built from the same steps.
+"""
+
+from __future__ import annotations
+
+import io
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, TextIO
+
+import torch
+
+from aitk.config.loading import LoadedConfig
+from aitk.config.schema import ProcessConfig
+from aitk.data.dataset import Item
+from aitk.run import distributed
+from aitk.run.assembly import (
+    Reporter,
+    Trainable,
+    attach_adapter,
+    ensure_example_model,
+    load_model,
+    pick_device,
+    quiet_library_progress,
+    refuse_foreign_loras,
+    scan_datasets,
+)
+from aitk.run.caches import Inputs, encode_inputs
+from aitk.run.metrics import Metrics
+from aitk.run.output import output_lock, write_run_config
+from aitk.run.saving import Saver, resume
+from aitk.run.signals import StopFlag
+from aitk.run.status import StatusFile
+from aitk.run.train import LoopSettings, Outcome, Run, train
+
+
+@dataclass
+class Process:
+    """What every step of one process reads."""
+
+    loaded: LoadedConfig
+    proc: ProcessConfig
+    out_dir: Path
+    stop: StopFlag
+    stream: TextIO  # rank 0's console; the other ranks write to a buffer
+    world: distributed.World
+    status: StatusFile
+    say: Reporter  # warnings, each distinct one once
+
+    @property
+    def main(self) -> bool:
+        return self.world.is_main
+
+    @property
+    def name(self) -> str:
+        return self.loaded.name
+
+
+def run_process(loaded: LoadedConfig, proc: ProcessConfig, stop: StopFlag,
+                stream: TextIO, world: distributed.World = distributed.SINGLE,
+                status: StatusFile | None = None) -> Outcome:
+    """One process of a job, holding its output folder's lock on rank 0."""
+    out_dir = Path(proc.training_folder).expanduser() / loaded.name
+    if not world.is_main:
+        stream = io.StringIO()  # one console voice: rank 0's
+    p = Process(loaded, proc, out_dir, stop, stream, world, status or StatusFile(None),
+                Reporter(stream))
+    if not p.main:
+        return train_process(p)
+    with output_lock(out_dir, loaded.source):
+        return train_process(p)
+
+
+def train_process(p: Process) -> Outcome:
+    if p.main:
+        refuse_foreign_loras(p.out_dir, p.name)
+    device = join_ranks(p)
+    model = load(p, device)
+    p.stop.check()
+    items = scan_datasets(p.proc, model.get_bucket_divisibility(), p.say,
+                          getattr(model, "is_video", False))
+    previews = preview_configs(p, model, items)
+    p.status.phase("caching")
+    inputs = encode_inputs(p.proc, model, items, previews, p.stop, p.say, p.stream, p.world)
+    trainable = attach_adapter(p.proc, model, items, inputs.latents, inputs.embeds,
+                               inputs.control_embeds)
+    start = resume(p.out_dir / "checkpoints", trainable, p.world, p.say, p.stream, p.name)
+    if p.main:
+        write_run_config(p.out_dir / "config.yaml", p.loaded, p.say)
+    announce(p, items, device)
+    return train_from(p, model, trainable, inputs, previews, start, device)
+
+
+def join_ranks(p: Process) -> torch.device:
+    """This rank's device, in the process group (a no-op for one process)."""
+    device = distributed.device_for(p.world, pick_device(p.proc.device))
+    distributed.init(p.world, device)
+    return device
+
+
+def load(p: Process, device: torch.device) -> Any:
+    """The model, loaded and configured for training. Rank 0 builds a missing tiny model
+    first (`create_if_missing`); the others wait for it."""
+    quiet_library_progress()
+    if p.main:
+        ensure_example_model(p.proc)
+    distributed.barrier(p.world)
+    model = load_model(p.proc, device, report=p.say)
+    model.configure_training(p.proc.train)
+    suffixes = model.lora_file_suffixes()
+    if p.main and suffixes != ("",):  # per-expert file names, known once it is loaded
+        refuse_foreign_loras(p.out_dir, p.name, suffixes)
+    return model
+
+
+def preview_configs(p: Process, model: Any, items: list[Item]) -> list[Any]:
+    """The previews' generation settings (none with `disable_sampling`)."""
+    from aitk.run.sampling import image_configs
+
+    if len(items[0].controls) > 1 and not model.has_multiple_control_images:
+        p.say(f"{p.proc.model.arch} takes one control image: only the first control "
+              "folder is used")
+    if p.proc.train.disable_sampling:
+        return []
+    return image_configs(p.proc.sample, p.proc.trigger_word)
+
+
+def announce(p: Process, items: list[Item], device: torch.device) -> None:
+    ranks = f" x {p.world.size} processes" if p.world.distributed else ""
+    print(f"training {p.name}: {len({i.path for i in items})} images ({len(items)} items "
+          f"with resolutions and repeats), {p.proc.train.steps} steps on {device.type}"
+          f"{ranks}; outputs in {p.out_dir}", file=p.stream, flush=True)
+
+
+def train_from(p: Process, model: Any, trainable: Trainable, inputs: Inputs,
+               previews: list[Any], start: int, device: torch.device) -> Outcome:
+    """The loop from step `start`, saving and previewing on rank 0."""
+    from aitk.run.sampling import Previews
+
+    tr, main = p.proc.train, p.main
+    trainable.module.train()  # adapter dropout active; previews switch to eval and back
+    p.status.phase("training", step=start, total_steps=tr.steps)
+    metrics = Metrics(p.out_dir / "loss_log.jsonl" if main else None, tr.steps, start,
+                      p.name, stream=p.stream, status=p.status)
+    try:
+        saver = Saver(p.loaded, p.proc, p.out_dir, trainable, model.lora_file_suffixes(),
+                      metrics, p.status)
+        if main:
+            saver.repair(start)
+        sample = Previews(model, previews, p.out_dir / "samples", p.proc.sample.format,
+                          inputs.sample_embeds, p.status, metrics.message)
+        settings = LoopSettings(
+            total_steps=tr.steps, accumulation=tr.accumulation,
+            max_grad_norm=tr.max_grad_norm, save_every=p.proc.save.save_every,
+            sample_every=p.proc.sample.sample_every if previews else None,
+            sample_first=not tr.skip_first_sample, seed=tr.seed,
+            # Reading a loss syncs an accelerator; on a CPU it costs nothing.
+            log_every=1 if device.type == "cpu" else 10, world=p.world)
+        if start >= tr.steps:
+            metrics.message(f"{p.name} already finished at step {start}")
+        data, world = trainable.data, p.world
+        outcome = train(Run(
+            model=model, params=trainable.params, optimizer=trainable.optimizer,
+            schedule=trainable.schedule, settings=settings,
+            next_batch=lambda: data.next_for(world.rank, world.size),
+            save=saver.save if main else _skip, sample=sample if main else _skip,
+            log=metrics.log,
+            # Every rank stops at the same step when any was asked to.
+            stop_requested=lambda: distributed.agree(world, p.stop.requested, device)),
+            start)
+        # Leave together: a rank that tore its process group down while rank 0 was
+        # still saving could abort in gloo's threads ("terminate called ...").
+        distributed.barrier(world)
+        return outcome
+    finally:
+        metrics.close()
+
+
+def _skip(step: int) -> None:
+    """`save` and `sample` on the ranks that do not write."""
