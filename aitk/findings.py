@@ -10,6 +10,8 @@ from dataclasses import asdict, dataclass, field
 from enum import Enum
 from typing import Any, TextIO
 
+from aitk.errors import EXIT_FINDINGS, EXIT_OK
+
 
 class Level(str, Enum):
     ERROR = "error"  # the run would fail or produce a broken result
@@ -61,7 +63,7 @@ class Report:
 
     @property
     def exit_code(self) -> int:
-        return 1 if has_errors(self.findings) else 0
+        return EXIT_FINDINGS if has_errors(self.findings) else EXIT_OK
 
     def as_dict(self) -> dict[str, Any]:
         counts = Counter(f.level.value for f in self.findings)

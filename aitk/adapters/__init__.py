@@ -1,5 +1,5 @@
 """Trainable adapters (LoRA, LoKr) through peft; see aitk.adapters.network."""
 
-from aitk.adapters.network import AdapterError, AdapterNetwork
+from aitk.adapters.network import AdapterNetwork
 
-__all__ = ["AdapterError", "AdapterNetwork"]
+__all__ = ["AdapterNetwork"]

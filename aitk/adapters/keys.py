@@ -26,14 +26,12 @@ from collections.abc import Mapping
 
 import torch
 
+from aitk.errors import AdapterKeyError
+
 PUBLIC_PREFIX = "diffusion_model."
 _READ_PREFIXES = (PUBLIC_PREFIX, "transformer.")
 _SUFFIX_ALIASES = {".lora_down.weight": ".lora_A.weight", ".lora_up.weight": ".lora_B.weight"}
 ALPHA_SUFFIX = ".alpha"
-
-
-class AdapterKeyError(ValueError):
-    """A key that does not follow the public convention."""
 
 
 def to_public_keys(state_dict: Mapping[str, torch.Tensor]) -> dict[str, torch.Tensor]:

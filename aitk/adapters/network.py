@@ -33,16 +33,13 @@ from peft.tuners.tuners_utils import BaseTunerLayer
 from torch import nn
 
 from aitk.adapters.keys import ALPHA_SUFFIX, module_of, split_alphas
+from aitk.errors import AdapterError
 
 if TYPE_CHECKING:
     from aitk.models.base import BaseModel
 
 ADAPTER_NAME = "default"
 NETWORK_TYPES = ("lora", "lokr")
-
-
-class AdapterError(ValueError):
-    """A bad network config, no matching layers, or an adapter file that does not fit."""
 
 
 def part_path(path: Path, suffix: str) -> Path:

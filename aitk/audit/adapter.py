@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from aitk.errors import AdapterFileError
 from aitk.findings import Finding, Report, error, info, warning
 
 HEADER_LIMIT = 100 * 1024 * 1024  # safetensors' own cap on the JSON header
@@ -42,10 +43,6 @@ ARCH_HINTS: tuple[tuple[str, str], ...] = (
 )
 UP_SUFFIXES = (".lora_B.weight", ".lora_up.weight", ".lokr_w2", ".lokr_w2_b", ".hada_w2_a")
 DOWN_SUFFIXES = (".lora_A.weight", ".lora_down.weight")
-
-
-class AdapterFileError(ValueError):
-    """Not a safetensors file (exit 2 from the command line)."""
 
 
 @dataclass(frozen=True)

@@ -12,9 +12,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from aitk.config.loading import ConfigError, LoadedConfig, load_config, split_problem
+from aitk.config.loading import LoadedConfig, load_config
 from aitk.config.schema import ProcessConfig
 from aitk.data.formats import TRIGGER_TAG
+from aitk.errors import ConfigError, split_problem
 from aitk.findings import Finding, Report, error, warning
 
 

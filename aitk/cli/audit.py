@@ -12,7 +12,8 @@ import argparse
 import sys
 from pathlib import Path
 
-EXIT_OK, EXIT_FINDINGS, EXIT_USAGE = 0, 1, 2
+from aitk.cli.boundary import boundary
+from aitk.errors import UsageError
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -40,6 +41,7 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
+@boundary(prefix="aitk audit: ")
 def main(argv: list[str] | None = None) -> int:
     try:
         args = _parser().parse_args(sys.argv[1:] if argv is None else argv)
@@ -53,23 +55,17 @@ def main(argv: list[str] | None = None) -> int:
         from aitk.audit.dataset import DatasetOptions, audit_dataset
 
         if not args.folder.is_dir():
-            print(f"aitk audit: error: {args.folder} is not a folder", file=sys.stderr)
-            return EXIT_USAGE
+            raise UsageError(f"{args.folder} is not a folder")
         report = audit_dataset(DatasetOptions(
             args.folder, controls=args.control, resolutions=args.resolution or [512],
             arch=args.arch, caption_ext=args.caption_ext, trigger=args.trigger,
             videos=args.videos))
     else:
-        from aitk.audit.adapter import AdapterFileError, audit_adapter
+        from aitk.audit.adapter import audit_adapter
 
         if not args.file.is_file():
-            print(f"aitk audit: error: {args.file} is not a file", file=sys.stderr)
-            return EXIT_USAGE
-        try:
-            report = audit_adapter(args.file)
-        except AdapterFileError as exc:
-            print(f"aitk audit: error: {exc}", file=sys.stderr)
-            return EXIT_USAGE
+            raise UsageError(f"{args.file} is not a file")
+        report = audit_adapter(args.file)  # AdapterFileError: not safetensors (exit 2)
     if args.json:
         report.write_json(sys.stdout)
     else:

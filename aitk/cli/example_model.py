@@ -16,7 +16,11 @@ import argparse
 import sys
 from pathlib import Path
 
+from aitk.cli.boundary import boundary
+from aitk.errors import UsageError
 
+
+@boundary()
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="python -m aitk example-model",
@@ -44,11 +48,9 @@ def main(argv: list[str] | None = None) -> int:
         out = build_example_model(args.dir, seed=args.seed, overwrite=args.force,
                                   pretrain=PretrainPlan() if args.pretrain else None)
     except FileExistsError as exc:
-        print(f"error: {exc}; pass --force to replace it", file=sys.stderr)
-        return 2
+        raise UsageError(str(exc), hint="pass --force to replace it") from None
     except OSError as exc:
-        print(f"error: cannot write {args.dir}: {exc}", file=sys.stderr)
-        return 2
+        raise UsageError(f"cannot write {args.dir}: {exc}") from None
     kind = "pre-trained" if args.pretrain else "random"
     print(f"wrote example model to {out} ({kind}, seed {args.seed})")
     return 0

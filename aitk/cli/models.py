@@ -13,6 +13,7 @@ import json
 import sys
 from pathlib import Path
 
+from aitk.cli.boundary import boundary
 from aitk.models.registry import Registry, discover
 
 
@@ -50,6 +51,7 @@ def render(data: dict, verbose_errors: dict[str, str] | None = None) -> None:
                   soft_wrap=True)
 
 
+@boundary()
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="python -m aitk models",

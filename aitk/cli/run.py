@@ -19,11 +19,10 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import TextIO
 
-from aitk.config.loading import ConfigError, LoadedConfig, load_config
+from aitk.cli.boundary import boundary, say
+from aitk.config.loading import LoadedConfig, load_config
+from aitk.errors import EXIT_INTERRUPTED, EXIT_OK, ConfigError, TrainerError
 from aitk.run.status import StatusFile, status_path
-
-# aitk.run.job's codes; that module imports torch, so it is imported only to run a job.
-EXIT_OK, EXIT_INTERRUPTED = 0, 130
 
 
 class _Tee:
@@ -133,6 +132,7 @@ def checked(name: str, args: argparse.Namespace) -> LoadedConfig:
     return loaded
 
 
+@boundary()
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     try:
@@ -140,13 +140,7 @@ def main(argv: list[str] | None = None) -> int:
     except SystemExit as exc:  # argparse: 2 on bad usage, 0 on --help
         return int(exc.code or 0)
     if not args.check:  # a check is one process: nothing to spread over GPUs
-        from aitk.run.torchrun import LaunchError
-
-        try:
-            ranks_code = maybe_torchrun(args, argv)
-        except LaunchError as exc:
-            print(f"error: {exc}", file=sys.stderr)
-            return 2
+        ranks_code = maybe_torchrun(args, argv)  # LaunchError: one line, exit 2
         if ranks_code is not None:
             return ranks_code
     first_failure = EXIT_OK
@@ -155,12 +149,12 @@ def main(argv: list[str] | None = None) -> int:
             try:
                 loaded = checked(name, args)
                 code = check_passed(loaded) if args.check else _run(loaded)
-            except ConfigError as exc:
-                print(exc.render(), file=sys.stderr)
+            except TrainerError as exc:  # this config's problems; the next one may run
+                code = say(exc)
                 # A watcher (the web UI) gets the problems as data, field by field.
                 StatusFile(status_path(None), name).finish(
-                    ConfigError.exit_code, error=exc.render(), problems=exc.problems)
-                code = ConfigError.exit_code
+                    code, error=str(exc),
+                    problems=exc.problems if isinstance(exc, ConfigError) else None)
             except KeyboardInterrupt:  # Ctrl+C while loading, before handlers exist
                 code = EXIT_INTERRUPTED
             if code != EXIT_OK:

@@ -15,7 +15,8 @@ import shlex
 import sys
 from pathlib import Path
 
-EXIT_WRONG_PYTHON = 2
+from aitk.errors import EXIT_INPUT  # stdlib only, like this module
+
 ROOT = Path(__file__).resolve().parents[2]
 # Import names of the trainer's own requirements (requirements.txt, plus torch).
 REQUIRED = ("torch", "pydantic", "yaml", "diffusers", "transformers", "safetensors", "PIL",
@@ -87,4 +88,4 @@ def check(entry: list[str], args: list[str]) -> int | None:
     if not missing:
         return None
     print(advice(missing, entry, args), file=sys.stderr)
-    return EXIT_WRONG_PYTHON
+    return EXIT_INPUT

@@ -33,45 +33,10 @@ from pydantic import ValidationError
 from aitk.config import upstream_keys
 from aitk.config.schema import JobConfig, join_path, validation_problems
 from aitk.config.upstream import processes, refusal, screen_keys, upstream_form
+from aitk.errors import ConfigError
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 CONFIG_EXTENSIONS = ("", ".yml", ".yaml", ".json")
-
-
-class ConfigError(Exception):
-    """A config that cannot run. `problems` holds one line per problem; `records` the
-    same as (field path, message) pairs ("" when a problem is about no one field), for
-    callers that place the message next to the field (audits, a web form)."""
-
-    exit_code = 2
-
-    def __init__(self, source: str, problems: list[str]) -> None:
-        self.source = source
-        self.problems = problems
-        super().__init__(self.render())
-
-    @property
-    def records(self) -> list[tuple[str, str]]:
-        return [split_problem(p) for p in self.problems]
-
-    def render(self) -> str:
-        if len(self.problems) == 1:
-            return f"config error in {self.source}: {self.problems[0]}"
-        lines = [f"config errors in {self.source}:"]
-        lines += [f"  - {p}" for p in self.problems]
-        return "\n".join(lines)
-
-
-_PATH_PREFIX = re.compile(r"^((?:config|job|meta)(?:\.[\w-]+|\[\d+\])*|\(top level\)): ")
-
-
-def split_problem(problem: str) -> tuple[str, str]:
-    """"config.process[0].train.lr: too small" -> ("config.process[0].train.lr", "too
-    small"); a problem about no one field has the path ""."""
-    found = _PATH_PREFIX.match(problem)
-    if found is None:
-        return "", problem
-    return found.group(1), problem[found.end():]
 
 
 @dataclass

@@ -28,8 +28,9 @@ from safetensors.torch import load_file, save
 
 from aitk.data.buckets import resize_crop
 from aitk.data.dataset import Item, load_pixels
+from aitk.errors import PromptEmbedsFileError
 from aitk.files import atomic_write_bytes, sha256_file
-from aitk.models.prompt_embeds import AdvancedPromptEmbeds, PromptEmbedsFileError
+from aitk.models.prompt_embeds import AdvancedPromptEmbeds
 
 CACHE_FORMAT = "1"  # bump when the layout of an entry changes
 ENCODE_BATCH = 16  # captions per text-encoder call: bounded memory for big datasets

@@ -36,10 +36,11 @@ import torch
 from PIL import Image, ImageOps, UnidentifiedImageError
 
 from aitk.data.buckets import Size
-from aitk.data.dataset import BadInputFile, DatasetError, Item, image_size, open_image
+from aitk.data.dataset import Item, image_size, open_image
 from aitk.data.formats import IMAGE_EXTENSIONS
+from aitk.errors import BadInputFile, DatasetError, PromptEmbedsFileError
 from aitk.files import sha256_file
-from aitk.models.prompt_embeds import AdvancedPromptEmbeds, PromptEmbedsFileError
+from aitk.models.prompt_embeds import AdvancedPromptEmbeds
 
 CACHE_FORMAT = "1"
 UNREADABLE = (BadInputFile, OSError, UnidentifiedImageError, SyntaxError, ValueError,

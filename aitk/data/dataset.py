@@ -42,25 +42,17 @@ from aitk.data.formats import IMAGE_EXTENSIONS, TRIGGER_TAG, VIDEO_EXTENSIONS
 from aitk.data.video import (
     MAX_VIDEO_BYTES,
     ClipSpec,
-    UnreadableVideo,
     fits_at_fps,
     frame_indices,
     is_video,
     probe,
     read_frames,
 )
+from aitk.errors import BadInputFile, DatasetError, UnreadableVideo
 
 MAX_CAPTION_BYTES = 64 * 1024
 MAX_IMAGE_BYTES = 512 * 2**20
 MAX_IMAGE_PIXELS = 2**26  # 8192 x 8192; a bigger image would take GBs to decode
-
-
-class DatasetError(ValueError):
-    exit_code = 2
-
-
-class BadInputFile(OSError):
-    """A dataset file that is not read: not a regular file, or too large."""
 
 
 def open_input(path: Path, limit: int) -> BinaryIO:

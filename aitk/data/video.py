@@ -33,12 +33,10 @@ from typing import BinaryIO
 
 from PIL import Image
 
+from aitk.errors import UnreadableVideo
+
 MAX_VIDEO_BYTES = 4 * 2**30
 MAX_VIDEO_FRAMES = 20_000  # counted at scan: ~14 minutes at 24 fps
-
-
-class UnreadableVideo(ValueError):
-    """A video file that cannot be used: not decodable, too long, or too short."""
 
 
 @dataclass(frozen=True)

@@ -13,18 +13,8 @@ from dataclasses import dataclass, field
 
 import torch
 
-from aitk.diffusion.noise import (
-    NoiseSettings,
-    NonFiniteLoss,
-    check_finite,
-    diffusion_loss,
-    sample_noise,
-)
-from aitk.diffusion.timesteps import TIMESTEP_TYPES, FlowShift, bell_weights, sample_timesteps
-
-__all__ = ["FlowMatchSchedule", "NonFiniteLoss", "TIMESTEP_TYPES", "add_noise",
-           "check_finite", "flow_matching_loss", "image_tokens", "sample_timesteps",
-           "velocity_target"]
+from aitk.diffusion.noise import NoiseSettings, diffusion_loss, sample_noise
+from aitk.diffusion.timesteps import FlowShift, bell_weights, sample_timesteps
 
 
 def add_noise(clean: torch.Tensor, noise: torch.Tensor, timesteps: torch.Tensor

@@ -23,6 +23,8 @@ from typing import Protocol
 
 import torch
 
+from aitk.errors import NonFiniteLoss
+
 
 @dataclass(frozen=True)
 class NoiseSettings:
@@ -76,17 +78,6 @@ def diffusion_loss(pred: torch.Tensor, target: torch.Tensor,
         return torch.nn.functional.mse_loss(pred.float(), target.float())
     per_item = (pred.float() - target.float()).pow(2).flatten(1).mean(1)
     return (per_item * weights.to(per_item.device, torch.float32)).mean()
-
-
-class NonFiniteLoss(RuntimeError):
-    """The loss became NaN/inf: training stops instead of hiding it."""
-
-    exit_code = 1
-
-    def __init__(self, step: int, value: float) -> None:
-        self.step = step
-        super().__init__(f"loss is {value} at step {step}; stopping. Lower the learning "
-                         "rate, use fp32, or check the dataset; the last checkpoint is kept")
 
 
 def check_finite(loss: torch.Tensor | float, step: int) -> float:

@@ -15,6 +15,8 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
+from aitk.errors import AttentionBackendError
+
 try:  # optional accelerator kernel; a missing package is a flag, not an ImportError
     from flash_attn import flash_attn_varlen_func  # type: ignore[import-not-found]
 
@@ -24,10 +26,6 @@ except ImportError:
     FLASH_ATTN_AVAILABLE = False
 
 BACKENDS = ("native", "flash")
-
-
-class AttentionBackendError(ValueError):
-    """An unknown backend name, or one whose package is not installed."""
 
 
 def check_backend(name: str) -> str:

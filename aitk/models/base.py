@@ -106,8 +106,8 @@ import torch
 from torch import nn
 
 from aitk.diffusion.noise import NoiseSchedule, NoiseSettings
+from aitk.errors import ModelError
 from aitk.models.description import ArchDescription, ArchKwargs, minimal_description
-from aitk.models.errors import ModelError, ModelLoadError  # noqa: F401 (defined without torch)
 from aitk.models.offload import visiting
 from aitk.models.prompt_embeds import AdvancedPromptEmbeds
 

@@ -20,8 +20,8 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
+from aitk.errors import UnknownArchError
 from aitk.models.description import ArchDescription
-from aitk.models.errors import UnknownArchError
 
 MODELS_DIR = Path(__file__).resolve().parent
 EXTENSIONS_DIR = MODELS_DIR.parents[1] / "extensions"

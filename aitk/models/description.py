@@ -21,7 +21,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
-from aitk.models.errors import ModelKwargsError
+from aitk.errors import ModelKwargsError
 
 # `train.noise_scheduler` values. Flow-matching archs take upstream's one name. DDPM
 # archs take every name of upstream's sampler table (toolkit/sampler.py get_sampler)

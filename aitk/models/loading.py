@@ -16,7 +16,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from aitk.models.errors import ModelLoadError
+from aitk.errors import ModelLoadError
 
 if TYPE_CHECKING:
     from torch import nn

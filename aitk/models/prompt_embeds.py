@@ -24,16 +24,10 @@ from pathlib import Path
 
 import torch
 
+from aitk.errors import PromptEmbedsError, PromptEmbedsFileError
+
 FORMAT_NAME = "aitk-prompt-embeds"
 FORMAT_VERSION = "1"
-
-
-class PromptEmbedsError(ValueError):
-    """Embeds that break the container's rules (wrong rank, ragged batch, bad key)."""
-
-
-class PromptEmbedsFileError(PromptEmbedsError):
-    """A cached embeds file that cannot be read back; recompute it."""
 
 
 class AdvancedPromptEmbeds:

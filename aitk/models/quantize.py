@@ -27,10 +27,7 @@ import torch
 from torch import nn
 
 from aitk.config.choices import QTYPES
-
-
-class QuantizeError(ValueError):
-    """An unknown qtype, or optimum-quanto missing."""
+from aitk.errors import QuantizeError
 
 
 def _qtype(name: str):  # -> optimum.quanto.qtype

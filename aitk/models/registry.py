@@ -29,9 +29,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from aitk.errors import ModelRegistryError, UnknownArchError
 from aitk.models import catalog
 from aitk.models.description import ArchDescription
-from aitk.models.errors import ModelRegistryError, UnknownArchError
 
 __all__ = ["BrokenExtension", "ModelEntry", "ModelRegistryError", "Registry",
            "UnknownArchError", "discover", "get_model_class", "load_model"]

@@ -17,9 +17,10 @@ import torch
 from aitk.config.schema import ProcessConfig
 from aitk.data import controls
 from aitk.data.batches import BatchSource
-from aitk.data.dataset import DatasetError, Item, scan_folder
+from aitk.data.dataset import Item, scan_folder
+from aitk.errors import DatasetError, DeviceUnavailable, ModelError, OutputFolderError
 from aitk.run.optim import Schedule, build_optimizer
-from aitk.run.output import JobInputError, foreign_loras
+from aitk.run.output import foreign_loras
 
 TRAIN_DTYPES = {"fp32": torch.float32, "float32": torch.float32,
                 "bf16": torch.bfloat16, "bfloat16": torch.bfloat16}
@@ -30,10 +31,11 @@ def pick_device(requested: str | None) -> torch.device:
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
     device = torch.device(requested)
     if device.type == "cuda" and not torch.cuda.is_available():
-        raise JobInputError(f"device {requested!r} was asked for but CUDA is not available "
-                            "here; set `device: cpu` (or remove `device`)")
+        raise DeviceUnavailable(f"device {requested!r} was asked for but CUDA is not "
+                                "available here; set `device: cpu` (or remove `device`)")
     if device.type == "mps" and not torch.backends.mps.is_available():
-        raise JobInputError(f"device {requested!r} was asked for but MPS is not available")
+        raise DeviceUnavailable(f"device {requested!r} was asked for but MPS is not "
+                                "available")
     return device
 
 
@@ -50,9 +52,9 @@ def ensure_example_model(proc: ProcessConfig) -> None:
     try:
         model_cls.build_tiny(path)
     except NotImplementedError:
-        raise JobInputError(f"model.create_if_missing: the {proc.model.arch} arch has no "
-                            "tiny random model to build; point name_or_path at a model"
-                            ) from None
+        raise ModelError(f"model.create_if_missing: the {proc.model.arch} arch has no "
+                         "tiny random model to build; point name_or_path at a model"
+                         ) from None
 
 
 def quiet_library_progress() -> None:
@@ -137,10 +139,10 @@ def refuse_foreign_loras(out_dir: Path, name: str, suffixes: Sequence[str] = (""
     someone else's."""
     foreign = foreign_loras(out_dir, name, suffixes)
     if foreign:
-        raise JobInputError(f"{', '.join(str(p) for p in foreign)} "
-                            f"{'was' if len(foreign) == 1 else 'were'} not written by aitk "
-                            "and would be overwritten; move them away or give this run "
-                            "another name")
+        raise OutputFolderError(f"{', '.join(str(p) for p in foreign)} "
+                                f"{'was' if len(foreign) == 1 else 'were'} not written by "
+                                "aitk and would be overwritten; move them away or give this "
+                                "run another name")
 
 
 @dataclass

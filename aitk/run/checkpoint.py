@@ -33,6 +33,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
+from aitk.errors import CorruptCheckpoint
 from aitk.files import disk_full, fsync_dir, is_disk_full, publish_dir
 
 FORMAT = 1
@@ -46,10 +47,6 @@ INVALID_PREFIX = "invalid-"
 FILES = frozenset({"adapter.safetensors", "optimizer.pt", "rng.pt", "state.json", MANIFEST})
 _PUBLISHED = re.compile(r"step_(\d{9})")
 _STALE = re.compile(r"\.(tmp|old)-step_\d{9}-\d+")
-
-
-class CorruptCheckpoint(Exception):
-    pass
 
 
 @dataclass(frozen=True)

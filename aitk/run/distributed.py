@@ -33,11 +33,7 @@ from dataclasses import dataclass
 
 import torch
 
-
-class DistributedError(RuntimeError):
-    """A distributed setup that cannot run (exit 2): no NCCL, too few GPUs, bad env."""
-
-    exit_code = 2
+from aitk.errors import DistributedError
 
 
 @dataclass(frozen=True)

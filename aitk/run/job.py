@@ -23,19 +23,22 @@ from contextlib import contextmanager, suppress
 from pathlib import Path
 from typing import TextIO
 
-from aitk.config.loading import REPO_ROOT, ConfigError, LoadedConfig
-from aitk.data.dataset import DatasetError
-from aitk.diffusion.noise import NonFiniteLoss
+from aitk.config.loading import REPO_ROOT, LoadedConfig
+from aitk.errors import (
+    EXIT_FAILED,
+    EXIT_INTERRUPTED,
+    EXIT_OK,
+    ConfigError,
+    Interrupted,
+    TrainerError,
+)
 from aitk.files import DiskFull, atomic_write_json, is_disk_full
 from aitk.run import distributed
-from aitk.run.optim import OptimizerUnavailable
-from aitk.run.output import JobInputError
 from aitk.run.process import run_process
-from aitk.run.signals import Interrupted, LenientStream, StopFlag
+from aitk.run.signals import LenientStream, StopFlag
 from aitk.run.status import StatusFile, status_path
 from aitk.run.train import Outcome
 
-EXIT_OK, EXIT_FAILED, EXIT_CONFIG, EXIT_INTERRUPTED = 0, 1, 2, 130
 RUNNING_DIR = REPO_ROOT / ".aitk-run"
 
 
@@ -55,27 +58,6 @@ def registered(name: str, config: Path) -> Iterator[None]:
     finally:
         with suppress(OSError):
             entry.unlink(missing_ok=True)
-
-
-KNOWN_ERRORS: dict[type[BaseException], int] = {
-    ConfigError: EXIT_CONFIG, JobInputError: EXIT_CONFIG, DatasetError: EXIT_CONFIG,
-    OptimizerUnavailable: EXIT_CONFIG, NonFiniteLoss: EXIT_FAILED,
-    distributed.DistributedError: EXIT_CONFIG,
-}
-
-
-def _known_error_code(exc: BaseException) -> int | None:
-    if is_disk_full(exc):
-        return EXIT_FAILED
-    for cls, code in KNOWN_ERRORS.items():
-        if isinstance(exc, cls):
-            return code
-    from aitk.adapters import AdapterError
-    from aitk.models.base import ModelError
-
-    # A model folder that does not load, an unknown arch, a network that matches no
-    # layer: all inputs the user can fix.
-    return EXIT_CONFIG if isinstance(exc, ModelError | AdapterError) else None
 
 
 def run_job(loaded: LoadedConfig, stream: TextIO | None = None) -> int:
@@ -111,25 +93,30 @@ def _run_job(loaded: LoadedConfig, stream: TextIO, status: StatusFile) -> int:
         print(f"stopped; run the same config again to resume {loaded.name}", file=stream)
         return EXIT_INTERRUPTED
     except Exception as exc:  # the job's error boundary
-        code = _known_error_code(exc)
-        if code is None:
-            import traceback
-
-            traceback.print_exc(file=stream)
-            print(f"error: {loaded.name} failed: {exc.__class__.__name__}: {exc}",
-                  file=stream)
-            status.fields["error"] = f"{exc.__class__.__name__}: {exc}"
-            return EXIT_FAILED
-        if is_disk_full(exc):  # one line: what is full, how much, what to do
-            where = exc if isinstance(exc, DiskFull) else \
-                f"not enough disk space ({exc.strerror}: {exc.filename})"
-            print(f"error: {where}; the last saved checkpoint is kept: free some space, "
-                  f"then run the same config again to resume {loaded.name}", file=stream)
-            return code
-        print(f"error: {exc}", file=stream)
-        status.fields["error"] = str(exc)
-        if isinstance(exc, ConfigError):
-            status.fields["errors"] = exc.problems
-        return code
+        return failed(exc, loaded.name, stream, status)
     finally:
         distributed.shutdown(world)
+
+
+def failed(exc: Exception, name: str, stream: TextIO, status: StatusFile) -> int:
+    """Say why job `name` failed, record it in the status file, return the exit code.
+    A TrainerError is its one line (aitk.errors); a full disk says what is full and
+    that the last checkpoint is kept; anything else is a bug: its traceback, exit 1."""
+    if is_disk_full(exc):  # one line: what is full, how much, what to do
+        where = exc if isinstance(exc, DiskFull) else \
+            f"not enough disk space ({exc.strerror}: {exc.filename})"  # type: ignore[attr-defined]
+        print(f"error: {where}; the last saved checkpoint is kept: free some space, "
+              f"then run the same config again to resume {name}", file=stream)
+        return EXIT_FAILED
+    if not isinstance(exc, TrainerError) or exc.show_traceback:
+        import traceback
+
+        traceback.print_exception(type(exc), exc, exc.__traceback__, file=stream)
+        print(f"error: {name} failed: {exc.__class__.__name__}: {exc}", file=stream)
+        status.fields["error"] = f"{exc.__class__.__name__}: {exc}"
+        return exc.exit_code if isinstance(exc, TrainerError) else EXIT_FAILED
+    print(f"error: {exc}", file=stream)
+    status.fields["error"] = str(exc)
+    if isinstance(exc, ConfigError):
+        status.fields["errors"] = exc.problems
+    return exc.exit_code

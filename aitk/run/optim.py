@@ -12,11 +12,9 @@ from dataclasses import dataclass
 
 import torch
 
+from aitk.errors import OptimizerUnavailable
+
 SCHEDULES = ("constant", "constant_with_warmup", "linear", "cosine")
-
-
-class OptimizerUnavailable(RuntimeError):
-    exit_code = 2
 
 
 @dataclass(frozen=True)

@@ -28,13 +28,9 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from aitk.config.loading import LoadedConfig, dump_yaml
+from aitk.errors import OutputFolderError
 from aitk.files import atomic_write_json, atomic_write_text
 from aitk.run.ownership import CONFIG_HEADER, lora_is_ours
-
-
-class JobInputError(Exception):
-    """Something the config points at is unusable (exit 2)."""
-
 
 LOCK_NAME = ".aitk.lock"
 
@@ -60,11 +56,11 @@ def output_lock(out_dir: Path, config: Path) -> Iterator[None]:
         lock = FileLock(str(out_dir / LOCK_NAME))
         lock.acquire(timeout=0)
     except Timeout:
-        raise JobInputError(
+        raise OutputFolderError(
             f"output folder {out_dir} is in use by another trainer ({_holder_text(out_dir)}); "
             "wait for it to finish (or stop it), or give this run another name") from None
     except OSError as exc:
-        raise JobInputError(f"cannot use the output folder {out_dir}: "
+        raise OutputFolderError(f"cannot use the output folder {out_dir}: "
                             f"{exc.strerror or exc}") from None
     holder = out_dir / f"{LOCK_NAME}.json"
     try:

@@ -22,13 +22,14 @@ import aitk
 from aitk.config.loading import LoadedConfig
 from aitk.config.schema import ProcessConfig
 from aitk.data.batches import BatchSource
+from aitk.errors import AdapterError, CheckpointError
 from aitk.files import check_free_space
 from aitk.run import checkpoint as ckpt
 from aitk.run import distributed, provenance
 from aitk.run.assembly import Trainable
 from aitk.run.metrics import Metrics
 from aitk.run.optim import Schedule, lr_at
-from aitk.run.output import JobInputError, step_lora_name, step_lora_step
+from aitk.run.output import step_lora_name, step_lora_step
 from aitk.run.ownership import lora_is_ours
 from aitk.run.status import StatusFile
 
@@ -103,13 +104,11 @@ def resume(ckpt_root: Path, trainable: Trainable, world: distributed.World,
 def resume_point(ckpt_root: Path, say: Callable[[str], None]) -> ckpt.Checkpoint | None:
     """The newest valid checkpoint; None for a fresh start. When checkpoints exist but
     none validates, stop (exit 2) rather than start again from 0 and prune them all."""
-    try:
-        found = ckpt.find_resumable(ckpt_root, report=say)
-    except ckpt.CorruptCheckpoint as exc:
-        raise JobInputError(str(exc)) from None
+    # CorruptCheckpoint (exit 2) when a bad checkpoint cannot be set aside
+    found = ckpt.find_resumable(ckpt_root, report=say)
     aside = ckpt.set_aside_earlier(ckpt_root)
     if found is None and aside:
-        raise JobInputError(
+        raise CheckpointError(
             f"no checkpoint in {ckpt_root} validates; set aside (renamed, not deleted): "
             f"{', '.join(p.name for p in aside)}. To start again from step 0, move or "
             f"delete those folders; to keep training them, restore a good copy as step_...")
@@ -167,12 +166,11 @@ def restore(found: ckpt.Checkpoint, network: Any, optimizer: torch.optim.Optimiz
             data: BatchSource) -> None:
     from safetensors.torch import load
 
-    from aitk.adapters import AdapterError
 
     try:
         network.load_state_dict(load(found.read("adapter.safetensors")))
     except AdapterError as exc:
-        raise JobInputError(
+        raise CheckpointError(
             f"checkpoint {found.path} was trained with another network config ({exc}); "
             "change `config.name` or `training_folder` to start a new run") from None
     optimizer.load_state_dict(torch.load(io.BytesIO(found.read("optimizer.pt")),

@@ -15,10 +15,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any, TextIO
 
-
-class Interrupted(Exception):
-    """Stop requested before training started (nothing new to save)."""
-
+from aitk.errors import Interrupted
 
 STOP_SIGNAL_NAMES = ("SIGINT", "SIGTERM", "SIGHUP", "SIGBREAK")
 

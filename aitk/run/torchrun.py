@@ -16,11 +16,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from aitk.errors import LaunchError
+
 DEFAULT_PORT = 29500
-
-
-class LaunchError(ValueError):
-    """A distributed launch that cannot work (exit 2)."""
 
 
 @dataclass(frozen=True)
@@ -75,7 +73,8 @@ def cuda_gpu_count() -> int:
 def config_gpus(names: Sequence[str]) -> int:
     """The largest `gpus:` any of the configs asks for (unreadable ones count as 1: the
     run reports them properly)."""
-    from aitk.config.loading import ConfigError, read_config_file, resolve_config_path
+    from aitk.config.loading import read_config_file, resolve_config_path
+    from aitk.errors import ConfigError
 
     most = 1
     for name in names:

@@ -8,13 +8,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from aitk.config.loading import (
-    ConfigError,
-    load_config,
-    parse_job,
-    read_config_file,
-    resolve_config_path,
-)
+from aitk.config.loading import load_config, parse_job, read_config_file, resolve_config_path
+from aitk.errors import ConfigError
 from tests.aitk.aitk_testing import REPO, run_py
 
 EXAMPLE = REPO / "config" / "examples" / "train_lora_example_cpu.yaml"

@@ -18,6 +18,7 @@ from safetensors.torch import load_file
 
 from aitk.cli.run import main as cli_main
 from aitk.cli.run import strip_rank_flags
+from aitk.errors import LaunchError
 from aitk.run import checkpoint as ckpt
 from aitk.run import torchrun
 from tests.aitk.aitk_testing import REPO, job_config, write_config
@@ -134,9 +135,9 @@ def test_torchrun_command_line_decisions():
     assert nodes[4:] == ["--nnodes", "2", "--rdzv-backend", "c10d", "--rdzv-endpoint",
                          "10.0.0.5:1234", "--rdzv-id", "aitk", "--node-rank", "1",
                          "run.py", "c.yml"]
-    with pytest.raises(torchrun.LaunchError, match="this machine has 2"):
+    with pytest.raises(LaunchError, match="this machine has 2"):
         torchrun.torchrun_args(torchrun.RankRequest(gpus=4), script, [], cuda_gpus=2)
-    with pytest.raises(torchrun.LaunchError, match="needs --master-addr"):
+    with pytest.raises(LaunchError, match="needs --master-addr"):
         torchrun.torchrun_args(torchrun.RankRequest(nnodes=2), script, [], 0)
     assert torchrun.failure_code([130, 130]) == 130
     assert torchrun.failure_code([130, -15]) == 130  # the agent ended the late rank

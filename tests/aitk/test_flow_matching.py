@@ -5,12 +5,10 @@ from __future__ import annotations
 import pytest
 import torch
 
-from aitk.diffusion.flow_matching import (
-    NonFiniteLoss,
-    check_finite,
-    flow_matching_loss,
-    sample_timesteps,
-)
+from aitk.diffusion.flow_matching import flow_matching_loss
+from aitk.diffusion.noise import check_finite
+from aitk.diffusion.timesteps import sample_timesteps
+from aitk.errors import NonFiniteLoss
 
 
 @pytest.mark.parametrize("kind", ["sigmoid", "logit_normal", "linear", "uniform"])

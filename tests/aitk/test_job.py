@@ -15,9 +15,10 @@ from PIL import Image
 from safetensors import safe_open
 
 from aitk.config.loading import load_config
+from aitk.errors import EXIT_OK
 from aitk.models.base import BaseModel
 from aitk.run.assembly import create_network, load_model
-from aitk.run.job import EXIT_OK, run_job
+from aitk.run.job import run_job
 from aitk.run.output import step_lora_name
 from aitk.run.sampling import image_configs
 from aitk.run.saving import prune_step_loras

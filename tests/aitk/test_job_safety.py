@@ -16,8 +16,9 @@ import yaml
 
 from aitk.cli.run import main as cli_main
 from aitk.config.loading import load_config
+from aitk.errors import EXIT_FAILED, EXIT_INPUT, EXIT_OK
 from aitk.run import checkpoint as ckpt
-from aitk.run.job import EXIT_CONFIG, EXIT_FAILED, EXIT_OK, run_job
+from aitk.run.job import run_job
 from tests.aitk.aitk_testing import REPO, job_config, write_config
 
 
@@ -52,7 +53,7 @@ def test_when_no_checkpoint_validates_the_run_stops_instead_of_restarting_at_0(
     write_config(path, cfg)
 
     code, err = run(path, capsys)
-    assert code == EXIT_CONFIG and "Traceback" not in err
+    assert code == EXIT_INPUT and "Traceback" not in err
     assert "skipping checkpoint step_000000004: adapter.safetensors does not match its " \
            "checksum; set aside as invalid-step_000000004" in err
     last = err.strip().splitlines()[-1]
@@ -62,7 +63,7 @@ def test_when_no_checkpoint_validates_the_run_stops_instead_of_restarting_at_0(
     # Nothing deleted, nothing trained, and running again still refuses.
     assert sorted(p.name for p in root.iterdir()) == ["invalid-step_000000002",
                                                       "invalid-step_000000004"]
-    assert run(path, capsys)[0] == EXIT_CONFIG
+    assert run(path, capsys)[0] == EXIT_INPUT
     # The documented way to start fresh.
     for p in root.iterdir():
         p.rename(tmp_path / p.name)
@@ -109,7 +110,7 @@ def test_a_lora_file_the_trainer_did_not_write_is_never_overwritten(tmp_path: Pa
     out.mkdir(parents=True)
     (out / "job.safetensors").write_bytes(b"someone else's LoRA")
     code, err = run(quick(tmp_path, example_model_dir, steps=2), capsys)
-    assert code == EXIT_CONFIG and "Traceback" not in err
+    assert code == EXIT_INPUT and "Traceback" not in err
     assert f"{out / 'job.safetensors'} was not written by aitk" in err
     assert (out / "job.safetensors").read_bytes() == b"someone else's LoRA"
 

@@ -7,7 +7,8 @@ import builtins
 import pytest
 import torch
 
-from aitk.run.optim import OptimizerUnavailable, Schedule, build_optimizer, lr_at
+from aitk.errors import OptimizerUnavailable
+from aitk.run.optim import Schedule, build_optimizer, lr_at
 
 
 def test_constant_with_warmup_ramps_linearly_then_holds():

@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from aitk.data.batch import DataBatch
-from aitk.diffusion.flow_matching import NonFiniteLoss
+from aitk.errors import NonFiniteLoss
 from aitk.run.optim import Schedule
 from aitk.run.train import (
     LoopSettings,

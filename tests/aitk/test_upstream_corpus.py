@@ -12,8 +12,9 @@ import yaml
 
 from aitk.cli.run import main as run_main
 from aitk.config import upstream_keys
-from aitk.config.loading import ConfigError, load_config, parse_job
+from aitk.config.loading import load_config, parse_job
 from aitk.config.schema import TrainConfig
+from aitk.errors import ConfigError
 from aitk.models import catalog
 from tests.aitk.aitk_testing import run_py, write_image
 from tests.aitk.upstream_corpus import CORPUS, RUNS, corpus_entry

@@ -9,7 +9,8 @@ import copy
 import pytest
 
 from aitk.config import upstream_keys as uk
-from aitk.config.loading import ConfigError, parse_job, read_config_file, split_problem
+from aitk.config.loading import parse_job, read_config_file
+from aitk.errors import ConfigError, split_problem
 from tests.aitk.aitk_testing import REPO
 
 EXAMPLE = REPO / "config" / "examples" / "train_lora_example_cpu.yaml"

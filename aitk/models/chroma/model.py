@@ -37,7 +37,8 @@ from typing import Any
 import torch
 from torch import nn
 
-from aitk.models.base import GenerateImageConfig, ModelLoadError
+from aitk.errors import ModelLoadError
+from aitk.models.base import GenerateImageConfig
 from aitk.models.flux.model import MAX_T5_TOKENS, FluxModel
 from aitk.models.prompt_embeds import AdvancedPromptEmbeds
 

@@ -23,9 +23,10 @@ import torch
 from PIL import Image
 
 from aitk.adapters.keys import from_public_keys, to_public_keys
+from aitk.errors import ModelLoadError
 from aitk.files import staged_dir
 from aitk.models import kl_latents
-from aitk.models.base import BaseModel, GenerateImageConfig, ModelLoadError
+from aitk.models.base import BaseModel, GenerateImageConfig
 from aitk.models.example.sizes import MAX_TOKENS
 from aitk.models.loading import freeze
 from aitk.models.prompt_embeds import AdvancedPromptEmbeds

@@ -28,7 +28,8 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from aitk.diffusion.flow_matching import flow_matching_loss, sample_timesteps
+from aitk.diffusion.flow_matching import flow_matching_loss
+from aitk.diffusion.timesteps import sample_timesteps
 from aitk.models.example.shapes import dot_backgrounds, shape_images
 
 

@@ -39,8 +39,9 @@ from torch import nn
 
 from aitk.adapters.keys import from_public_keys, split_alphas
 from aitk.diffusion.noise import NoiseSchedule, NoiseSettings
+from aitk.errors import ModelLoadError
 from aitk.models import kl_latents
-from aitk.models.base import BaseModel, GenerateImageConfig, ModelLoadError
+from aitk.models.base import BaseModel, GenerateImageConfig
 from aitk.models.prompt_embeds import AdvancedPromptEmbeds
 
 PARTS = ("transformer", "text_encoder", "tokenizer", "text_encoder_2", "tokenizer_2",
@@ -318,7 +319,7 @@ def merge_lora_file(transformer: nn.Module, path: Path) -> int:
     Returns the number of layers changed."""
     from safetensors.torch import load_file
 
-    from aitk.adapters.keys import AdapterKeyError
+    from aitk.errors import AdapterKeyError
 
     if not path.is_file():
         raise ModelLoadError(f"assistant_lora_path {path} does not exist")

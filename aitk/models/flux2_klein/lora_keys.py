@@ -35,7 +35,8 @@ from collections.abc import Mapping
 
 import torch
 
-from aitk.adapters.keys import ALPHA_SUFFIX, AdapterKeyError, from_public_keys, to_public_keys
+from aitk.adapters.keys import ALPHA_SUFFIX, from_public_keys, to_public_keys
+from aitk.errors import AdapterKeyError
 
 KOHYA_PREFIX = "lora_unet_"
 BFL_PREFIX = "diffusion_model."

@@ -48,7 +48,8 @@ from PIL import Image
 
 from aitk.diffusion.flow_matching import FlowMatchSchedule, image_tokens
 from aitk.diffusion.noise import NoiseSchedule, NoiseSettings
-from aitk.models.base import BaseModel, GenerateImageConfig, ModelLoadError
+from aitk.errors import ModelLoadError
+from aitk.models.base import BaseModel, GenerateImageConfig
 from aitk.models.flux2_klein import lora_keys
 from aitk.models.flux2_klein.schedule import EmpiricalShift
 from aitk.models.loading import freeze, load_part

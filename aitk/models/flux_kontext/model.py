@@ -26,7 +26,8 @@ from typing import Any
 
 import torch
 
-from aitk.models.base import GenerateImageConfig, ModelError
+from aitk.errors import ModelError
+from aitk.models.base import GenerateImageConfig
 from aitk.models.flux.model import FluxModel
 from aitk.models.prompt_embeds import AdvancedPromptEmbeds
 

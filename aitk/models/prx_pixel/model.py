@@ -48,7 +48,8 @@ from aitk.adapters.keys import from_public_keys, to_public_keys
 from aitk.diffusion.flow_matching import FlowMatchSchedule, image_tokens
 from aitk.diffusion.noise import NoiseSchedule, NoiseSettings
 from aitk.diffusion.timesteps import FlowShift
-from aitk.models.base import BaseModel, GenerateImageConfig, ModelLoadError
+from aitk.errors import ModelLoadError
+from aitk.models.base import BaseModel, GenerateImageConfig
 from aitk.models.loading import freeze, load_part
 from aitk.models.prompt_embeds import AdvancedPromptEmbeds
 

@@ -27,15 +27,12 @@ from typing import Any
 import torch
 
 from aitk.adapters.keys import from_public_keys, module_of, split_alphas
+from aitk.errors import PeftExportError
 from aitk.files import staged_dir
 
 PEFT_PREFIX = "base_model.model."
 WEIGHTS_NAME = "adapter_model.safetensors"
 ADAPTER_NAME = "default"
-
-
-class PeftExportError(ValueError):
-    """A file that is not an aitk LoRA file."""
 
 
 def read_lora_file(path: Path) -> tuple[dict[str, torch.Tensor], dict[str, float],

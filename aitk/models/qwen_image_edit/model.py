@@ -46,7 +46,8 @@ import torch.nn.functional as F
 from PIL import Image
 
 from aitk.data.controls import load_sample_controls, open_sample_control, prompt_key
-from aitk.models.base import GenerateImageConfig, ModelError, ModelLoadError
+from aitk.errors import ModelError, ModelLoadError
+from aitk.models.base import GenerateImageConfig
 from aitk.models.loading import load_part
 from aitk.models.prompt_embeds import AdvancedPromptEmbeds
 from aitk.models.qwen_image.model import QwenImageModel, run_pipeline

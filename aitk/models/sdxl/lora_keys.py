@@ -24,13 +24,8 @@ from collections.abc import Iterable, Mapping
 
 import torch
 
-from aitk.adapters.keys import (
-    ALPHA_SUFFIX,
-    PUBLIC_PREFIX,
-    AdapterKeyError,
-    from_public_keys,
-    module_of,
-)
+from aitk.adapters.keys import ALPHA_SUFFIX, PUBLIC_PREFIX, from_public_keys, module_of
+from aitk.errors import AdapterKeyError
 
 KOHYA_PREFIX = "lora_unet_"
 DIFFUSERS_PREFIX = "unet."

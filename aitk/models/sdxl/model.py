@@ -33,8 +33,9 @@ from PIL import Image
 from torch import nn
 
 from aitk.diffusion.noise import NoiseSchedule, NoiseSettings
+from aitk.errors import ModelLoadError
 from aitk.models import kl_latents
-from aitk.models.base import BaseModel, GenerateImageConfig, ModelLoadError
+from aitk.models.base import BaseModel, GenerateImageConfig
 from aitk.models.prompt_embeds import AdvancedPromptEmbeds
 
 PARTS = ("unet", "vae", "text_encoder", "text_encoder_2", "tokenizer", "tokenizer_2",

@@ -45,7 +45,8 @@ from PIL import Image
 from aitk.diffusion.flow_matching import FlowMatchSchedule, image_tokens
 from aitk.diffusion.noise import NoiseSchedule, NoiseSettings
 from aitk.diffusion.timesteps import FlowShift
-from aitk.models.base import BaseModel, GenerateImageConfig, ModelLoadError
+from aitk.errors import ModelLoadError
+from aitk.models.base import BaseModel, GenerateImageConfig
 from aitk.models.loading import freeze, load_part, load_scheduler
 from aitk.models.prompt_embeds import AdvancedPromptEmbeds
 from aitk.models.wan21.lora_keys import from_wan_keys, to_wan_keys

@@ -44,9 +44,9 @@ from typing import Any
 import torch
 from torch import nn
 
-from aitk.adapters import AdapterError
 from aitk.diffusion.flow_matching import FlowMatchSchedule, image_tokens
 from aitk.diffusion.noise import NoiseSchedule, NoiseSettings
+from aitk.errors import AdapterError
 from aitk.models.wan21.lora_keys import from_wan_keys, to_wan_keys
 from aitk.models.wan21.model import FirstFrameConditioned, Wan21Model, run_transformer
 from aitk.models.wan21.tiny import WAN22_14B, WAN22_14B_I2V

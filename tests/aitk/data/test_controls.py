@@ -15,7 +15,8 @@ from aitk.config.loading import parse_job
 from aitk.config.schema import DatasetConfig
 from aitk.data import controls
 from aitk.data.batches import BatchSource
-from aitk.data.dataset import DatasetError, load_pixels, scan_folder
+from aitk.data.dataset import load_pixels, scan_folder
+from aitk.errors import DatasetError
 from aitk.models.prompt_embeds import AdvancedPromptEmbeds
 from aitk.run.sampling import image_configs
 from tests.aitk.aitk_testing import job_config, write_image

@@ -14,12 +14,12 @@ from PIL import Image
 
 from aitk.data.dataset import (
     MAX_CAPTION_BYTES,
-    DatasetError,
     apply_trigger,
     dropped_captions,
     load_pixels,
     scan_folder,
 )
+from aitk.errors import DatasetError
 from tests.aitk.aitk_testing import REPO, write_image
 
 

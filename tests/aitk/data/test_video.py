@@ -9,13 +9,13 @@ from pathlib import Path
 import pytest
 import torch
 
-from aitk.config.loading import ConfigError
 from aitk.config.schema import DatasetConfig, ProcessConfig
 from aitk.data import dataset as dataset_module
 from aitk.data.batches import BatchSource
 from aitk.data.cache import LatentCache
-from aitk.data.dataset import DatasetError, load_pixels, scan_folder
+from aitk.data.dataset import load_pixels, scan_folder
 from aitk.data.video import ClipSpec, VideoInfo, frame_indices, spread
+from aitk.errors import ConfigError, DatasetError, UnreadableVideo
 from aitk.models.prompt_embeds import AdvancedPromptEmbeds
 from tests.aitk.aitk_testing import model_settings, write_image
 from tests.aitk.data.videos import VideoModel, frame_numbers, write_video
@@ -50,7 +50,7 @@ def test_fps_mode_takes_consecutive_frames_at_the_rate_and_falls_back_to_spread(
 
 
 def test_a_video_shorter_than_num_frames_is_refused():
-    with pytest.raises(ValueError, match="4 frames, fewer than num_frames 5"):
+    with pytest.raises(UnreadableVideo, match="4 frames, fewer than num_frames 5"):
         frame_indices(VideoInfo(32, 32, 4, 24.0), ClipSpec(5))
 
 

@@ -14,9 +14,10 @@ from PIL import Image
 from safetensors.torch import load_file
 
 from aitk.config.loading import load_config
+from aitk.errors import EXIT_OK
 from aitk.models import catalog
 from aitk.models.description import Capabilities, Frames
-from aitk.run.job import EXIT_OK, run_job
+from aitk.run.job import run_job
 from tests.aitk.aitk_testing import job_config, write_config, write_image
 from tests.aitk.data.videos import write_video
 

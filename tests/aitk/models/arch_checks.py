@@ -27,9 +27,10 @@ from aitk.adapters import AdapterNetwork
 from aitk.cli.run import main as cli_main
 from aitk.config.loading import load_config
 from aitk.data.batch import DataBatch
+from aitk.errors import EXIT_INTERRUPTED, EXIT_OK
 from aitk.models.base import BaseModel
 from aitk.run import train as train_module
-from aitk.run.job import EXIT_INTERRUPTED, EXIT_OK, run_job
+from aitk.run.job import run_job
 from aitk.run.signals import StopFlag
 from aitk.run.train import compute_loss, step_generator
 from tests.aitk.aitk_testing import job_config, write_config

@@ -6,8 +6,9 @@ import pytest
 import torch
 from safetensors import safe_open
 
-from aitk.adapters import AdapterError, AdapterNetwork
-from aitk.adapters.keys import AdapterKeyError, from_public_keys, to_public_keys
+from aitk.adapters import AdapterNetwork
+from aitk.adapters.keys import from_public_keys, to_public_keys
+from aitk.errors import AdapterError, AdapterKeyError
 
 
 def predict(model, inputs) -> torch.Tensor:

@@ -7,6 +7,7 @@ import torch
 import torch.nn.functional as F
 
 import aitk.models.attention as attn
+from aitk.errors import AttentionBackendError
 from aitk.models.example.transformer import Attention
 
 pytestmark = pytest.mark.skipif(importlib.util.find_spec("flash_attn") is not None,
@@ -14,7 +15,7 @@ pytestmark = pytest.mark.skipif(importlib.util.find_spec("flash_attn") is not No
 
 
 def test_flash_without_flash_attn_is_a_clear_error(model) -> None:
-    with pytest.raises(attn.AttentionBackendError, match="needs the flash-attn package"):
+    with pytest.raises(AttentionBackendError, match="needs the flash-attn package"):
         model.model.set_attention_backend("flash")
     # nothing was half-switched
     assert {m.attention_backend for m in model.model.modules()
@@ -22,12 +23,12 @@ def test_flash_without_flash_attn_is_a_clear_error(model) -> None:
 
 
 def test_unknown_backend_is_rejected(model) -> None:
-    with pytest.raises(attn.AttentionBackendError, match="choose one of native, flash"):
+    with pytest.raises(AttentionBackendError, match="choose one of native, flash"):
         model.model.set_attention_backend("xformers")
 
 
 def test_config_knob_reaches_load(make_model) -> None:
-    with pytest.raises(attn.AttentionBackendError):
+    with pytest.raises(AttentionBackendError):
         make_model(model_kwargs={"attention_backend": "flash"})
 
 

@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 
 from aitk.config import upstream_keys
+from aitk.errors import UnknownArchError
 from aitk.models import builtin, catalog, registry
-from aitk.models.errors import UnknownArchError
 
 REPO_ROOT = Path(__file__).resolve().parents[3]
 

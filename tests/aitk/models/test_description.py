@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from aitk.errors import ModelKwargsError, ModelLoadError
 from aitk.models import catalog
 from aitk.models.description import (
     AnyKwargs,
@@ -18,7 +19,6 @@ from aitk.models.description import (
     Variant,
     minimal_description,
 )
-from aitk.models.errors import ModelKwargsError, ModelLoadError
 from aitk.models.registry import discover, load_model
 from tests.aitk.models.conftest import ModelCfg
 

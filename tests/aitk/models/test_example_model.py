@@ -8,7 +8,7 @@ import torch
 import torch.nn.functional as F
 
 from aitk.cli.example_model import main as example_model_main
-from aitk.models.base import ModelLoadError
+from aitk.errors import ModelLoadError
 from aitk.models.example.model import ExampleModel
 from aitk.models.registry import load_model
 from tests.aitk.aitk_testing import REPO

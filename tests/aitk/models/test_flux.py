@@ -14,10 +14,11 @@ from safetensors.torch import load_file, save_file
 
 from aitk.adapters import AdapterNetwork
 from aitk.config.loading import load_config
-from aitk.models.base import GenerateImageConfig, ModelLoadError
+from aitk.errors import EXIT_INPUT, EXIT_OK, ModelLoadError
+from aitk.models.base import GenerateImageConfig
 from aitk.models.flux.model import FluxModel
 from aitk.models.registry import load_model
-from aitk.run.job import EXIT_CONFIG, EXIT_OK, run_job
+from aitk.run.job import run_job
 from tests.aitk.aitk_testing import job_config, write_config
 from tests.aitk.models.arch_checks import (
     assert_a_step_moves_only_the_lora,
@@ -279,7 +280,7 @@ def test_missing_part_and_offline_hub_id_are_one_line_errors(flux_dir: Path, tmp
     cfg = job_config("hub", tmp_path / "out", flux_dir,
                      model={"arch": "flux", "name_or_path": "black-forest-labs/FLUX.1-dev"})
     loaded = load_config(str(write_config(tmp_path / "hub.yml", cfg)))
-    assert run_job(loaded) == EXIT_CONFIG
+    assert run_job(loaded) == EXIT_INPUT
     err = capsys.readouterr().err
     errors = [line for line in err.splitlines() if line.startswith("error:")]
     assert len(errors) == 1 and "Traceback" not in err

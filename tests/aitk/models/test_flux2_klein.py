@@ -17,10 +17,10 @@ from safetensors import safe_open
 from safetensors.torch import load_file
 
 from aitk.adapters import AdapterNetwork
-from aitk.adapters.keys import AdapterKeyError
 from aitk.cli.run import main as cli_main
 from aitk.config.upstream_keys import divisibility_for
 from aitk.data.batch import DataBatch
+from aitk.errors import AdapterKeyError
 from aitk.models.base import GenerateImageConfig
 from aitk.models.flux2_klein import lora_keys
 from aitk.models.flux2_klein.model import Flux2Klein4BModel, Flux2KleinModel, run_pipeline

@@ -18,7 +18,8 @@ from safetensors.torch import load_file
 
 from aitk.adapters import AdapterNetwork
 from aitk.data.batch import DataBatch
-from aitk.models.base import GenerateImageConfig, ModelError
+from aitk.errors import ModelError
+from aitk.models.base import GenerateImageConfig
 from aitk.models.flux_kontext.model import FluxKontextModel
 from aitk.models.registry import load_model
 from aitk.run.train import compute_loss
@@ -245,8 +246,9 @@ def kontext_job(root: Path, kontext_dir: Path, name: str) -> Path:
 @pytest.fixture(scope="module")
 def straight(tmp_path_factory, kontext_dir: Path) -> Iterator[Path]:
     from aitk.config.loading import load_config
+    from aitk.errors import EXIT_OK
     from aitk.run import train
-    from aitk.run.job import EXIT_OK, run_job
+    from aitk.run.job import run_job
 
     root = tmp_path_factory.mktemp("kontext-job")
     with pytest.MonkeyPatch.context() as mp:

@@ -5,7 +5,8 @@ import pytest
 import torch
 
 from aitk.adapters import AdapterNetwork
-from aitk.models.base import GenerateImageConfig, ModelError
+from aitk.errors import ModelError
+from aitk.models.base import GenerateImageConfig
 
 
 def configs(*seeds: int) -> list[GenerateImageConfig]:

@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from aitk.models.base import ModelLoadError
+from aitk.errors import ModelLoadError
 from aitk.models.flux_kontext.model import FluxKontextModel
 from aitk.models.loading import check_source, freeze, load_part, load_part_config
 

@@ -5,7 +5,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from aitk.models.prompt_embeds import AdvancedPromptEmbeds, PromptEmbedsError, PromptEmbedsFileError
+from aitk.errors import PromptEmbedsError, PromptEmbedsFileError
+from aitk.models.prompt_embeds import AdvancedPromptEmbeds
 
 
 def embeds(*lengths: int, dim: int = 3) -> AdvancedPromptEmbeds:

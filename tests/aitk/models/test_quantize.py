@@ -6,7 +6,8 @@ from optimum.quanto import QModuleMixin
 from torch import nn
 
 from aitk.adapters import AdapterNetwork
-from aitk.models.quantize import QuantizeError, is_quantized, linear_nd, quantize_linear_layers
+from aitk.errors import QuantizeError
+from aitk.models.quantize import is_quantized, linear_nd, quantize_linear_layers
 
 
 def test_quantize_respects_exclude() -> None:

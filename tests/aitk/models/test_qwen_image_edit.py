@@ -243,7 +243,7 @@ def test_edit_plus_trains_with_two_references_and_matches_its_pipeline(plus_dir:
 
 
 def test_a_preview_without_ctrl_img_is_a_clear_error(edit_dir: Path):
-    from aitk.models.base import ModelError
+    from aitk.errors import ModelError
 
     model = loaded(edit_dir)
     with pytest.raises(ModelError, match="ctrl_img"):

@@ -27,11 +27,12 @@ from aitk.config.loading import load_config
 from aitk.data.batch import DataBatch
 from aitk.data.batches import BatchSource
 from aitk.data.dataset import scan_folder
-from aitk.models.base import GenerateImageConfig, ModelLoadError
+from aitk.errors import EXIT_INPUT, EXIT_INTERRUPTED, EXIT_OK, ModelLoadError
+from aitk.models.base import GenerateImageConfig
 from aitk.models.registry import load_model
 from aitk.models.sdxl.model import SDXLModel, batch_time_ids, time_ids
 from aitk.run import train as train_module
-from aitk.run.job import EXIT_CONFIG, EXIT_INTERRUPTED, EXIT_OK, run_job
+from aitk.run.job import run_job
 from aitk.run.train import compute_loss, step_generator
 from tests.aitk.aitk_testing import REPO, write_config, write_image
 from tests.aitk.models.arch_checks import model_cfg, randomise, tiny_model_folder, train_cfg
@@ -241,7 +242,7 @@ def test_lora_file_is_kohya_with_alpha_and_every_layout_reads_back(sdxl_dir: Pat
 
 
 def test_foreign_lora_keys_are_clear_errors() -> None:
-    from aitk.adapters.keys import AdapterKeyError
+    from aitk.errors import AdapterKeyError
     from aitk.models.sdxl.lora_keys import from_files
 
     t = torch.zeros(4, 8)
@@ -464,7 +465,7 @@ def test_hub_id_offline_is_one_line_exit_2(tmp_path: Path, sdxl_dir: Path) -> No
            "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1"}
     proc = subprocess.run([sys.executable, str(REPO / "run.py"), str(path)], env=env,
                           capture_output=True, text=True, timeout=600)
-    assert proc.returncode == EXIT_CONFIG, proc.stderr
+    assert proc.returncode == EXIT_INPUT, proc.stderr
     errors = [line for line in proc.stderr.splitlines() if line.startswith("error:")]
     assert len(errors) == 1 and "Traceback" not in proc.stderr
     assert "someone/sdxl-not-cached" in errors[0] and "HF_HUB_OFFLINE" in errors[0]
