@@ -173,7 +173,7 @@ class AdapterNetwork:
         then tell the model (`on_lora_file_saved`: an arch may add another layout)."""
         from safetensors.torch import save
 
-        from aitk.files import atomic_write_bytes
+        from aitk_common.files import atomic_write_bytes
 
         sd = {k: (v if dtype is None else v.to(dtype)).contiguous()
               for k, v in self.state_dict().items()}

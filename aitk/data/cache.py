@@ -9,7 +9,7 @@ A cache entry's key is a sha256 over everything that determines its content:
   `text_embedding_space_version`.
 
 So an edited image, a different model or a changed encoder never reuses a stale entry.
-Entries are written atomically (aitk.files); an entry that cannot be read back is
+Entries are written atomically (aitk_common.files); an entry that cannot be read back is
 reported and recomputed. Files live under `<cache_dir>/latents/` and
 `<cache_dir>/text_embeds/` (default `<repo>/cache`, or `AITK_CACHE_DIR`).
 """
@@ -29,8 +29,8 @@ from safetensors.torch import load_file, save
 from aitk.data.buckets import resize_crop
 from aitk.data.dataset import Item, load_pixels
 from aitk.errors import PromptEmbedsFileError
-from aitk.files import atomic_write_bytes, sha256_file
 from aitk.models.prompt_embeds import AdvancedPromptEmbeds
+from aitk_common.files import atomic_write_bytes, sha256_file
 
 CACHE_FORMAT = "1"  # bump when the layout of an entry changes
 ENCODE_BATCH = 16  # captions per text-encoder call: bounded memory for big datasets

@@ -39,8 +39,8 @@ from aitk.data.buckets import Size
 from aitk.data.dataset import Item, image_size, open_image
 from aitk.data.formats import IMAGE_EXTENSIONS
 from aitk.errors import BadInputFile, DatasetError, PromptEmbedsFileError
-from aitk.files import sha256_file
 from aitk.models.prompt_embeds import AdvancedPromptEmbeds
+from aitk_common.files import sha256_file
 
 CACHE_FORMAT = "1"
 UNREADABLE = (BadInputFile, OSError, UnidentifiedImageError, SyntaxError, ValueError,

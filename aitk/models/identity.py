@@ -14,7 +14,7 @@ import json
 from collections.abc import Iterable
 from pathlib import Path
 
-from aitk.files import sha256_file
+from aitk_common.files import sha256_file
 
 _MEMORY: dict[str, str] = {}
 DIGEST_CACHE_VERSION = 1
@@ -71,7 +71,7 @@ def weights_identity(arch: str, name_or_path: str, extra: Iterable[str] = (),
     else:
         h.update(f"name={name_or_path}\n".encode())
     if store is not None and store != before:
-        from aitk.files import atomic_write_json
+        from aitk_common.files import atomic_write_json
 
         atomic_write_json(Path(digest_cache),
                           {"version": DIGEST_CACHE_VERSION, "digests": store})

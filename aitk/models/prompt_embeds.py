@@ -180,7 +180,7 @@ class AdvancedPromptEmbeds:
         """Write to `path` (safetensors) atomically."""
         from safetensors.torch import save
 
-        from aitk.files import atomic_write_bytes
+        from aitk_common.files import atomic_write_bytes
 
         tensors = {f"{key}.{i}": t.detach().to("cpu").contiguous().clone()
                    for key, values in self._items.items() for i, t in enumerate(values)}

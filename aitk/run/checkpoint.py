@@ -34,7 +34,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from aitk.errors import CorruptCheckpoint
-from aitk.files import disk_full, fsync_dir, is_disk_full, publish_dir
+from aitk_common.files import disk_full, fsync_dir, is_disk_full, publish_dir
 
 FORMAT = 1
 MANIFEST = "manifest.json"

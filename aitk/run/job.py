@@ -32,12 +32,12 @@ from aitk.errors import (
     Interrupted,
     TrainerError,
 )
-from aitk.files import DiskFull, atomic_write_json, is_disk_full
 from aitk.run import distributed
 from aitk.run.process import run_process
 from aitk.run.signals import LenientStream, StopFlag
 from aitk.run.status import StatusFile, status_path
 from aitk.run.train import Outcome
+from aitk_common.files import DiskFull, atomic_write_json, is_disk_full
 
 RUNNING_DIR = REPO_ROOT / ".aitk-run"
 

@@ -22,8 +22,8 @@ from rich.progress import (
     TimeRemainingColumn,
 )
 
-from aitk.files import atomic_write_text
 from aitk.run.status import StatusFile
+from aitk_common.files import atomic_write_text
 
 
 def is_loss_log(path: Path) -> bool:

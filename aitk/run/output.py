@@ -29,8 +29,8 @@ from pathlib import Path
 
 from aitk.config.loading import LoadedConfig, dump_yaml
 from aitk.errors import OutputFolderError
-from aitk.files import atomic_write_json, atomic_write_text
 from aitk.run.ownership import CONFIG_HEADER, lora_is_ours
+from aitk_common.files import atomic_write_json, atomic_write_text
 
 LOCK_NAME = ".aitk.lock"
 

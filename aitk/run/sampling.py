@@ -23,11 +23,11 @@ from PIL import Image
 from aitk.config.schema import SampleConfig
 from aitk.data.dataset import TRIGGER_TAG
 from aitk.data.video import spread
-from aitk.files import atomic_write_bytes
 from aitk.models.base import BaseModel, GenerateImageConfig
 from aitk.models.prompt_embeds import AdvancedPromptEmbeds
 from aitk.run.ownership import image_is_ours, image_mark
 from aitk.run.status import StatusFile
+from aitk_common.files import atomic_write_bytes
 
 
 def sample_prompt(prompt: str, trigger: str | None) -> str:

@@ -23,7 +23,6 @@ from aitk.config.loading import LoadedConfig
 from aitk.config.schema import ProcessConfig
 from aitk.data.batches import BatchSource
 from aitk.errors import AdapterError, CheckpointError
-from aitk.files import check_free_space
 from aitk.run import checkpoint as ckpt
 from aitk.run import distributed, provenance
 from aitk.run.assembly import Trainable
@@ -32,6 +31,7 @@ from aitk.run.optim import Schedule, lr_at
 from aitk.run.output import step_lora_name, step_lora_step
 from aitk.run.ownership import lora_is_ours
 from aitk.run.status import StatusFile
+from aitk_common.files import check_free_space
 
 SAVE_DTYPES = {"float16": torch.float16, "fp16": torch.float16, "bfloat16": torch.bfloat16,
                "bf16": torch.bfloat16, "float32": torch.float32, "fp32": torch.float32}

@@ -23,7 +23,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from aitk.files import atomic_write_json
+from aitk_common.files import atomic_write_json
 
 SCHEMA_VERSION = 1
 ENV_VAR = "AITK_STATUS_FILE"

@@ -1,10 +1,11 @@
-"""aitk/files.py: a folder is published whole or not at all."""
+"""The trainer's file helpers: a folder is published whole or not at all (aitk_common.files);
+file hashes run on Python 3.10."""
 
 from __future__ import annotations
 
 import pytest
 
-from aitk.files import staged_dir
+from aitk_common.files import staged_dir
 
 
 def test_staged_dir_replaces_a_folder_only_when_complete(tmp_path):

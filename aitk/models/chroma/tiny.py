@@ -22,8 +22,8 @@ from pathlib import Path
 
 import torch
 
-from aitk.files import staged_dir
 from aitk.models.flux.tiny import FluxSizes, write_tiny_t5, write_tiny_vae
+from aitk_common.files import staged_dir
 
 MODEL_INDEX = {
     "_class_name": "ChromaPipeline",

@@ -20,9 +20,9 @@ from typing import Any
 
 import torch
 
-from aitk.files import staged_dir
 from aitk.models.example.pretrain import PretrainPlan
 from aitk.models.example.sizes import MAX_TOKENS, PRETRAINED_SIZES, ExampleSizes
+from aitk_common.files import staged_dir
 
 # What a pre-trained folder records of how it was made (the shipped base has one).
 RECIPE_FILE = "pretrain.json"

@@ -24,12 +24,12 @@ from PIL import Image
 
 from aitk.adapters.keys import from_public_keys, to_public_keys
 from aitk.errors import ModelLoadError
-from aitk.files import staged_dir
 from aitk.models import kl_latents
 from aitk.models.base import BaseModel, GenerateImageConfig
 from aitk.models.example.sizes import MAX_TOKENS
 from aitk.models.loading import freeze
 from aitk.models.prompt_embeds import AdvancedPromptEmbeds
+from aitk_common.files import staged_dir
 
 PARTS = ("transformer", "text_encoder", "tokenizer", "vae")
 # Kept in float32 by quantization: the token/time/text embedders and the output layer are

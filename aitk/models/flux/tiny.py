@@ -25,7 +25,7 @@ from pathlib import Path
 
 import torch
 
-from aitk.files import staged_dir
+from aitk_common.files import staged_dir
 
 # What `FluxPipeline.from_pretrained(folder)` reads to know each part's class.
 MODEL_INDEX = {

@@ -27,8 +27,8 @@ from pathlib import Path
 
 import torch
 
-from aitk.files import staged_dir
 from aitk.models.qwen_image.tiny import write_tokenizer
+from aitk_common.files import staged_dir
 
 # Qwen3's chat format, written for the tiny tokenizer (the real tokenizer has its own).
 CHAT_TEMPLATE = (

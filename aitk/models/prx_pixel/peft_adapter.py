@@ -28,7 +28,7 @@ import torch
 
 from aitk.adapters.keys import from_public_keys, module_of, split_alphas
 from aitk.errors import PeftExportError
-from aitk.files import staged_dir
+from aitk_common.files import staged_dir
 
 PEFT_PREFIX = "base_model.model."
 WEIGHTS_NAME = "adapter_model.safetensors"

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import torch
 
-from aitk.files import staged_dir
+from aitk_common.files import staged_dir
 
 
 @dataclass(frozen=True)

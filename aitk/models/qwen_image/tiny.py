@@ -15,7 +15,7 @@ from pathlib import Path
 
 import torch
 
-from aitk.files import staged_dir
+from aitk_common.files import staged_dir
 
 SPECIAL_TOKENS = ("<|endoftext|>", "<|im_start|>", "<|im_end|>")
 

@@ -23,7 +23,7 @@ from pathlib import Path
 
 import torch
 
-from aitk.files import staged_dir
+from aitk_common.files import staged_dir
 
 BOS, EOS = "<|startoftext|>", "<|endoftext|>"
 MAX_TOKENS = 77  # CLIP's context, as in SDXL

@@ -28,7 +28,7 @@ from pathlib import Path
 
 import torch
 
-from aitk.files import staged_dir
+from aitk_common.files import staged_dir
 
 # Wan's T5 context length: prompts are zero-padded to it (WanPipeline does the same).
 TEXT_LEN = 512
