@@ -10,4 +10,9 @@ module owns one concern and is the only copy of it:
     procs      is a process alive; a process identity (pid + start time) that survives
                pid reuse; children in their own process group (POSIX and Windows)
     jobstates  the web UI's job states and the actions each allows
+    records    the run record `.aitk-run/<pid>.json` and the output folder's lock
+               holder `.aitk.lock.json`: typed, versioned, one writer and one reader
+    status     the trainer's `status.json`: Phase, the typed Status, read and write
+    yamlload   YAML and JSON read within size, value-count (aliases expanded) and
+               depth limits; PyYAML imported only when a document is read
 """

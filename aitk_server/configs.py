@@ -26,7 +26,7 @@ import yaml
 from aitk.config.loading import LoadedConfig, parse_job
 from aitk.config.loading import load_yaml as load_bounded
 from aitk.errors import ConfigError
-from aitk.run.status import problem_fields
+from aitk_common.status import problem_fields
 
 MAX_CONFIG_BYTES = 256 * 1024
 

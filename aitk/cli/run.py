@@ -22,7 +22,8 @@ from typing import TextIO
 from aitk.cli.boundary import boundary, say
 from aitk.config.loading import LoadedConfig, load_config
 from aitk.errors import EXIT_INTERRUPTED, EXIT_OK, ConfigError, TrainerError
-from aitk.run.status import StatusFile, status_path
+from aitk.run.status import StatusFile
+from aitk_common.status import status_path
 
 
 class _Tee:

@@ -18,7 +18,6 @@ All of these raise `ConfigError`, which the entry points turn into exit code 2.
 
 from __future__ import annotations
 
-import json
 import os
 import re
 import typing
@@ -34,6 +33,7 @@ from aitk.config import upstream_keys
 from aitk.config.schema import JobConfig, join_path, validation_problems
 from aitk.config.upstream import processes, refusal, screen_keys, upstream_form
 from aitk.errors import ConfigError
+from aitk_common import yamlload
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 CONFIG_EXTENSIONS = ("", ".yml", ".yaml", ".json")
@@ -75,62 +75,16 @@ def resolve_config_path(name: str, cwd: Path | None = None) -> Path:
                              "config/, with and without .yml/.yaml/.json)"])
 
 
-# Configs are a few KB; these limits only stop a hostile or broken file (a 1 KB YAML
-# "billion laughs" expands to 10**9 nodes) from eating memory and time.
-MAX_CONFIG_BYTES = 1 << 20
-MAX_CONFIG_NODES = 100_000
-MAX_CONFIG_DEPTH = 64
-
-
-def _check_shape(root: Any, children: Callable[[Any], list[Any]], source: str) -> None:
-    """ConfigError when the document, with every alias expanded, has too many values (a
-    self-referencing alias counts without end, so it stops here too) or nests too deep
-    for the recursive steps after it. Iterative: bounded time, no recursion."""
-    seen, stack = 0, [(root, 1)]
-    while stack:
-        node, depth = stack.pop()
-        seen += 1
-        if seen > MAX_CONFIG_NODES:
-            raise ConfigError(source, [f"too large once its aliases are expanded (more "
-                                       f"than {MAX_CONFIG_NODES} values); not a job config"])
-        if depth > MAX_CONFIG_DEPTH:
-            raise ConfigError(source, [f"nested more than {MAX_CONFIG_DEPTH} levels deep; "
-                                       "not a job config"])
-        stack += [(child, depth + 1) for child in children(node)]
-
-
-def _yaml_children(node: Any) -> list[Any]:
-    if isinstance(node, yaml.MappingNode):
-        return [n for pair in node.value for n in pair]
-    return list(node.value) if isinstance(node, yaml.SequenceNode) else []
-
-
-def _data_children(value: Any) -> list[Any]:
-    if isinstance(value, dict):
-        return [*value.keys(), *value.values()]
-    return list(value) if isinstance(value, list) else []
-
-
-def load_yaml(text: str, source: str) -> Any:
-    """yaml.safe_load in bounded time and memory (see _count_nodes)."""
-    loader = yaml.SafeLoader(text)
-    try:
-        node = loader.get_single_node()
-        if node is None:
-            return None
-        _check_shape(node, _yaml_children, source)
-        return loader.construct_document(node)
-    finally:
-        loader.dispose()
-
-
 def read_config_file(path: Path) -> Any:
+    """The file's data: read bounded (aitk_common.yamlload: size, values with aliases
+    expanded, depth), JSON for a .json file, YAML otherwise."""
+    limit = yamlload.DEFAULT.max_bytes
     try:
         with path.open("rb") as fh:
-            data = fh.read(MAX_CONFIG_BYTES + 1)
-        if len(data) > MAX_CONFIG_BYTES:
-            raise ConfigError(str(path), [f"larger than {MAX_CONFIG_BYTES // 1024} KiB; "
-                                          "not a job config"])
+            data = fh.read(limit + 1)
+        if len(data) > limit:
+            raise ConfigError(str(path), [f"larger than {limit // 1024} KiB; not a job "
+                                          "config"])
         text = data.decode("utf-8")
     except UnicodeDecodeError as exc:
         raise ConfigError(str(path), [f"not a UTF-8 text file ({exc.reason} at byte "
@@ -138,28 +92,23 @@ def read_config_file(path: Path) -> Any:
     except OSError as exc:
         raise ConfigError(str(path), [f"cannot read the file ({exc.strerror or exc})"]
                           ) from None
+    if path.suffix == ".json":
+        return _bounded(yamlload.load_json, text, str(path))
+    return _bounded(yamlload.load_yaml, text, str(path))
+
+
+def load_yaml(text: str, source: str) -> Any:
+    """YAML text (a file's, or the web form's) as job config data, read within the
+    limits of aitk_common.yamlload; ConfigError naming `source` when it is not."""
+    return _bounded(yamlload.load_yaml, text, source)
+
+
+def _bounded(load: Callable[[str], Any], text: str, source: str) -> Any:
     try:
-        if path.suffix == ".json":
-            data = json.loads(text)
-            _check_shape(data, _data_children, str(path))
-            return data
-        return load_yaml(text, str(path))
-    except RecursionError:
-        raise ConfigError(str(path), ["nested too deeply to be a job config"]) from None
-    except (yaml.YAMLError, json.JSONDecodeError) as exc:
-        raise ConfigError(str(path), [parse_error_line(exc, path)]) from None
-
-
-def parse_error_line(exc: Exception, path: Path) -> str:
-    """One line with the line and column (1-based) where parsing failed."""
-    kind = "JSON" if path.suffix == ".json" else "YAML"
-    if isinstance(exc, json.JSONDecodeError):
-        return f"not valid JSON at line {exc.lineno}, column {exc.colno}: {exc.msg}"
-    mark = getattr(exc, "problem_mark", None) or getattr(exc, "context_mark", None)
-    problem = getattr(exc, "problem", None) or " ".join(str(exc).split())
-    if mark is None:
-        return f"not valid {kind}: {problem}"
-    return f"not valid {kind} at line {mark.line + 1}, column {mark.column + 1}: {problem}"
+        return load(text)
+    except yamlload.DocumentError as exc:
+        raise ConfigError(source, [f"{exc}; not a job config" if exc.limit else str(exc)]
+                          ) from None
 
 
 # ---- substitution ---------------------------------------------------------------------

@@ -17,9 +17,8 @@ from __future__ import annotations
 
 import os
 import sys
-import time
 from collections.abc import Iterator
-from contextlib import contextmanager, suppress
+from contextlib import contextmanager
 from pathlib import Path
 from typing import TextIO
 
@@ -35,29 +34,27 @@ from aitk.errors import (
 from aitk.run import distributed
 from aitk.run.process import run_process
 from aitk.run.signals import LenientStream, StopFlag
-from aitk.run.status import StatusFile, status_path
+from aitk.run.status import StatusFile
 from aitk.run.train import Outcome
-from aitk_common.files import DiskFull, atomic_write_json, is_disk_full
-
-RUNNING_DIR = REPO_ROOT / ".aitk-run"
+from aitk_common import records
+from aitk_common.files import DiskFull, is_disk_full
+from aitk_common.status import status_path
 
 
 @contextmanager
 def registered(name: str, config: Path) -> Iterator[None]:
-    """`.aitk-run/<pid>.json` while the job runs; the manager's `update` checks it."""
-    entry = RUNNING_DIR / f"{os.getpid()}.json"
+    """The run record `.aitk-run/<pid>.json` while the job runs (aitk_common.records);
+    the manager's `update` and `sync` check it."""
     try:
-        atomic_write_json(entry, {"pid": os.getpid(), "name": name, "config": str(config),
-                                  "started": time.strftime("%Y-%m-%dT%H:%M:%SZ",
-                                                           time.gmtime())})
+        records.write_run_record(REPO_ROOT, records.RunRecord(
+            os.getpid(), name, str(config), records.utc_now()))
     except OSError as exc:  # a read-only checkout must not stop training
-        print(f"warning: cannot register the running job in {RUNNING_DIR}: "
+        print(f"warning: cannot register the running job in {REPO_ROOT / records.RUN_DIR}: "
               f"{exc.strerror or exc}", file=sys.stderr)
     try:
         yield
     finally:
-        with suppress(OSError):
-            entry.unlink(missing_ok=True)
+        records.remove_run_record(REPO_ROOT, os.getpid())
 
 
 def run_job(loaded: LoadedConfig, stream: TextIO | None = None) -> int:
@@ -70,7 +67,7 @@ def run_job(loaded: LoadedConfig, stream: TextIO | None = None) -> int:
                         if writes else None, loaded.name)
     status.phase("loading")
     code = _run_job(loaded, stream, status)
-    status.finish(code, error=status.fields["error"], problems=status.fields["errors"])
+    status.finish(code)
     return code
 
 
@@ -113,10 +110,8 @@ def failed(exc: Exception, name: str, stream: TextIO, status: StatusFile) -> int
 
         traceback.print_exception(type(exc), exc, exc.__traceback__, file=stream)
         print(f"error: {name} failed: {exc.__class__.__name__}: {exc}", file=stream)
-        status.fields["error"] = f"{exc.__class__.__name__}: {exc}"
+        status.failed(f"{exc.__class__.__name__}: {exc}")
         return exc.exit_code if isinstance(exc, TrainerError) else EXIT_FAILED
     print(f"error: {exc}", file=stream)
-    status.fields["error"] = str(exc)
-    if isinstance(exc, ConfigError):
-        status.fields["errors"] = exc.problems
+    status.failed(str(exc), exc.problems if isinstance(exc, ConfigError) else None)
     return exc.exit_code

@@ -20,9 +20,7 @@ else in the output folder is left as it is.
 
 from __future__ import annotations
 
-import json
 import os
-import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
@@ -30,46 +28,37 @@ from pathlib import Path
 from aitk.config.loading import LoadedConfig, dump_yaml
 from aitk.errors import OutputFolderError
 from aitk.run.ownership import CONFIG_HEADER, lora_is_ours
-from aitk_common.files import atomic_write_json, atomic_write_text
-
-LOCK_NAME = ".aitk.lock"
-
-
-def _holder_text(out_dir: Path) -> str:
-    try:
-        holder = json.loads((out_dir / f"{LOCK_NAME}.json").read_text(encoding="utf-8"))
-        return (f"pid {holder['pid']}, started {holder['started']}, config "
-                f"{holder['config']}")
-    except (OSError, ValueError, KeyError, TypeError):
-        return "holder unknown"
+from aitk_common import records
+from aitk_common.files import atomic_write_text
 
 
 @contextmanager
 def output_lock(out_dir: Path, config: Path) -> Iterator[None]:
     """Hold `out_dir/.aitk.lock` for the whole run: two trainers writing one folder would
     mix their checkpoints into one LoRA. The OS drops the lock when its holder dies (even
-    by kill -9), so a stale lock never blocks a resume."""
+    by kill -9), so a stale lock never blocks a resume; `.aitk.lock.json` names the
+    holder (aitk_common.records)."""
     from filelock import FileLock, Timeout
 
     try:
         out_dir.mkdir(parents=True, exist_ok=True)
-        lock = FileLock(str(out_dir / LOCK_NAME))
+        lock = FileLock(str(out_dir / records.LOCK_NAME))
         lock.acquire(timeout=0)
     except Timeout:
+        holder = records.read_lock_holder(out_dir)
         raise OutputFolderError(
-            f"output folder {out_dir} is in use by another trainer ({_holder_text(out_dir)}); "
-            "wait for it to finish (or stop it), or give this run another name") from None
+            f"output folder {out_dir} is in use by another trainer "
+            f"({holder.describe() if holder else 'holder unknown'}); wait for it to "
+            "finish (or stop it), or give this run another name") from None
     except OSError as exc:
         raise OutputFolderError(f"cannot use the output folder {out_dir}: "
-                            f"{exc.strerror or exc}") from None
-    holder = out_dir / f"{LOCK_NAME}.json"
+                                f"{exc.strerror or exc}") from None
     try:
-        atomic_write_json(holder, {"pid": os.getpid(), "config": str(config),
-                                   "started": time.strftime("%Y-%m-%dT%H:%M:%SZ",
-                                                            time.gmtime())})
+        records.write_lock_holder(out_dir, records.LockHolder(os.getpid(), str(config),
+                                                              records.utc_now()))
         yield
     finally:
-        holder.unlink(missing_ok=True)
+        records.remove_lock_holder(out_dir)
         lock.release()
 
 

@@ -10,7 +10,8 @@ import pytest
 
 from aitk.config.loading import load_config
 from aitk.run.job import run_job
-from aitk.run.status import StatusFile, final_phase, problem_fields
+from aitk.run.status import StatusFile
+from aitk_common.status import final_phase, problem_fields
 from tests.aitk.aitk_testing import REPO, job_config, write_config
 
 
