@@ -9,10 +9,7 @@ line's (aitk.cli.boundary). Code in between lets them rise. Standard library onl
     │                                       (its callers recompute the entry)
     ├── ContractError             exit 1    code broke an internal rule: a bug, reported
     │   │                                   with its traceback
-    │   ├── PromptEmbedsError               embeds of the wrong rank, size or keys
-    │   ├── AttentionBackendError           an unknown attention backend, or flash-attn
-    │   │                                   asked for but not installed
-    │   └── QuantizeError                   an unknown qtype, or optimum-quanto missing
+    │   └── PromptEmbedsError               embeds of the wrong rank, size or keys
     ├── InputError                exit 2    the config, an argument or what they point
     │   │                                   at is unusable; fixing the input fixes it
     │   ├── UsageError                      a bad command-line argument or path
@@ -37,6 +34,9 @@ line's (aitk.cli.boundary). Code in between lets them rise. Standard library onl
     │   │   ├── AdapterKeyError             a LoRA key outside the public layout
     │   │   ├── AdapterFileError            not a safetensors file (`aitk audit adapter`)
     │   │   └── PeftExportError             not an aitk LoRA file (prx_pixel's export)
+    │   ├── AttentionBackendError           an unknown attention backend, or flash-attn
+    │   │                                   asked for but not installed
+    │   ├── QuantizeError                   an unknown qtype, or optimum-quanto missing
     │   ├── OptimizerUnavailable            adamw8bit without bitsandbytes
     │   ├── DeviceUnavailable               CUDA or MPS asked for but not here
     │   ├── OutputFolderError               in use by another trainer, not writable, or
@@ -223,11 +223,11 @@ class PeftExportError(AdapterError):
     """A file that is not an aitk LoRA file."""
 
 
-class AttentionBackendError(ContractError):
+class AttentionBackendError(InputError):
     """An unknown backend name, or one whose package is not installed."""
 
 
-class QuantizeError(ContractError):
+class QuantizeError(InputError):
     """An unknown qtype, or optimum-quanto missing."""
 
 

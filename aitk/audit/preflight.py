@@ -8,7 +8,8 @@ checked before anything loads, every problem listed at once.
 - the output folder is writable, and what it already holds (a run to resume, a finished
   LoRA, files this run would overwrite);
 - free disk space for checkpoints;
-- quantizing has optimum-quanto to do it (the schema holds the qtype to aitk's list).
+- quantizing has optimum-quanto to do it (the schema holds the qtype to aitk's list);
+- `model.model_kwargs` fit the arch's typed knobs (aitk.models.description).
 
 The schema and the arch were checked by `load_config` already. `run.py` calls this
 before `run_job`; `run.py --check` runs only this.
@@ -181,7 +182,21 @@ def _quantize(where: str, proc: ProcessConfig, loaded: LoadedConfig) -> list[Fin
                   "qtype")]
 
 
-CHECKS: tuple[PreflightCheck, ...] = (_device, _optimizer, _model, _datasets,
+def _model_kwargs(where: str, proc: ProcessConfig, loaded: LoadedConfig) -> list[Finding]:
+    """`model.model_kwargs` against the arch's typed knobs (its torch-free description),
+    so a misspelt knob is found before the model loads. An extension's arch says at load."""
+    from aitk.models import catalog
+
+    if proc.model.arch not in catalog.builtin_archs():
+        return []
+    out = []
+    for line in catalog.validate_model_kwargs(proc.model.arch, proc.model.model_kwargs):
+        path, _, message = line.partition(": ")
+        out.append(error(f"{where}.{path}", message, "", "model_kwargs"))
+    return out
+
+
+CHECKS: tuple[PreflightCheck, ...] = (_device, _optimizer, _model, _model_kwargs, _datasets,
                                       _sample_controls, _output, _quantize)
 
 

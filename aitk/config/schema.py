@@ -263,11 +263,22 @@ class ProcessConfig(_Strict):
     datasets: Annotated[list[DatasetConfig], Field(min_length=1)]
 
 
+# Filesystems allow 255 bytes a name; the longest one a run writes is the temp file of a
+# step LoRA, `.NAME_000000250_high_noise.safetensors.XXXXXXXX.tmp` (NAME + 47 bytes).
+MAX_NAME_BYTES = 200
+
+
 def one_path_component(name: str) -> str:
-    """The job name becomes a folder and file names: one plain path component."""
+    """The job name becomes a folder and file names: one plain path component, short
+    enough for every file name built from it."""
     if name in (".", "..") or any(c in name for c in "/\\\0") or Path(name).is_absolute():
         raise ValueError(f"must be one folder name (no '/', '\\', '..' or absolute path; "
                          f"got {name!r}): it names the output folder and its files")
+    size = len(name.encode("utf-8", "surrogatepass"))
+    if size > MAX_NAME_BYTES:
+        raise ValueError(f"is {size} bytes long, more than {MAX_NAME_BYTES}: it names the "
+                         "output folder and files like NAME_000000250.safetensors, and "
+                         "filesystems allow 255 bytes a name; use a shorter name")
     return name
 
 

@@ -1,0 +1,58 @@
+"""A user's input error is one line and exit 2, never a traceback: `run.py --check`
+finds what it can without weights, and the run says the rest in one line."""
+
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+
+import pytest
+
+from aitk.cli.run import main
+from aitk.errors import EXIT_INPUT
+from tests.aitk.aitk_testing import job_config, write_config
+
+
+def error_lines(err: str) -> list[str]:
+    assert "Traceback" not in err, err
+    return [line for line in err.splitlines() if "error" in line]
+
+
+@pytest.mark.skipif(importlib.util.find_spec("flash_attn") is not None,
+                    reason="flash-attn is installed here")
+def test_an_attention_backend_that_is_not_installed_is_one_line_exit_2(
+        tmp_path: Path, example_model_dir: Path, capsys) -> None:
+    cfg = job_config("attn", tmp_path / "out", example_model_dir, steps=2,
+                     model={"model_kwargs": {"attention_backend": "flash"}})
+    assert main([str(write_config(tmp_path / "c.yml", cfg))]) == EXIT_INPUT
+    lines = error_lines(capsys.readouterr().err)
+    assert len(lines) == 1 and "needs the flash-attn package" in lines[0], lines
+
+
+def test_check_finds_a_misspelt_model_kwarg_before_loading(tmp_path: Path,
+                                                           example_model_dir: Path,
+                                                           capsys) -> None:
+    cfg = job_config("attn", tmp_path / "out", example_model_dir, steps=2,
+                     model={"model_kwargs": {"attention_backend": "flsh"}})
+    assert main([str(write_config(tmp_path / "c.yml", cfg)), "--check"]) == EXIT_INPUT
+    err = capsys.readouterr().err
+    assert "Traceback" not in err
+    assert "config.process[0].model.model_kwargs.attention_backend" in err, err
+
+
+@pytest.mark.parametrize("how", ["config", "--name"])
+@pytest.mark.parametrize("check", [True, False])
+def test_a_300_character_job_name_is_one_line_exit_2(tmp_path: Path,
+                                                     example_model_dir: Path, capsys,
+                                                     how: str, check: bool) -> None:
+    """The name becomes a folder and file names (`NAME_000000250.safetensors`), which
+    filesystems hold to 255 bytes."""
+    long = "n" * 300
+    cfg = job_config(long if how == "config" else "short", tmp_path / "out",
+                     example_model_dir, steps=2)
+    argv = [str(write_config(tmp_path / "c.yml", cfg))]
+    argv += ["--name", long] if how == "--name" else []
+    assert main(argv + (["--check"] if check else [])) == EXIT_INPUT
+    lines = error_lines(capsys.readouterr().err)
+    assert len(lines) == 1 and "config.name" in lines[0] and "bytes" in lines[0], lines
+    assert not (tmp_path / "out").exists()
