@@ -15,6 +15,7 @@ import errno
 import hashlib
 import json
 import os
+import re
 import shutil
 import tempfile
 from collections.abc import Iterator
@@ -96,6 +97,18 @@ def sha256_file(path: Path, chunk_size: int = 1 << 20) -> str:
         while chunk := fh.read(chunk_size):
             h.update(chunk)
     return h.hexdigest()
+
+
+# The temp files atomic_write_bytes writes beside their target: ".NAME.XXXXXXXX.tmp"
+# (mkstemp's eight random characters). A process killed mid-write leaves one behind.
+_TEMP_NAME = re.compile(r"\.(?P<target>.+)\.[a-z0-9_]{8}\.tmp")
+
+
+def temp_target(path: Path) -> str | None:
+    """The name of the file that `path`, a temp file of atomic_write_bytes, was being
+    written for; None when `path` is not named like one."""
+    found = _TEMP_NAME.fullmatch(Path(path).name)
+    return found.group("target") if found else None
 
 
 def atomic_write_bytes(path: Path, data: bytes, mode: int | None = None) -> None:

@@ -27,9 +27,9 @@ from pathlib import Path
 
 from aitk.config.loading import LoadedConfig, dump_yaml
 from aitk.errors import OutputFolderError
-from aitk.run.ownership import CONFIG_HEADER, lora_is_ours
+from aitk.run.ownership import CONFIG_HEADER, lora_header_is_ours, lora_is_ours
 from aitk_common import records
-from aitk_common.files import atomic_write_text
+from aitk_common.files import atomic_write_text, temp_target
 
 
 @contextmanager
@@ -71,6 +71,35 @@ def foreign_loras(out_dir: Path, name: str, suffixes: Sequence[str] = ("",)) -> 
     return [p for p in out_dir.iterdir() if (p.name in finals
                                              or step_lora_step(p, name, suffixes) is not None)
             and not lora_is_ours(p)]
+
+
+def interrupted_lora_writes(out_dir: Path, name: str,
+                            suffixes: Sequence[str] = ("",)) -> list[Path]:
+    """Temp files of LoRA writes that were killed (kill -9, a crash, power loss: an
+    atomic write cleans up after anything else): named like aitk_common.files' temp
+    file of one of this run's LoRA names, with a header that names aitk."""
+    if not out_dir.is_dir():
+        return []
+    finals = {f"{name}{s}.safetensors" for s in suffixes}
+    found = []
+    for path in out_dir.iterdir():
+        target = temp_target(path)
+        if target is None or not (target in finals or step_lora_step(
+                out_dir / target, name, suffixes) is not None):
+            continue
+        if lora_header_is_ours(path):
+            found.append(path)
+    return sorted(found)
+
+
+def remove_interrupted_lora_writes(out_dir: Path, name: str, suffixes: Sequence[str],
+                                   say: Callable[[str], None]) -> None:
+    leftovers = interrupted_lora_writes(out_dir, name, suffixes)
+    for path in leftovers:
+        path.unlink(missing_ok=True)
+    if leftovers:
+        say(f"removed {len(leftovers)} temp file{'s' * (len(leftovers) > 1)} of an "
+            f"interrupted save in {out_dir}")
 
 
 def write_run_config(path: Path, loaded: LoadedConfig, say: Callable[[str], None]) -> None:

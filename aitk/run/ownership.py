@@ -39,6 +39,23 @@ def lora_is_ours(path: Path) -> bool:
         return False
 
 
+def lora_header_is_ours(path: Path, max_header: int = 100 * 2**20) -> bool:
+    """A safetensors file, possibly torn after its header (a write that was killed),
+    whose header's metadata names aitk as its software. Standard library only."""
+    if not _regular(path):
+        return False
+    try:
+        with open(path, "rb") as fh:
+            size = int.from_bytes(fh.read(8), "little")
+            if not 0 < size <= max_header:
+                return False
+            header = json.loads(fh.read(size))
+        software = json.loads(header["__metadata__"]["software"])
+        return software.get("name") == aitk.SOFTWARE_NAME
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        return False
+
+
 def image_mark() -> Any:
     """The EXIF block every preview is saved with."""
     from PIL import Image

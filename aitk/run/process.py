@@ -4,7 +4,8 @@ short sequence of named steps. Each step lives in the module that owns its conce
     refuse foreign LoRAs   assembly   a file at this run's LoRA names that aitk did not
                                       write stops the run before anything loads
     join the ranks         distributed  the device, the process group
-    load the model         assembly   built first with `create_if_missing`; configured
+    load the model         assembly   built first with `create_if_missing`; configured;
+                                      temp files of a killed LoRA save removed (output)
     scan the datasets      assembly   items with buckets, repeats and control images
     encode the inputs      caches     latents and text embeddings, cached or per batch
     attach the adapter     assembly   network, optimizer, LR schedule, batch source
@@ -44,7 +45,7 @@ from aitk.run.assembly import (
 )
 from aitk.run.caches import Inputs, encode_inputs
 from aitk.run.metrics import Metrics
-from aitk.run.output import output_lock, write_run_config
+from aitk.run.output import output_lock, remove_interrupted_lora_writes, write_run_config
 from aitk.run.saving import Saver, resume
 from aitk.run.signals import StopFlag
 from aitk.run.status import StatusFile
@@ -127,6 +128,9 @@ def load(p: Process, device: torch.device) -> Any:
     suffixes = model.lora_file_suffixes()
     if p.main and suffixes != ("",):  # per-expert file names, known once it is loaded
         refuse_foreign_loras(p.out_dir, p.name, suffixes)
+    if p.main:
+        remove_interrupted_lora_writes(p.out_dir, p.name, suffixes,
+                                       lambda m: print(m, file=p.stream, flush=True))
     return model
 
 

@@ -230,3 +230,38 @@ def test_name_option_names_outputs_even_when_the_config_has_a_name(tmp_path: Pat
     assert (out / "run1" / "run1.safetensors").exists()
     assert json.loads((out / "run1" / "checkpoints" / "step_000000002" / "state.json")
                       .read_text())["name"] == "run1"
+
+
+# ---- leftovers of an interrupted save ------------------------------------------------
+def _torn_lora(path: Path, software: str) -> None:
+    """What a save killed mid-write leaves: the safetensors header, part of the data."""
+    import torch
+    from safetensors.torch import save
+
+    data = save({"w": torch.zeros(4096)},
+                metadata={"software": json.dumps({"name": software, "version": "0"})})
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(data[:len(data) // 2])
+
+
+def test_temp_files_of_an_interrupted_lora_save_are_removed_at_the_next_start(
+        tmp_path: Path, example_model_dir: Path, capsys):
+    """A kill -9 (or power loss) during a LoRA write leaves its atomic writer's temp
+    file. The next start removes it when its header says aitk wrote it, and leaves any
+    other file at such a name."""
+    out = tmp_path / "out" / "job"
+    ours = [out / ".job_000000002.safetensors.k3x9_a1b.tmp",
+            out / ".job.safetensors.q0w8e7r6.tmp"]
+    for path in ours:
+        _torn_lora(path, "aitk")
+    theirs = [out / ".job_000000002.safetensors.zzzz9999.tmp",  # another program's header
+              out / ".job.safetensors.abcdefgh.tmp",  # not safetensors at all
+              out / ".notes.txt.abcdefgh.tmp"]  # not a LoRA's name
+    _torn_lora(theirs[0], "kohya")
+    theirs[1].write_bytes(b"my own notes")
+    theirs[2].write_bytes(b"more notes")
+    code, err = run(quick(tmp_path, example_model_dir, steps=2), capsys)
+    assert code == EXIT_OK, err
+    assert not any(p.exists() for p in ours)
+    assert all(p.exists() for p in theirs)
+    assert "removed 2 temp files of an interrupted save" in err
