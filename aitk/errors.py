@@ -5,6 +5,8 @@ line's (aitk.cli.boundary). Code in between lets them rise. Standard library onl
 
     TrainerError                  exit 1    something failed; the message says what
     ├── NonFiniteLoss             exit 1    the loss became NaN/inf (names the step)
+    ├── PeerLost                  exit 1    another rank of a torchrun job ended (killed,
+    │                                       crashed) while this one waited for it
     ├── PromptEmbedsFileError     exit 1    a cached embeds file that cannot be read back
     │                                       (its callers recompute the entry)
     ├── ContractError             exit 1    code broke an internal rule: a bug, reported
@@ -99,6 +101,10 @@ class NonFiniteLoss(TrainerError):
         self.value = value
         super().__init__(f"loss is {value} at step {step}; stopping. Lower the learning "
                          "rate, use fp32, or check the dataset; the last checkpoint is kept")
+
+
+class PeerLost(TrainerError):
+    """A collective failed because another rank is gone (gloo/NCCL's error chained)."""
 
 
 class PromptEmbedsFileError(TrainerError):

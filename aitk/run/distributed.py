@@ -28,12 +28,13 @@ How the work is split, and why:
 from __future__ import annotations
 
 import os
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager, suppress
 from dataclasses import dataclass
 
 import torch
 
-from aitk.errors import DistributedError
+from aitk.errors import DistributedError, PeerLost
 
 
 @dataclass(frozen=True)
@@ -99,12 +100,28 @@ def init(world: World, device: torch.device) -> None:
 
 def shutdown(world: World) -> None:
     if world.distributed and torch.distributed.is_initialized():
-        torch.distributed.destroy_process_group()
+        # A group whose peer died cannot be torn down cleanly; the process ends anyway.
+        with suppress(RuntimeError):
+            torch.distributed.destroy_process_group()
+
+
+@contextmanager
+def collective(world: World) -> Iterator[None]:
+    """Around a collective: when a peer rank is gone (killed, crashed), gloo and NCCL
+    raise a RuntimeError with their own page of detail; the user gets PeerLost, one
+    line (the agent then stops this rank too and reports the first failure)."""
+    try:
+        yield
+    except RuntimeError as exc:
+        raise PeerLost(f"another training process of this run ended unexpectedly, so "
+                       f"rank {world.rank} of {world.size} stopped too; the last saved "
+                       "checkpoint is kept") from exc
 
 
 def barrier(world: World) -> None:
     if world.distributed:
-        torch.distributed.barrier()
+        with collective(world):
+            torch.distributed.barrier()
 
 
 def agree(world: World, flag: bool, device: torch.device) -> bool:
@@ -112,7 +129,8 @@ def agree(world: World, flag: bool, device: torch.device) -> bool:
     if not world.distributed:
         return flag
     value = torch.tensor([1.0 if flag else 0.0], device=device)
-    torch.distributed.all_reduce(value, op=torch.distributed.ReduceOp.MAX)
+    with collective(world):
+        torch.distributed.all_reduce(value, op=torch.distributed.ReduceOp.MAX)
     return bool(value.item())
 
 
@@ -121,7 +139,8 @@ def mean(world: World, value: torch.Tensor) -> torch.Tensor:
     if not world.distributed:
         return value
     out = value.detach().clone()
-    torch.distributed.all_reduce(out)
+    with collective(world):
+        torch.distributed.all_reduce(out)
     return out / world.size
 
 
@@ -132,7 +151,8 @@ def average_gradients(world: World, params: Sequence[torch.nn.Parameter]) -> Non
         return
     grads = [p.grad if p.grad is not None else torch.zeros_like(p) for p in params]
     flat = torch.cat([g.reshape(-1) for g in grads])
-    torch.distributed.all_reduce(flat)
+    with collective(world):
+        torch.distributed.all_reduce(flat)
     flat /= world.size
     offset = 0
     for p, g in zip(params, grads, strict=True):

@@ -107,6 +107,36 @@ def test_sigterm_to_one_rank_stops_both_then_one_process_resumes(
     assert max_diff(lora(tmp_path, "two"), reference) <= 1e-5
 
 
+@pytest.mark.slow
+def test_a_rank_killed_outright_leaves_its_peer_one_line_not_a_gloo_traceback(
+        tmp_path: Path, example_model_dir: Path):
+    """kill -9 of one rank mid-step: the other, waiting in a collective for it, says in
+    one line that a peer is gone; the checkpoints already saved stay valid."""
+    path = config(tmp_path, example_model_dir, "two", accumulation=1)
+    markers = tmp_path / "markers"
+    markers.mkdir()
+    launcher = ("import sys; from aitk.run import torchrun; sys.exit(torchrun.launch("
+                "sys.argv[1:], 2, 0))")
+    proc = subprocess.Popen(
+        [sys.executable, "-c", launcher, "--standalone", "--nproc-per-node", "2",
+         str(PAUSED_RUN), str(path)], cwd=tmp_path,
+        env={**os.environ, "PYTHONUNBUFFERED": "1", "AITK_TEST_MARKERS": str(markers),
+             "PYTHONPATH": str(REPO),
+             "AITK_TEST_PAUSE_CALL": "3", "AITK_TEST_PAUSE_RANK": "1"},
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    wait_for("step", tmp_path, proc)
+    os.kill(int((markers / "step").read_text()), signal.SIGKILL)
+    output, _ = proc.communicate(timeout=600)
+    assert proc.returncode not in (0, 130), output
+    assert "Traceback" not in output and "Connection closed" not in output, output
+    assert "error: another training process of this run ended unexpectedly, so rank 0 " \
+        "of 2 stopped too; the last saved checkpoint is kept" in output, output
+    assert "error: a training process failed" in output, output
+    root = tmp_path / "two" / "dp" / "checkpoints"
+    found = ckpt.find_resumable(root, report=pytest.fail)
+    assert found is not None and found.step == 2, output
+
+
 def test_two_machines_meet_through_c10d_on_loopback(tmp_path: Path, example_model_dir: Path,
                                                     reference):
     path = config(tmp_path, example_model_dir, "nodes", accumulation=1)
