@@ -27,7 +27,9 @@ from PIL import Image, UnidentifiedImageError
 
 from aitk.config.upstream_keys import divisibility_for
 from aitk.data.buckets import bucket_for
+from aitk.data.folders import folder_entries, is_regular_file
 from aitk.data.formats import IMAGE_EXTENSIONS, VIDEO_EXTENSIONS
+from aitk.errors import DatasetError
 from aitk.findings import Finding, Report, error, info, warning
 
 CAPTION_READ_LIMIT = 1 << 20  # a caption is text; never read an endless file whole
@@ -118,7 +120,15 @@ def _probe_image(path: Path, rel: str, quick: bool, scan: _Scan) -> tuple[int, i
 def _scan(opts: DatasetOptions) -> _Scan:
     scan = _Scan()
     suffix = _caption_suffix(opts.caption_ext)
-    files = sorted(p for p in opts.folder.iterdir() if p.is_file())
+    files = []
+    for entry in folder_entries(opts.folder):  # DatasetError: the caller's finding
+        try:
+            if entry.is_file():
+                files.append(entry)
+        except OSError as exc:  # permissions, a mount gone: say it, look at the rest
+            scan.findings.append(warning(entry.name, f"cannot be looked at "
+                                         f"({exc.strerror or exc}); skipped",
+                                         "check its permissions", "unreadable"))
     kinds = IMAGE_EXTENSIONS + (VIDEO_EXTENSIONS if opts.videos else ())
     image_stems = {p.stem for p in files if p.suffix.lower() in kinds}
     for path in files:
@@ -146,7 +156,7 @@ def _scan(opts: DatasetOptions) -> _Scan:
         if not opts.quick:
             scan.hashes[hashlib.sha256(path.read_bytes()).hexdigest()].append(rel)
         caption_file = path.with_suffix(suffix)
-        if not caption_file.is_file():
+        if not is_regular_file(caption_file):
             scan.findings.append(
                 info(rel, f"no caption file; the default caption {opts.default_caption!r} "
                           "is used", code="default_caption") if opts.default_caption else
@@ -242,8 +252,14 @@ def _control_findings(opts: DatasetOptions, scan: _Scan) -> None:
             scan.findings.append(error(str(control), "control folder does not exist",
                                        code="missing_control_folder"))
             continue
-        found = {p.stem: p for p in sorted(control.iterdir())
-                 if p.is_file() and p.suffix.lower() in IMAGE_EXTENSIONS}
+        try:
+            entries = folder_entries(control)
+        except DatasetError as exc:
+            scan.findings.append(error(str(control), str(exc), "check its permissions",
+                                       "missing_control_folder"))
+            continue
+        found = {p.stem: p for p in entries
+                 if is_regular_file(p) and p.suffix.lower() in IMAGE_EXTENSIONS}
         for stem, image in stems.items():
             if stem not in found:
                 scan.findings.append(error(image.rel, f"no control image in {control}",
@@ -262,7 +278,12 @@ def audit_dataset(opts: DatasetOptions) -> Report:
                                      "point folder_path at a folder of images",
                                      "missing_folder"))
         return report
-    scan = _scan(opts)
+    try:
+        scan = _scan(opts)
+    except DatasetError as exc:
+        report.findings.append(error(str(opts.folder), str(exc), "check its permissions",
+                                     "unlisted_folder"))
+        return report
     if not scan.images and not scan.videos:
         what = (f"images or videos ({', '.join(IMAGE_EXTENSIONS + VIDEO_EXTENSIONS)})"
                 if opts.videos else f"images ({', '.join(IMAGE_EXTENSIONS)})")

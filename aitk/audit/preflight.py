@@ -37,8 +37,9 @@ def _device(where: str, proc: ProcessConfig, loaded: LoadedConfig) -> list[Findi
     requested = proc.device
     if requested is None or requested == "cpu":
         return []
-    kind = requested.split(":", 1)[0]
-    if kind not in ("cuda", "mps"):
+    kind, _, index_text = requested.partition(":")
+    if kind not in ("cuda", "mps") or (":" in requested and not (
+            kind == "cuda" and index_text.isdigit() and index_text.isascii())):
         return [error(f"{where}.device", f"unknown device {requested!r}",
                       "use cpu, cuda, cuda:N or mps (or remove `device`)", "device")]
     import torch  # needed: only torch knows whether the device is there
@@ -48,7 +49,7 @@ def _device(where: str, proc: ProcessConfig, loaded: LoadedConfig) -> list[Findi
             return [error(f"{where}.device", f"{requested!r} was asked for but CUDA is not "
                           "available here", "set `device: cpu` or remove `device`",
                           "device")]
-        index = int(requested.split(":", 1)[1]) if ":" in requested else 0
+        index = int(index_text or 0)
         if index >= torch.cuda.device_count():
             return [error(f"{where}.device", f"{requested!r}: this machine has "
                           f"{torch.cuda.device_count()} CUDA device(s)", "pick one that "
@@ -98,7 +99,8 @@ def _sample_controls(where: str, proc: ProcessConfig, loaded: LoadedConfig
 # Dataset findings that stop a run. The trainer skips an unreadable or too-small image
 # and an image without its control image (reported once; aitk.data.controls), so those
 # warn; a control folder that does not exist stops it.
-BLOCKING_DATASET_CODES = frozenset({"missing_folder", "no_images", "missing_control_folder"})
+BLOCKING_DATASET_CODES = frozenset({"missing_folder", "unlisted_folder", "no_images",
+                                    "missing_control_folder"})
 
 
 def _summarised(path: str, findings: list[Finding]) -> list[Finding]:

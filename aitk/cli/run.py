@@ -21,7 +21,7 @@ from typing import TextIO
 
 from aitk.cli.boundary import boundary, say
 from aitk.config.loading import LoadedConfig, load_config
-from aitk.errors import EXIT_INTERRUPTED, EXIT_OK, ConfigError, TrainerError
+from aitk.errors import EXIT_INTERRUPTED, EXIT_OK, ConfigError, TrainerError, UsageError
 from aitk.run.status import StatusFile
 from aitk_common.status import status_path
 
@@ -50,8 +50,13 @@ def _logging_to(path: Path | None) -> Iterator[None]:
     if path is None:
         yield
         return
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with open(path, "a", encoding="utf-8") as fh:
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fh = open(path, "a", encoding="utf-8")  # noqa: SIM115 - closed below
+    except OSError as exc:
+        raise UsageError(f"cannot write the log file {path} ({exc.strerror or exc})"
+                         ) from None
+    with fh:
         old = sys.stdout, sys.stderr
         sys.stdout, sys.stderr = _Tee(old[0], fh), _Tee(old[1], fh)
         try:

@@ -37,6 +37,7 @@ from PIL import Image, ImageOps, UnidentifiedImageError
 
 from aitk.data.buckets import Size
 from aitk.data.dataset import Item, image_size, open_image
+from aitk.data.folders import folder_entries
 from aitk.data.formats import IMAGE_EXTENSIONS
 from aitk.errors import BadInputFile, DatasetError, PromptEmbedsFileError
 from aitk.models.prompt_embeds import AdvancedPromptEmbeds
@@ -52,7 +53,7 @@ def index_folder(folder: Path) -> dict[str, Path]:
     if not folder.is_dir():
         raise DatasetError(f"control folder {folder} does not exist")
     found: dict[str, Path] = {}
-    for path in sorted(folder.iterdir()):
+    for path in folder_entries(folder):
         if path.suffix.lower() in IMAGE_EXTENSIONS:
             found.setdefault(path.stem, path)
     return found

@@ -38,6 +38,7 @@ import torch
 from PIL import Image, ImageOps, UnidentifiedImageError
 
 from aitk.data.buckets import Size, bucket_for, resize_crop
+from aitk.data.folders import folder_entries
 from aitk.data.formats import IMAGE_EXTENSIONS, TRIGGER_TAG, VIDEO_EXTENSIONS
 from aitk.data.video import (
     MAX_VIDEO_BYTES,
@@ -171,12 +172,13 @@ def scan_folder(folder: Path, *, caption_ext: str = "txt", default_caption: str 
         raise DatasetError(f"dataset folder {folder} does not exist")
     takes_videos = clip is not None and clip.num_frames > 1
     kinds = IMAGE_EXTENSIONS + (VIDEO_EXTENSIONS if takes_videos else ())
-    videos = sum(1 for p in folder.iterdir() if p.suffix.lower() in VIDEO_EXTENSIONS)
+    entries = folder_entries(folder)
+    videos = sum(1 for p in entries if p.suffix.lower() in VIDEO_EXTENSIONS)
     if videos and not takes_videos:
         report(f"{folder}: {videos} video file{'s' * (videos > 1)} skipped (num_frames is 1: "
                "images only; a video arch with num_frames 4k+1 trains on videos)")
     items: list[Item] = []
-    for path in sorted(p for p in folder.iterdir() if p.suffix.lower() in kinds):
+    for path in (p for p in entries if p.suffix.lower() in kinds):
         frames: tuple[int, ...] | None = None if clip is None else (0,)
         try:
             if is_video(path):

@@ -56,3 +56,73 @@ def test_a_300_character_job_name_is_one_line_exit_2(tmp_path: Path,
     lines = error_lines(capsys.readouterr().err)
     assert len(lines) == 1 and "config.name" in lines[0] and "bytes" in lines[0], lines
     assert not (tmp_path / "out").exists()
+
+
+def test_a_malformed_cuda_device_is_an_error_on_any_machine(tmp_path: Path,
+                                                            example_model_dir: Path,
+                                                            capsys) -> None:
+    """`cuda:abc` would crash int() on a machine with CUDA; it is refused by its form."""
+    cfg = job_config("dev", tmp_path / "out", example_model_dir, device="cuda:abc")
+    assert main([str(write_config(tmp_path / "c.yml", cfg)), "--check"]) == EXIT_INPUT
+    err = capsys.readouterr().err
+    assert "Traceback" not in err and "unknown device 'cuda:abc'" in err, err
+
+
+def test_a_log_file_that_cannot_be_written_is_one_line_exit_2(tmp_path: Path,
+                                                               example_model_dir: Path,
+                                                               capsys) -> None:
+    cfg = write_config(tmp_path / "c.yml", job_config("log", tmp_path / "out",
+                                                      example_model_dir))
+    (tmp_path / "a-file").write_text("")
+    assert main([str(cfg), "--check", "--log", str(tmp_path / "a-file" / "x.log")]) == 2
+    lines = error_lines(capsys.readouterr().err)
+    assert len(lines) == 1 and "cannot write the log file" in lines[0], lines
+
+
+def _dataset(tmp_path: Path) -> Path:
+    import shutil
+
+    from tests.aitk.aitk_testing import REPO
+
+    folder = tmp_path / "data"
+    shutil.copytree(REPO / "datasets" / "example", folder)
+    return folder
+
+
+def test_a_dataset_entry_that_cannot_be_looked_at_is_skipped_not_a_traceback(
+        tmp_path: Path, example_model_dir: Path, monkeypatch, capsys) -> None:
+    """A folder entry whose stat fails (permissions, a mount that went away) is reported
+    by the preflight and skipped; the other pictures train."""
+    folder = _dataset(tmp_path)
+    (folder / "locked.png").write_bytes(b"")
+    real = Path.is_file
+
+    def is_file(self: Path) -> bool:
+        if self.name == "locked.png":
+            raise PermissionError(13, "Permission denied", str(self))
+        return real(self)
+
+    monkeypatch.setattr(Path, "is_file", is_file)
+    cfg = job_config("ds", tmp_path / "out", example_model_dir,
+                     datasets=[{"folder_path": str(folder), "resolution": [32]}])
+    assert main([str(write_config(tmp_path / "c.yml", cfg)), "--check"]) == 0
+    err = capsys.readouterr().err
+    assert "Traceback" not in err and "locked.png" in err, err
+
+
+def test_a_dataset_folder_that_cannot_be_listed_is_one_line_exit_2(
+        tmp_path: Path, example_model_dir: Path, monkeypatch, capsys) -> None:
+    folder = _dataset(tmp_path)
+    real = Path.iterdir
+
+    def iterdir(self: Path):
+        if self == folder:
+            raise PermissionError(13, "Permission denied", str(self))
+        return real(self)
+
+    monkeypatch.setattr(Path, "iterdir", iterdir)
+    cfg = job_config("ds", tmp_path / "out", example_model_dir,
+                     datasets=[{"folder_path": str(folder), "resolution": [32]}])
+    assert main([str(write_config(tmp_path / "c.yml", cfg)), "--check"]) == EXIT_INPUT
+    err = capsys.readouterr().err
+    assert "Traceback" not in err and f"cannot list {folder}" in err, err
