@@ -18,9 +18,8 @@ from aitk.config.schema import ProcessConfig
 from aitk.data import controls
 from aitk.data.batches import BatchSource
 from aitk.data.dataset import Item, scan_folder
-from aitk.errors import DatasetError, DeviceUnavailable, ModelError, OutputFolderError
+from aitk.errors import DatasetError, DeviceUnavailable, ModelError
 from aitk.run.optim import Schedule, build_optimizer
-from aitk.run.output import foreign_loras
 
 TRAIN_DTYPES = {"fp32": torch.float32, "float32": torch.float32,
                 "bf16": torch.bfloat16, "bfloat16": torch.bfloat16}
@@ -132,17 +131,6 @@ class Reporter:
         if message not in self.seen:
             self.seen.add(message)
             print(f"warning: {message}", file=self.stream, flush=True)
-
-
-def refuse_foreign_loras(out_dir: Path, name: str, suffixes: Sequence[str] = ("",)) -> None:
-    """Stop (exit 2) before anything is trained when a LoRA file this run would write is
-    someone else's."""
-    foreign = foreign_loras(out_dir, name, suffixes)
-    if foreign:
-        raise OutputFolderError(f"{', '.join(str(p) for p in foreign)} "
-                                f"{'was' if len(foreign) == 1 else 'were'} not written by "
-                                "aitk and would be overwritten; move them away or give this "
-                                "run another name")
 
 
 @dataclass

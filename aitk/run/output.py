@@ -73,6 +73,25 @@ def foreign_loras(out_dir: Path, name: str, suffixes: Sequence[str] = ("",)) -> 
             and not lora_is_ours(p)]
 
 
+def refuse_foreign_loras(out_dir: Path, name: str, suffixes: Sequence[str] = ("",)) -> None:
+    """Stop (exit 2) before anything is trained when a LoRA file this run would write is
+    someone else's."""
+    foreign = foreign_loras(out_dir, name, suffixes)
+    if foreign:
+        raise OutputFolderError(f"{', '.join(str(p) for p in foreign)} "
+                                f"{'was' if len(foreign) == 1 else 'were'} not written by "
+                                "aitk and would be overwritten; move them away or give this "
+                                "run another name")
+
+
+def claim(out_dir: Path, name: str, suffixes: Sequence[str],
+          say: Callable[[str], None]) -> None:
+    """Rank 0, once the model (and so every LoRA file name) is known: refuse LoRA files
+    aitk did not write, and remove the temp files of a LoRA write that was killed."""
+    refuse_foreign_loras(out_dir, name, suffixes)
+    remove_interrupted_lora_writes(out_dir, name, suffixes, say)
+
+
 def interrupted_lora_writes(out_dir: Path, name: str,
                             suffixes: Sequence[str] = ("",)) -> list[Path]:
     """Temp files of LoRA writes that were killed (kill -9, a crash, power loss: an

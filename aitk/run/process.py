@@ -1,11 +1,11 @@
 """One process of a job (a `config.process[i]` entry): a LoRA/LoKr training run, as a
 short sequence of named steps. Each step lives in the module that owns its concern:
 
-    refuse foreign LoRAs   assembly   a file at this run's LoRA names that aitk did not
+    refuse foreign LoRAs   output     a file at this run's LoRA names that aitk did not
                                       write stops the run before anything loads
     join the ranks         distributed  the device, the process group
     load the model         assembly   built first with `create_if_missing`; configured;
-                                      temp files of a killed LoRA save removed (output)
+                                      then rank 0 claims the folder (output.claim)
     scan the datasets      assembly   items with buckets, repeats and control images
     encode the inputs      caches     latents and text embeddings, cached or per batch
     attach the adapter     assembly   network, optimizer, LR schedule, batch source
@@ -40,12 +40,11 @@ from aitk.run.assembly import (
     load_model,
     pick_device,
     quiet_library_progress,
-    refuse_foreign_loras,
     scan_datasets,
 )
 from aitk.run.caches import Inputs, encode_inputs
 from aitk.run.metrics import Metrics
-from aitk.run.output import output_lock, remove_interrupted_lora_writes, write_run_config
+from aitk.run.output import claim, output_lock, refuse_foreign_loras, write_run_config
 from aitk.run.saving import Saver, resume
 from aitk.run.signals import StopFlag
 from aitk.run.status import StatusFile
@@ -125,12 +124,9 @@ def load(p: Process, device: torch.device) -> Any:
     distributed.barrier(p.world)
     model = load_model(p.proc, device, report=p.say)
     model.configure_training(p.proc.train)
-    suffixes = model.lora_file_suffixes()
-    if p.main and suffixes != ("",):  # per-expert file names, known once it is loaded
-        refuse_foreign_loras(p.out_dir, p.name, suffixes)
-    if p.main:
-        remove_interrupted_lora_writes(p.out_dir, p.name, suffixes,
-                                       lambda m: print(m, file=p.stream, flush=True))
+    if p.main:  # per-expert file names are known once the model is loaded
+        claim(p.out_dir, p.name, model.lora_file_suffixes(),
+              lambda m: print(m, file=p.stream, flush=True))
     return model
 
 
