@@ -27,7 +27,8 @@ from typing import Any
 import torch
 
 from aitk.adapters.keys import from_public_keys, module_of, split_alphas
-from aitk.errors import PeftExportError
+from aitk.cli.boundary import boundary
+from aitk.errors import PeftExportError, UsageError
 from aitk_common.files import staged_dir
 
 PEFT_PREFIX = "base_model.model."
@@ -96,18 +97,15 @@ def convert_file(lora_file: Path, folder: Path) -> Path:
                          source=Path(lora_file).name)
 
 
+@boundary()
 def main(argv: list[str] | None = None) -> int:
-    """`python -m aitk.models.prx_pixel.peft_adapter LORA FOLDER`: 0 done, 2 bad input."""
+    """`python -m aitk.models.prx_pixel.peft_adapter LORA FOLDER`: 0 done, 2 bad input
+    (PeftExportError: not an aitk LoRA file)."""
     args = sys.argv[1:] if argv is None else argv
     if len(args) != 2:
-        print("usage: python -m aitk.models.prx_pixel.peft_adapter LORA.safetensors FOLDER",
-              file=sys.stderr)
-        return 2
-    try:
-        out = convert_file(Path(args[0]), Path(args[1]))
-    except PeftExportError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
+        raise UsageError("usage: python -m aitk.models.prx_pixel.peft_adapter "
+                         "LORA.safetensors FOLDER")
+    out = convert_file(Path(args[0]), Path(args[1]))
     print(f"wrote the peft adapter folder {out}")
     return 0
 
