@@ -40,6 +40,8 @@ line's (aitk.cli.boundary). Code in between lets them rise. Standard library onl
     │   │                                   asked for but not installed
     │   ├── QuantizeError                   an unknown qtype, or optimum-quanto missing
     │   ├── OptimizerUnavailable            adamw8bit without bitsandbytes
+    │   ├── ObjectiveError                  a loss setting the model's noise schedule
+    │   │                                   cannot train (stepped, next_sample on DDPM)
     │   ├── DeviceUnavailable               CUDA or MPS asked for but not here
     │   ├── OutputFolderError               in use by another trainer, not writable, or
     │   │                                   holding LoRA files aitk did not write
@@ -239,6 +241,10 @@ class QuantizeError(InputError):
 
 class OptimizerUnavailable(InputError):
     """The optimizer asked for needs a package that is not installed."""
+
+
+class ObjectiveError(InputError):
+    """A loss setting this model cannot train (aitk.run.objectives.check_objective)."""
 
 
 class DeviceUnavailable(InputError):

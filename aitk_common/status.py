@@ -3,7 +3,11 @@ instead of parsing the console. The trainer is its one writer (aitk.run.status d
 when); `read_status` is its one reader.
 
     {"schema_version": 1, "pid", "name", "phase", "step", "total_steps", "loss",
-     "it_per_s", "eta_s", "message", "exit_code", "error", "errors", "started", "updated"}
+     "it_per_s", "eta_s", "message", "exit_code", "error", "errors", "started", "updated",
+     "val_loss", "best_val_step", "best_val_loss"}
+
+The last three are set by a run with `train.validation_config`: the latest validation
+loss and the lowest so far with its step (null otherwise).
 
 `phase` is a Phase; the last three are final (`exit_code` set, 0 finished, 130 stopped,
 anything else failed). `errors` holds a bad config's problems as data:
@@ -103,6 +107,9 @@ class Status:
     errors: list[Problem] = field(default_factory=list)
     started: float = field(default_factory=time.time)
     updated: float = field(default_factory=time.time)
+    val_loss: float | None = None
+    best_val_step: int | None = None
+    best_val_loss: float | None = None
 
     def to_json(self) -> dict[str, Any]:
         data: dict[str, Any] = {"schema_version": SCHEMA_VERSION}

@@ -8,6 +8,7 @@
                                               # (one file per model.lora_file_suffixes())
     net.load_file(path)                       # public names back (returns the metadata)
     net.set_multiplier(0.5); net.disable(); net.enable()
+    with net.disabled(): ...                  # the base model alone
 
 `cfg` is duck-typed: `type` ("lora" | "lokr"), `linear` (rank), `linear_alpha`,
 `dropout`, `network_kwargs` (`only_if_contains: [...]`, `ignore_if_contains: [...]`:
@@ -23,7 +24,8 @@ Targets are the nn.Linear layers (quantized ones included) under the model's
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+import contextlib
+from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -247,3 +249,15 @@ class AdapterNetwork:
         for layer in self._layers():
             layer.enable_adapters(False)
         self.enabled = False
+
+    @contextlib.contextmanager
+    def disabled(self) -> Iterator[None]:
+        """The base model alone inside the block (a preservation prior), the adapter as
+        it was after it, even on error."""
+        was = self.enabled
+        self.disable()
+        try:
+            yield
+        finally:
+            if was:
+                self.enable()

@@ -30,7 +30,7 @@ from pydantic import (
     model_validator,
 )
 
-from aitk.config.choices import QTYPES, TIMESTEP_TYPES
+from aitk.config.choices import LOSS_TYPES, QTYPES, TIMESTEP_BIASES, TIMESTEP_TYPES
 
 
 class _Strict(BaseModel):
@@ -137,6 +137,29 @@ class LRSchedulerParams(_Strict):
     eta_min: Annotated[float, Field(ge=0.0)] = 0.0  # floor of linear/cosine decay
 
 
+class EMAConfig(_Strict):
+    """`train.ema_config`: the adapter's moving average is what is saved and previewed
+    (aitk.run.ema)."""
+
+    use_ema: bool = False
+    ema_decay: Probability = 0.999
+
+
+class ValidationItem(_Strict):
+    image_path: str
+    prompt: str = ""
+
+
+class ValidationConfig(_Strict):
+    """`train.validation_config`: a loss on held-out images (aitk.run.validation)."""
+
+    validation_items: list[ValidationItem] = []
+    resolution: PositiveInt = 512
+    validate_every_n_steps: PositiveInt = 10
+    validation_sigmas: Annotated[list[Probability], Field(min_length=1)] = [
+        1.0, 0.75, 0.5, 0.25]
+
+
 class TrainConfig(_Strict):
     steps: PositiveInt = 1000
     batch_size: PositiveInt = 1
@@ -151,6 +174,8 @@ class TrainConfig(_Strict):
     dtype: Literal["fp32", "float32", "bf16", "bfloat16"] = "fp32"
     noise_scheduler: Literal["flowmatch"] = "flowmatch"
     timestep_type: Literal[TIMESTEP_TYPES] = "sigmoid"  # type: ignore[valid-type]
+    next_sample_timesteps: Annotated[int, Field(ge=3)] = 8  # timestep_type next_sample
+    content_or_style: Literal[TIMESTEP_BIASES] = "balanced"  # type: ignore[valid-type]
     noise_offset: Annotated[float, Field(ge=0.0)] = 0.0
     min_snr_gamma: Annotated[float, Field(gt=0.0)] | None = None  # DDPM archs (SDXL)
     # Flux: the value fed to a guidance-distilled model's guidance embedding.
@@ -159,7 +184,23 @@ class TrainConfig(_Strict):
     # Multi-expert models (wan22_14b): train one expert for this many micro-batches,
     # then the other (upstream's key).
     switch_boundary_every: PositiveInt = 1
-    loss_type: Literal["mse"] = "mse"
+    loss_type: Literal[LOSS_TYPES] = "mse"  # type: ignore[valid-type]
+    # Extra loss terms (aitk.run.objectives), each as upstream.
+    diff_output_preservation: bool = False
+    diff_output_preservation_multiplier: float = 1.0
+    diff_output_preservation_class: str = ""
+    blank_prompt_preservation: bool = False
+    blank_prompt_preservation_multiplier: float = 1.0
+    inverted_mask_prior: bool = False  # with dataset masks
+    inverted_mask_prior_multiplier: float = 0.5
+    do_guidance_loss: bool = False
+    guidance_loss_target: float | Annotated[list[float], Field(min_length=2,
+                                                               max_length=2)] = 3.0
+    do_guidance_loss_cfg_zero: bool = False
+    guidance_loss_schedule: Literal["constant", "sigma"] = "constant"
+    unconditional_prompt: str = ""
+    ema_config: EMAConfig = EMAConfig()
+    validation_config: ValidationConfig | None = None
     gradient_checkpointing: bool = True
     cache_text_embeddings: bool = False
     unload_text_encoder: bool = False  # aitk: same as cache_text_embeddings
@@ -172,6 +213,13 @@ class TrainConfig(_Strict):
         if self.gradient_accumulation > 1 and self.gradient_accumulation_steps > 1:
             raise ValueError("set gradient_accumulation or gradient_accumulation_steps, "
                              "not both")
+        return self
+
+    @model_validator(mode="after")
+    def _guidance_loss_needs_the_embedding(self) -> TrainConfig:
+        if self.do_guidance_loss and self.bypass_guidance_embedding:
+            raise ValueError("do_guidance_loss feeds the guidance embedding; it cannot be "
+                             "used with bypass_guidance_embedding")
         return self
 
     @property
@@ -234,6 +282,16 @@ class DatasetConfig(_Strict):
     control_path_1: str | None = None
     control_path_2: str | None = None
     control_path_3: str | None = None
+    # Masked loss (aitk.data.masks): a folder of masks paired by file stem, or the
+    # image's alpha channel; black is left out of the loss.
+    mask_path: str | None = None
+    alpha_mask: bool = False
+    invert_mask: bool = False
+    mask_min_value: Probability = 0.0
+    # Differential output preservation for this dataset's items (aitk.run.objectives):
+    # on with train.diff_output_preservation too; its class word wins over train's.
+    diff_output_preservation: bool = False
+    diff_output_preservation_class: str = ""
 
     @property
     def control_paths(self) -> list[str]:
@@ -261,6 +319,16 @@ class ProcessConfig(_Strict):
     train: TrainConfig = TrainConfig()
     model: ModelConfig
     datasets: Annotated[list[DatasetConfig], Field(min_length=1)]
+
+    @model_validator(mode="after")
+    def _preservation_needs_a_trigger(self) -> ProcessConfig:
+        for i, ds in enumerate(self.datasets):
+            if (self.train.diff_output_preservation or ds.diff_output_preservation) and \
+                    not (ds.trigger_word or self.trigger_word):
+                raise ValueError(f"diff_output_preservation replaces the trigger word with "
+                                 f"the class word, but datasets[{i}] has no trigger word: "
+                                 "set trigger_word")
+        return self
 
 
 # Filesystems allow 255 bytes a name; the longest one a run writes is the temp file of a
@@ -299,7 +367,9 @@ SECTION_NAMES: dict[type[BaseModel], str] = {
     NetworkConfig: "network", NetworkKwargs: "network.network_kwargs", SaveConfig: "save",
     SampleConfig: "sample", SampleItem: "sample.samples", TrainConfig: "train",
     OptimizerParams: "train.optimizer_params",
-    LRSchedulerParams: "train.lr_scheduler_params", ModelConfig: "model",
+    LRSchedulerParams: "train.lr_scheduler_params", EMAConfig: "train.ema_config",
+    ValidationConfig: "train.validation_config",
+    ValidationItem: "train.validation_config.validation_items", ModelConfig: "model",
     DatasetConfig: "datasets",
 }
 

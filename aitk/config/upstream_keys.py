@@ -220,23 +220,16 @@ QUIET: dict[str, frozenset[str]] = {
     "logging": frozenset(SECTIONS["logging"]),
 }
 
-# A dict-valued key that does nothing unless its switch is on (`ema_config.use_ema`).
-SWITCHED: dict[tuple[str, str], str] = {("train", "ema_config"): "use_ema",
-                                        ("process", "ema_config"): "use_ema"}
+# A dict-valued key that does nothing unless its switch is on (`ema_config.use_ema`;
+# older upstream put it in the process section, which aitk does not read).
+SWITCHED: dict[tuple[str, str], str] = {("process", "ema_config"): "use_ema"}
 
 # A setting that only matters while a sibling is on: (section, key) -> (sibling, the
 # sibling's values that mean "off"). The UI writes `diff_output_preservation_class:
 # person` into every job with preservation off; that changes nothing.
 DEPENDS: dict[tuple[str, str], tuple[str, tuple[Any, ...]]] = {
     **{("train", k): (on, _OFF) for k, on in (
-        ("diff_output_preservation_class", "diff_output_preservation"),
-        ("diff_output_preservation_multiplier", "diff_output_preservation"),
-        ("blank_prompt_preservation_multiplier", "blank_prompt_preservation"),
-        ("inverted_mask_prior_multiplier", "inverted_mask_prior"),
         ("correct_pred_norm_multiplier", "correct_pred_norm"),
-        ("guidance_loss_target", "do_guidance_loss"),
-        ("guidance_loss_schedule", "do_guidance_loss"),
-        ("do_guidance_loss_cfg_zero", "do_guidance_loss"),
         ("differential_guidance_scale", "do_differential_guidance"),
         ("paramiter_swapping_factor", "do_paramiter_swapping"),
         ("signal_amplification_strength", "do_signal_amplification"),
@@ -251,11 +244,10 @@ DEPENDS: dict[tuple[str, str], tuple[str, tuple[Any, ...]]] = {
     )},
     ("network", "conv_alpha"): ("conv", _OFF),
     ("model", "refiner_start_at"): ("refiner_name_or_path", _OFF),
-    ("datasets", "mask_min_value"): ("mask_path", _OFF),
-    ("datasets", "invert_mask"): ("mask_path", _OFF),
     ("datasets", "random_triggers_max"): ("random_triggers", _OFF),
     ("datasets", "num_controls_from_same_folder"): ("control_from_same_folder", _OFF),
-    ("datasets", "diff_output_preservation_class"): ("diff_output_preservation", _OFF),
+    **{("train.ema_config", k): ("use_ema", _OFF) for k in ("use_feedback",
+                                                            "param_multiplier")},
 }
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 import torch
 
@@ -24,6 +25,9 @@ class DataBatch:
     original_sizes: per item, the source image's (height, width) before the bucket resize;
     crop_coords_top_left: per item, the bucket crop's (top, left) in the resized image.
     SDXL conditions on both (its `time_ids`); None when unknown (no resize, no crop).
+    items:    the dataset items (aitk.data.dataset.Item) the batch was made from.
+    mask:     loss masks (B, 1, H, W) in [0, 1] at the bucket (aitk.data.masks); None when
+              no dataset has masks.
     """
 
     captions: list[str]
@@ -35,6 +39,8 @@ class DataBatch:
     file_paths: list[str] = field(default_factory=list)
     original_sizes: list[tuple[int, int]] | None = None
     crop_coords_top_left: list[tuple[int, int]] | None = None
+    items: list[Any] = field(default_factory=list)
+    mask: torch.Tensor | None = None
 
     def __len__(self) -> int:
         return len(self.captions)

@@ -54,7 +54,8 @@ class BatchSource:
                          control_tensor_list=controls,
                          file_paths=[str(i.path) for i in items],
                          original_sizes=[(i.size[1], i.size[0]) for i in items],
-                         crop_coords_top_left=[(p.top, p.left) for p in plans])
+                         crop_coords_top_left=[(p.top, p.left) for p in plans],
+                         items=items)
 
     def skip(self) -> None:
         """Pass over one batch without loading it (another rank trains on it)."""

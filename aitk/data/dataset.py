@@ -84,6 +84,7 @@ class Item:
     # arch, pixels (3, F, H, W): the video's frame indices chosen at scan, (0,) for an image.
     frames: tuple[int, ...] | None = None
     controls: tuple[Path, ...] = ()  # edit models: paired control images (data.controls)
+    dataset: int = 0  # its index in the process's `datasets` (per-dataset loss settings)
 
     @property
     def group(self) -> tuple[int, int, int]:

@@ -16,6 +16,7 @@ from typing import Any
 import torch
 
 from aitk.diffusion.noise import NoiseSettings, sample_noise
+from aitk.diffusion.timesteps import biased_quantiles
 
 PREDICTION_TYPES = ("epsilon", "v_prediction")
 
@@ -48,9 +49,15 @@ class DDPMSchedule:
 
     def sample_timesteps(self, clean: torch.Tensor, generator: torch.Generator
                          ) -> torch.Tensor:
-        """Integer steps, uniform over 0..num_train_timesteps-1 (as float32)."""
+        """Integer steps, uniform over 0..num_train_timesteps-1 (as float32);
+        `content_or_style` leans them to the noisy or the clean end (timesteps.py)."""
         n = self.num_train_timesteps
-        t = torch.randint(0, n, (clean.shape[0],), generator=generator)
+        bias = self.settings.content_or_style
+        if bias == "balanced":
+            t = torch.randint(0, n, (clean.shape[0],), generator=generator)
+        else:
+            q = biased_quantiles(torch.rand(clean.shape[0], generator=generator), bias)
+            t = (q * n).long().clamp(0, n - 1)
         return t.to(clean.device, torch.float32)
 
     def add_noise(self, clean: torch.Tensor, noise: torch.Tensor,
@@ -82,3 +89,8 @@ class DDPMSchedule:
         weights = clipped / (snr + 1.0) if self.prediction_type == "v_prediction" \
             else clipped / snr
         return weights.to(timesteps.device)
+
+    def timesteps_at(self, sigmas: torch.Tensor) -> torch.Tensor:
+        """A noise level s -> step round(s * N), at most N - 1 (as upstream validates)."""
+        n = self.num_train_timesteps
+        return (sigmas.float() * n).round().clamp(0, n - 1)

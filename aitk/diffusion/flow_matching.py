@@ -14,7 +14,14 @@ from dataclasses import dataclass, field
 import torch
 
 from aitk.diffusion.noise import NoiseSettings, diffusion_loss, sample_noise
-from aitk.diffusion.timesteps import FlowShift, bell_weights, sample_timesteps
+from aitk.diffusion.timesteps import (
+    FlowShift,
+    bell_weights,
+    following_level,
+    next_sample_table,
+    sample_from_table,
+    sample_timesteps,
+)
 
 
 def add_noise(clean: torch.Tensor, noise: torch.Tensor, timesteps: torch.Tensor
@@ -57,9 +64,22 @@ class FlowMatchSchedule:
 
     def sample_timesteps(self, clean: torch.Tensor, generator: torch.Generator
                          ) -> torch.Tensor:
-        t = sample_timesteps(clean.shape[0], generator, self.settings.timestep_type,
-                             self.shift, self.seq_len(clean))
+        st = self.settings
+        if st.timestep_type == "next_sample":
+            return sample_from_table(clean.shape[0], generator,
+                                     self.next_sample_table(clean)).to(clean.device)
+        t = sample_timesteps(clean.shape[0], generator, st.timestep_type, self.shift,
+                             self.seq_len(clean), st.content_or_style)
         return t.to(clean.device)
+
+    def next_sample_table(self, clean: torch.Tensor) -> torch.Tensor:
+        """`next_sample`'s short schedule (noise levels, descending) for these latents."""
+        return next_sample_table(self.settings.next_sample_timesteps, self.shift,
+                                 self.seq_len(clean))
+
+    def next_timesteps(self, clean: torch.Tensor, timesteps: torch.Tensor) -> torch.Tensor:
+        """`next_sample`: the level after each of `timesteps` in the short schedule."""
+        return following_level(timesteps, self.next_sample_table(clean))
 
     def add_noise(self, clean: torch.Tensor, noise: torch.Tensor,
                   timesteps: torch.Tensor) -> torch.Tensor:
@@ -69,7 +89,16 @@ class FlowMatchSchedule:
                timesteps: torch.Tensor) -> torch.Tensor:
         return velocity_target(clean, noise)
 
+    def predicted_clean(self, noisy: torch.Tensor, pred: torch.Tensor,
+                        timesteps: torch.Tensor) -> torch.Tensor:
+        """The clean latents a prediction implies: x_t - s * v (velocity models)."""
+        s = (timesteps.float() / 1000.0).view(-1, *([1] * (noisy.ndim - 1)))
+        return noisy.float() - s * pred.float()
+
     def loss_weights(self, timesteps: torch.Tensor) -> torch.Tensor | None:
         if self.settings.timestep_type == "weighted":
             return bell_weights(timesteps)
         return None
+
+    def timesteps_at(self, sigmas: torch.Tensor) -> torch.Tensor:
+        return sigmas.float() * 1000.0

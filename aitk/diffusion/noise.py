@@ -33,6 +33,8 @@ class NoiseSettings:
     timestep_type: str = "sigmoid"
     noise_offset: float = 0.0
     min_snr_gamma: float | None = None
+    content_or_style: str = "balanced"  # which end of the noise range items lean to
+    next_sample_timesteps: int = 8  # `next_sample`: levels of its short schedule
 
 
 class NoiseSchedule(Protocol):
@@ -54,6 +56,11 @@ class NoiseSchedule(Protocol):
         ...
 
     def loss_weights(self, timesteps: torch.Tensor) -> torch.Tensor | None:
+        ...
+
+    def timesteps_at(self, sigmas: torch.Tensor) -> torch.Tensor:
+        """Noise levels in [0, 1] as this schedule's timesteps (validation's fixed
+        levels)."""
         ...
 
 

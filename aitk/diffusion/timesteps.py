@@ -17,6 +17,18 @@ timesteps t = 1000 s, where 1000 is pure noise.
   shifts its schedule (`FlowShift`): resolution-dependent for models with dynamic
   shifting (Flux, Qwen-Image), by the model's fixed `shift` otherwise. Training then
   spends its steps on the noise levels the sampler will visit.
+- `lognorm_blend`: upstream's mixture: with probability 3/4, s = 1 - X / M with X
+  log-normal (sigma 1/3) and M = e^(3 sigma) (upstream divides by the largest of its
+  draws, which sits about three sigmas out), else s ~ U(0, 1). It leans to s near 0.6.
+- `next_sample`: s is one of the first `next_sample_timesteps - 2` levels of a short
+  shifted sampling schedule (`next_sample_table`); the trainer then steps the noisy
+  latents to the following level with the model's own prediction and trains there
+  (aitk.run.objectives.NextSample), as upstream does.
+
+`train.content_or_style` biases which quantile of the chosen distribution an item gets
+(upstream's cubic bias, from diffusers' T2I-Adapter script): `content` takes 1 - u^3
+(the noisy end, where layout and structure form), `style` u^3 (the clean end, where
+texture and detail form), `balanced` u itself.
 """
 
 from __future__ import annotations
@@ -27,9 +39,12 @@ from typing import Any
 
 import torch
 
-from aitk.config.choices import TIMESTEP_TYPES
+from aitk.config.choices import TIMESTEP_BIASES, TIMESTEP_TYPES
 
 SHIFTED_TYPES = ("shift", "flux_shift")
+# lognorm_blend: the log-normal's sigma, its share of the mixture, and the divisor M.
+BLEND_SIGMA, BLEND_SHARE = 1.0 / 3.0, 0.75
+BLEND_MAX = math.exp(3.0 * BLEND_SIGMA)
 # s stays strictly inside (0, 1): s = 0 would make the input the clean image.
 S_MIN, S_MAX = 1e-5, 1.0 - 1e-5
 
@@ -79,26 +94,92 @@ class FlowShift:
         return self.shift * s / (1.0 + (self.shift - 1.0) * s)
 
 
-def sample_sigmas(batch_size: int, generator: torch.Generator, kind: str = "sigmoid"
-                  ) -> torch.Tensor:
+def biased_quantiles(u: torch.Tensor, bias: str = "balanced") -> torch.Tensor:
+    """`content_or_style`: uniform draws u -> the quantiles items get (see above)."""
+    if bias == "content":
+        return 1.0 - u ** 3
+    if bias == "style":
+        return u ** 3
+    if bias == "balanced":
+        return u
+    raise ValueError(f"unknown content_or_style {bias!r}; use one of "
+                     f"{', '.join(TIMESTEP_BIASES)}")
+
+
+def _normal_quantile(q: torch.Tensor) -> torch.Tensor:
+    return math.sqrt(2.0) * torch.erfinv(2.0 * q.clamp(1e-7, 1 - 1e-7) - 1.0)
+
+
+def blend_cdf(s: torch.Tensor) -> torch.Tensor:
+    """P(S <= s) for `lognorm_blend`: the log-normal part clamped at 0, plus U(0, 1)."""
+    x = (BLEND_MAX * (1.0 - s)).clamp_min(1e-12)
+    normal = torch.distributions.Normal(0.0, 1.0)
+    lognormal_part = 1.0 - normal.cdf(torch.log(x) / BLEND_SIGMA)
+    return BLEND_SHARE * lognormal_part + (1.0 - BLEND_SHARE) * s
+
+
+def blend_quantile(q: torch.Tensor, iterations: int = 40) -> torch.Tensor:
+    """The inverse of `blend_cdf` by bisection (monotone, no closed form): 40 halvings
+    of (0, 1) are below float32's resolution."""
+    lo, hi = torch.zeros_like(q), torch.ones_like(q)
+    for _ in range(iterations):
+        mid = (lo + hi) / 2
+        below = blend_cdf(mid) < q
+        lo, hi = torch.where(below, mid, lo), torch.where(below, hi, mid)
+    return (lo + hi) / 2
+
+
+def sample_sigmas(batch_size: int, generator: torch.Generator, kind: str = "sigmoid",
+                  bias: str = "balanced") -> torch.Tensor:
     """(B,) float32 noise levels in (0, 1), before any shift."""
-    if kind in ("sigmoid", "logit_normal"):
-        s = torch.sigmoid(torch.randn(batch_size, generator=generator))
-    elif kind in ("linear", "uniform", "weighted", *SHIFTED_TYPES):
-        s = torch.rand(batch_size, generator=generator)
-    else:
+    if kind not in TIMESTEP_TYPES or kind == "next_sample":
         raise ValueError(f"unknown timestep_type {kind!r}; use one of "
-                         f"{', '.join(TIMESTEP_TYPES)}")
+                         f"{', '.join(t for t in TIMESTEP_TYPES if t != 'next_sample')}")
+    if kind == "lognorm_blend":
+        s = blend_quantile(biased_quantiles(torch.rand(batch_size, generator=generator),
+                                            bias))
+    elif bias != "balanced":  # one uniform per item through the distribution's quantile
+        q = biased_quantiles(torch.rand(batch_size, generator=generator), bias)
+        s = torch.sigmoid(_normal_quantile(q)) if kind in ("sigmoid", "logit_normal") else q
+    elif kind in ("sigmoid", "logit_normal"):
+        s = torch.sigmoid(torch.randn(batch_size, generator=generator))
+    else:
+        s = torch.rand(batch_size, generator=generator)
     return s.clamp(S_MIN, S_MAX)
 
 
 def sample_timesteps(batch_size: int, generator: torch.Generator, kind: str = "sigmoid",
-                     shift: FlowShift | None = None, image_seq_len: int = 0) -> torch.Tensor:
+                     shift: FlowShift | None = None, image_seq_len: int = 0,
+                     bias: str = "balanced") -> torch.Tensor:
     """(B,) float32 timesteps in (0, 1000); `shift` applies to the shifted kinds only."""
-    s = sample_sigmas(batch_size, generator, kind)
+    s = sample_sigmas(batch_size, generator, kind, bias)
     if kind in SHIFTED_TYPES and shift is not None:
         s = shift.apply(s, image_seq_len).clamp(S_MIN, S_MAX)
     return s * 1000.0
+
+
+def next_sample_table(steps: int, shift: FlowShift | None, image_seq_len: int
+                      ) -> torch.Tensor:
+    """`next_sample`'s schedule: `steps` noise levels from 1 down to 1/1000, evenly
+    spaced then shifted like the model's sampler (upstream's `shift` training table)."""
+    s = torch.linspace(1.0, 1.0 / 1000.0, steps)
+    if shift is not None:
+        s = shift.apply(s, image_seq_len)
+    return s.clamp(S_MIN, S_MAX)
+
+
+def sample_from_table(batch_size: int, generator: torch.Generator, table: torch.Tensor
+                      ) -> torch.Tensor:
+    """`next_sample`: (B,) timesteps on 0..1000, each one of the table's levels but the
+    last two (upstream's index range), so a following level always exists."""
+    index = torch.randint(0, max(1, len(table) - 2), (batch_size,), generator=generator)
+    return table[index] * 1000.0
+
+
+def following_level(timesteps: torch.Tensor, table: torch.Tensor) -> torch.Tensor:
+    """The table level after each timestep's (timesteps drawn by `sample_from_table`)."""
+    index = (table[None, :] * 1000.0 - timesteps.float().cpu()[:, None]).abs().argmin(1)
+    return (table[(index + 1).clamp(max=len(table) - 1)] * 1000.0).to(timesteps.device)
 
 
 def bell_weights(timesteps: torch.Tensor) -> torch.Tensor:

@@ -184,6 +184,9 @@ class BaseModel:
         self.noise_scheduler: Any = None
         self.train_config: Any = None  # the job's `train:` section, once configured
         self._training_schedule: NoiseSchedule | None = None
+        # `do_guidance_loss`: the guidance a guidance-distilled model's embedding gets
+        # during the passes of one step (per item), instead of `train.cfg_scale`.
+        self.guidance_override: torch.Tensor | None = None
 
     # `transformer` and `unet` are aliases of `model`, as model authors expect.
     @property
@@ -320,12 +323,15 @@ class BaseModel:
 
     def configure_training(self, train_config: Any) -> None:
         """Called once by the trainer after loading: keep `train:` and build the noise
-        schedule from its `timestep_type`, `noise_offset` and `min_snr_gamma`."""
+        schedule from its `timestep_type`, `noise_offset`, `min_snr_gamma`,
+        `content_or_style` and `next_sample_timesteps`."""
         self.train_config = train_config
         self._training_schedule = self.make_training_schedule(NoiseSettings(
             timestep_type=getattr(train_config, "timestep_type", "sigmoid"),
             noise_offset=float(getattr(train_config, "noise_offset", 0.0) or 0.0),
-            min_snr_gamma=getattr(train_config, "min_snr_gamma", None)))
+            min_snr_gamma=getattr(train_config, "min_snr_gamma", None),
+            content_or_style=getattr(train_config, "content_or_style", "balanced"),
+            next_sample_timesteps=int(getattr(train_config, "next_sample_timesteps", 8))))
 
     @property
     def training_schedule(self) -> NoiseSchedule:
@@ -337,6 +343,19 @@ class BaseModel:
                   timesteps: torch.Tensor) -> torch.Tensor:
         """Mix per the schedule; flow matching: x_t = (1 - s) clean + s noise, s = t/1000."""
         return self.training_schedule.add_noise(clean, noise, timesteps)
+
+    @contextlib.contextmanager
+    def guidance_as(self, scales: torch.Tensor | None) -> Iterator[None]:
+        """`do_guidance_loss`: inside the block a guidance-distilled model (one with a
+        guidance embedding, e.g. Flux dev) feeds `scales` (B,) to it; None changes
+        nothing. Models without one ignore `guidance_override`."""
+        before = self.guidance_override
+        if scales is not None:
+            self.guidance_override = scales
+        try:
+            yield
+        finally:
+            self.guidance_override = before
 
     def begin_micro_step(self, index: int) -> None:
         """Called by the loop before each micro-batch with its number, `step *

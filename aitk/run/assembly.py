@@ -5,8 +5,10 @@ them in order.
 
 from __future__ import annotations
 
+import contextlib
+import dataclasses
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from types import SimpleNamespace
@@ -19,6 +21,7 @@ from aitk.data import controls
 from aitk.data.batches import BatchSource
 from aitk.data.dataset import Item, scan_folder
 from aitk.errors import DatasetError, DeviceUnavailable, ModelError
+from aitk.run.ema import AdapterEMA
 from aitk.run.optim import Schedule, build_optimizer
 
 TRAIN_DTYPES = {"fp32": torch.float32, "float32": torch.float32,
@@ -114,6 +117,7 @@ def scan_datasets(proc: ProcessConfig, divisibility: int, report: Callable[[str]
                             resolutions=ds.resolutions, divisibility=divisibility,
                             caption_dropout_rate=ds.caption_dropout_rate,
                             num_repeats=ds.num_repeats, clip=clip, report=report)
+        found = [dataclasses.replace(item, dataset=i) for item in found]
         items += controls.pair_controls(
             found, [Path(p).expanduser() for p in ds.control_paths], report)
     controls.check_same_count(items)
@@ -144,6 +148,30 @@ class Trainable:
     optimizer: torch.optim.Optimizer
     schedule: Schedule
     data: BatchSource
+    ema: AdapterEMA | None = None  # train.ema_config: what is saved and previewed
+
+    @contextlib.contextmanager
+    def published(self) -> Iterator[None]:
+        """The weights a LoRA file, a preview and the validation loss show: the EMA's
+        when it is on, else the trained ones."""
+        with self.ema.applied() if self.ema is not None else contextlib.nullcontext():
+            yield
+
+    def extra_state(self) -> dict[str, Any]:
+        """What a checkpoint keeps besides adapter, optimizer, RNG and data order."""
+        return {} if self.ema is None else {"ema.pt": self.ema.state_dict()}
+
+    def load_extra_state(self, found: Callable[[str], Any | None],
+                         say: Callable[[str], None]) -> None:
+        """Restore `extra_state` from a checkpoint (`found(name)`: its object or None)."""
+        if self.ema is not None:
+            state = found("ema.pt")
+            if state is None:  # EMA switched on for a run that trained without it
+                say("the checkpoint has no EMA of the adapter; the average starts from "
+                    "the resumed weights")
+                self.ema = AdapterEMA(self.params, self.ema.decay)
+            else:
+                self.ema.load_state_dict(state)
 
 
 def attach_adapter(proc: ProcessConfig, model: Any, items: list[Item],
@@ -166,4 +194,5 @@ def attach_adapter(proc: ProcessConfig, model: Any, items: list[Item],
                         tr.lr_scheduler_params.warmup_steps, tr.lr_scheduler_params.eta_min)
     data = BatchSource(items, tr.batch_size, tr.seed, latents, model.encode_images, embeds,
                        control_embeds)
-    return Trainable(network, module, params, optimizer, schedule, data)
+    ema = AdapterEMA(params, tr.ema_config.ema_decay) if tr.ema_config.use_ema else None
+    return Trainable(network, module, params, optimizer, schedule, data, ema)

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import tempfile
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TextIO
 
@@ -34,23 +34,38 @@ class Inputs:
     embeds: Callable[..., Any]
     control_embeds: controls.ControlEmbeds | None
     sample_embeds: dict[str, Any] | None
+    # Prompts embedded once before the text encoder may go (the validation prompts).
+    prompt_embeds: dict[str, Any] = field(default_factory=dict)
+
+    def reembed(self, captions: list[str], batch: Any) -> Any:
+        """A batch's embeddings for other captions (a preservation prompt), from the same
+        cache as its own; with its controls for a model whose embeddings read them."""
+        if self.control_embeds is not None and batch.control_tensor_list is not None:
+            return self.control_embeds(captions, batch.items, batch.control_tensor_list)
+        return self.embeds(captions)
 
 
 def encode_inputs(proc: ProcessConfig, model: Any, items: list[Item], samples: list[Any],
                   stop: StopFlag, say: Callable[[str], None], stream: TextIO,
-                  world: distributed.World = distributed.SINGLE) -> Inputs:
+                  world: distributed.World = distributed.SINGLE,
+                  extra: Callable[[Item], list[str]] = lambda item: [],
+                  prompts: Sequence[str] = ()) -> Inputs:
     """Fill the caches the config asks for; a model whose embeddings read the control
-    images (edit models) embeds each caption with its item's controls."""
+    images (edit models) embeds each caption with its item's controls. `extra`: the
+    other captions the objective embeds for an item (aitk.run.objectives.extra_captions),
+    cached with its own; `prompts`: embedded once, without controls, before anything
+    unloads the text encoder."""
+    fixed = model.encode_prompts(prompts) if prompts else {}
     cache_dir = usable_cache_dir(say)
     latents = cached_latents(proc, model, items, stop, say, stream, cache_dir, world)
     if model.encode_control_in_text_embeddings and items[0].controls:
         control_embeds, sample_embeds = control_text_embeddings(
-            proc, model, items, samples, stop, say, cache_dir, world)
+            proc, model, items, samples, stop, say, cache_dir, world, extra)
         # unused: every item has its controls
-        return Inputs(latents, model.get_prompt_embeds, control_embeds, sample_embeds)
+        return Inputs(latents, model.get_prompt_embeds, control_embeds, sample_embeds, fixed)
     embeds, sample_embeds = text_embeddings(proc, model, items, samples, stop, say,
-                                            cache_dir, world)
-    return Inputs(latents, embeds, None, sample_embeds)
+                                            cache_dir, world, extra)
+    return Inputs(latents, embeds, None, sample_embeds, fixed)
 
 
 def usable_cache_dir(say: Callable[[str], None]) -> Path | None:
@@ -105,13 +120,16 @@ def cached_latents(proc: ProcessConfig, model: Any, items: list[Item], stop: Sto
 
 def text_embeddings(proc: ProcessConfig, model: Any, items: list[Item],
                     samples: list[Any], stop: StopFlag, say: Callable[[str], None],
-                    cache_dir: Path | None, world: distributed.World = distributed.SINGLE
+                    cache_dir: Path | None, world: distributed.World = distributed.SINGLE,
+                    extra: Callable[[Item], list[str]] = lambda item: []
                     ) -> tuple[Callable[[list[str]], Any], dict[str, Any] | None]:
     """(captions -> batch embeds, embeds for the preview prompts or None).
 
     With `cache_text_embeddings` (or `unload_text_encoder`), every caption the run can
-    use (the empty one for caption dropout, the preview prompts) is embedded up front and
-    the text encoder is unloaded; otherwise captions are embedded per batch."""
+    use (the empty one for caption dropout, the preview prompts, each item's `extra`
+    captions) is embedded up front and the text encoder is unloaded; otherwise captions
+    are embedded per batch. Entries are keyed by caption text, so a preservation caption
+    follows its class word."""
     tr = proc.train
     wanted = tr.cache_text_embeddings or tr.unload_text_encoder
     if not (wanted or any(ds.cache_text_embeddings for ds in proc.datasets)):
@@ -123,6 +141,7 @@ def text_embeddings(proc: ProcessConfig, model: Any, items: list[Item],
     captions = [i.caption for i in items]
     if any(i.caption_dropout_rate > 0 for i in items):
         captions.append("")
+    captions += [c for i in items for c in extra(i)]
     captions += [t for c in samples for t in (c.prompt, c.negative_prompt)]
     cache = TextEmbedCache(model.encode_prompts, model_identity(model, cache_dir),
                            model.text_embedding_space_version,
@@ -136,7 +155,8 @@ def text_embeddings(proc: ProcessConfig, model: Any, items: list[Item],
 def control_text_embeddings(proc: ProcessConfig, model: Any, items: list[Item],
                             samples: list[Any], stop: StopFlag, say: Callable[[str], None],
                             cache_dir: Path | None,
-                            world: distributed.World = distributed.SINGLE
+                            world: distributed.World = distributed.SINGLE,
+                            extra: Callable[[Item], list[str]] = lambda item: []
                             ) -> tuple[controls.ControlEmbeds, dict[str, Any] | None]:
     """`text_embeddings` for a model whose embeddings read the control images
     (aitk.data.controls): cache entries are keyed by caption and control content, and the
@@ -152,7 +172,8 @@ def control_text_embeddings(proc: ProcessConfig, model: Any, items: list[Item],
     cache = controls.ControlTextEmbedCache(
         encode, model_identity(model, cache_dir), model.text_embedding_space_version,
         cache_dir / "text_embeds" if cache_dir else None, report=say)
-    fill_shared(cache.fill, controls.caption_pairs(items), world, cache_dir is not None, stop)
+    pairs = controls.caption_pairs(items) + [(c, i) for i in items for c in extra(i)]
+    fill_shared(cache.fill, pairs, world, cache_dir is not None, stop)
     sample_embeds = {}
     for c in samples:
         images = controls.load_sample_controls(c.ctrl_imgs)

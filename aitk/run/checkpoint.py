@@ -5,6 +5,7 @@
         optimizer.pt          optimizer state
         rng.pt                python / numpy / torch CPU (+ CUDA) generator states
         state.json            step, epoch, data-order position, LR schedule, job name
+        ema.pt                with train.ema_config: the adapter's moving average
         manifest.json         sha256 of every file above; written last
 
 The directory is assembled as `.tmp-step_...` beside its final name (every file
@@ -42,9 +43,10 @@ PREFIX = "step_"
 TMP_PREFIX = ".tmp-"
 OLD_PREFIX = ".old-"
 INVALID_PREFIX = "invalid-"
-# The files the trainer puts in a checkpoint (aitk.run.saving.checkpoint_files) + the
-# manifest.
-FILES = frozenset({"adapter.safetensors", "optimizer.pt", "rng.pt", "state.json", MANIFEST})
+# The files the trainer puts in a checkpoint (aitk.run.saving.checkpoint_files; ema.pt
+# with train.ema_config) + the manifest.
+FILES = frozenset({"adapter.safetensors", "optimizer.pt", "rng.pt", "state.json", "ema.pt",
+                   MANIFEST})
 _PUBLISHED = re.compile(r"step_(\d{9})")
 _STALE = re.compile(r"\.(tmp|old)-step_\d{9}-\d+")
 

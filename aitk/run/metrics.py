@@ -10,7 +10,7 @@ import sys
 import time
 from collections import deque
 from pathlib import Path
-from typing import TextIO
+from typing import Any, TextIO
 
 from rich.console import Console
 from rich.progress import (
@@ -28,8 +28,8 @@ from aitk_common.files import atomic_write_text
 
 def is_loss_log(path: Path) -> bool:
     """Absent, or a regular file whose every line is one of our entries (a JSON object
-    with an integer `step` and a `loss`); only a last line without its newline (torn by
-    a hard kill) may be anything."""
+    with an integer `step` and a `loss`, or a `val_loss`: aitk.run.validation); only a
+    last line without its newline (torn by a hard kill) may be anything."""
     if not os.path.lexists(path):
         return True
     if path.is_symlink() or not path.is_file():
@@ -45,7 +45,7 @@ def is_loss_log(path: Path) -> bool:
         except ValueError:
             return False
         if not (isinstance(entry, dict) and type(entry.get("step")) is int
-                and "loss" in entry):
+                and ("loss" in entry or "val_loss" in entry)):
             return False
     return True
 
@@ -99,6 +99,12 @@ class Metrics:
     def message(self, text: str) -> None:
         # soft_wrap: one line per message, whatever the width (rich folds a non-tty at 80)
         self.console.print(text, markup=False, highlight=False, soft_wrap=True)
+
+    def record(self, entry: dict[str, Any]) -> None:
+        """Another kind of loss-log entry (a validation loss: aitk.run.validation)."""
+        if self._log is not None:
+            self._log.write(json.dumps(entry) + "\n")
+            self._log.flush()
 
     def log(self, step: int, loss: float, lr: float) -> None:
         now = time.perf_counter()

@@ -11,7 +11,9 @@ short sequence of named steps. Each step lives in the module that owns its conce
     attach the adapter     assembly   network, optimizer, LR schedule, batch source
     resume                 saving     the newest checkpoint that validates
     train                  train      the loop; saving.Saver and sampling.Previews are
-                                      its `save` and `sample`
+                                      its `save` and `sample`, objectives its loss,
+                                      validation its held-out loss, data.masks its
+                                      batches' loss masks
 
 Under torchrun every rank runs all of it; rank 0 alone writes (outputs, checkpoints,
 samples, logs, the status file) and holds the output folder's lock, and the others
@@ -31,6 +33,7 @@ import torch
 from aitk.config.loading import LoadedConfig
 from aitk.config.schema import ProcessConfig
 from aitk.data.dataset import Item
+from aitk.data.masks import MaskRule, Masks
 from aitk.run import distributed
 from aitk.run.assembly import (
     Reporter,
@@ -45,6 +48,7 @@ from aitk.run.assembly import (
 from aitk.run.caches import Inputs, encode_inputs
 from aitk.run.metrics import Metrics
 from aitk.run.output import claim, output_lock, refuse_foreign_loras, write_run_config
+from aitk.run.objectives import build_objective, check_objective, extra_captions
 from aitk.run.saving import Saver, resume
 from aitk.run.signals import StopFlag
 from aitk.run.status import StatusFile
@@ -96,16 +100,18 @@ def train_process(p: Process) -> Outcome:
     p.stop.check()
     items = scan_datasets(p.proc, model.get_bucket_divisibility(), p.say,
                           getattr(model, "is_video", False))
+    masks = Masks([MaskRule.of(ds) for ds in p.proc.datasets], items, p.say)
     previews = preview_configs(p, model, items)
     p.status.phase("caching")
-    inputs = encode_inputs(p.proc, model, items, previews, p.stop, p.say, p.stream, p.world)
+    inputs = encode_inputs(p.proc, model, items, previews, p.stop, p.say, p.stream, p.world,
+                           extra_captions(p.proc), held_out_prompts(p))
     trainable = attach_adapter(p.proc, model, items, inputs.latents, inputs.embeds,
                                inputs.control_embeds)
     start = resume(p.out_dir / "checkpoints", trainable, p.world, p.say, p.stream, p.name)
     if p.main:
         write_run_config(p.out_dir / "config.yaml", p.loaded, p.say)
     announce(p, items, device)
-    return train_from(p, model, trainable, inputs, previews, start, device)
+    return train_from(p, model, trainable, inputs, previews, start, device, masks)
 
 
 def join_ranks(p: Process) -> torch.device:
@@ -124,6 +130,7 @@ def load(p: Process, device: torch.device) -> Any:
     distributed.barrier(p.world)
     model = load_model(p.proc, device, report=p.say)
     model.configure_training(p.proc.train)
+    check_objective(p.proc.train, model)  # a loss this model cannot train: exit 2 now
     if p.main:  # per-expert file names are known once the model is loaded
         claim(p.out_dir, p.name, model.lora_file_suffixes(),
               lambda m: print(m, file=p.stream, flush=True))
@@ -142,6 +149,31 @@ def preview_configs(p: Process, model: Any, items: list[Item]) -> list[Any]:
     return image_configs(p.proc.sample, p.proc.trigger_word)
 
 
+def held_out_prompts(p: Process) -> list[str]:
+    """The validation prompts (rank 0 alone validates), embedded with the captions."""
+    from aitk.run.validation import validation_prompts
+
+    cfg = p.proc.train.validation_config
+    return validation_prompts(cfg, p.proc.trigger_word) if cfg and p.main else []
+
+
+def validation(p: Process, model: Any, trainable: Trainable, inputs: Inputs,
+               metrics: Metrics, start: int) -> Any:
+    """The loop's `validate` on rank 0 with `validation_config`, else None."""
+    from aitk.run.validation import Validation, history, hold_out
+
+    cfg = p.proc.train.validation_config
+    if cfg is None or not p.main:
+        return None
+    held = hold_out(model, cfg, p.proc.trigger_word, inputs.prompt_embeds, p.say)
+    if not held:
+        p.say("validation_config has no usable validation image; no validation loss")
+        return None
+    return Validation(model, held, cfg.validation_sigmas, trainable.published,
+                      metrics.record, p.status, metrics.message,
+                      history(p.out_dir / "loss_log.jsonl", start))
+
+
 def announce(p: Process, items: list[Item], device: torch.device) -> None:
     ranks = f" x {p.world.size} processes" if p.world.distributed else ""
     print(f"training {p.name}: {len({i.path for i in items})} images ({len(items)} items "
@@ -150,7 +182,8 @@ def announce(p: Process, items: list[Item], device: torch.device) -> None:
 
 
 def train_from(p: Process, model: Any, trainable: Trainable, inputs: Inputs,
-               previews: list[Any], start: int, device: torch.device) -> Outcome:
+               previews: list[Any], start: int, device: torch.device,
+               masks: Masks | None = None) -> Outcome:
     """The loop from step `start`, saving and previewing on rank 0."""
     from aitk.run.sampling import Previews
 
@@ -164,27 +197,41 @@ def train_from(p: Process, model: Any, trainable: Trainable, inputs: Inputs,
                       metrics, p.status)
         if main:
             saver.repair(start)
-        sample = Previews(model, previews, p.out_dir / "samples", p.proc.sample.format,
-                          inputs.sample_embeds, p.status, metrics.message)
+        previewer = Previews(model, previews, p.out_dir / "samples", p.proc.sample.format,
+                             inputs.sample_embeds, p.status, metrics.message)
+
+        def sample(step: int) -> None:
+            with trainable.published():  # the EMA's weights when it is on
+                previewer(step)
+
+        validate = validation(p, model, trainable, inputs, metrics, start)
         settings = LoopSettings(
             total_steps=tr.steps, accumulation=tr.accumulation,
             max_grad_norm=tr.max_grad_norm, save_every=p.proc.save.save_every,
             sample_every=p.proc.sample.sample_every if previews else None,
             sample_first=not tr.skip_first_sample, seed=tr.seed,
+            validate_every=(tr.validation_config.validate_every_n_steps
+                            if validate is not None else None),
             # Reading a loss syncs an accelerator; on a CPU it costs nothing.
             log_every=1 if device.type == "cpu" else 10, world=p.world)
         if start >= tr.steps:
             metrics.message(f"{p.name} already finished at step {start}")
-        data, world = trainable.data, p.world
+        data, world, ema = trainable.data, p.world, trainable.ema
+        attach = masks.attach if masks is not None else (lambda batch: batch)
         outcome = train(Run(
             model=model, params=trainable.params, optimizer=trainable.optimizer,
             schedule=trainable.schedule, settings=settings,
-            next_batch=lambda: data.next_for(world.rank, world.size),
+            next_batch=lambda: attach(data.next_for(world.rank, world.size)),
             save=saver.save if main else _skip, sample=sample if main else _skip,
             log=metrics.log,
             # Every rank stops at the same step when any was asked to.
-            stop_requested=lambda: distributed.agree(world, p.stop.requested, device)),
+            stop_requested=lambda: distributed.agree(world, p.stop.requested, device),
+            objective=build_objective(p.proc, model, trainable.network, inputs.reembed),
+            after_update=ema.update if ema is not None else (lambda: None),
+            validate=validate or _skip),
             start)
+        if validate is not None and validate.summary():
+            metrics.message(validate.summary())
         # Leave together: a rank that tore its process group down while rank 0 was
         # still saving could abort in gloo's threads ("terminate called ...").
         distributed.barrier(world)

@@ -59,13 +59,14 @@ class Saver:
         self.status.phase("saving")
         meta = lora_metadata(self.loaded, self.proc, step, t.data.epoch)
         files = checkpoint_files(t.network, t.optimizer, t.data, step, t.schedule,
-                                 self.loaded)
+                                 self.loaded, t.extra_state())
         # The checkpoint, then the LoRA (at most the adapter's full-precision size).
         check_free_space(self.out_dir, sum(map(len, files.values()))
                          + len(files["adapter.safetensors"]))
         ckpt.save_checkpoint(self.ckpt_root, step, files)
         lora = self.lora_path(step)
-        t.network.save_file(lora, meta, dtype=self.dtype)  # atomic, public keys
+        with t.published():  # the EMA's weights when it is on
+            t.network.save_file(lora, meta, dtype=self.dtype)  # atomic, public keys
         ckpt.prune(self.ckpt_root, keep)
         prune_step_loras(self.out_dir, self.loaded.name, keep, self.suffixes)
         names = ", ".join(p.name for p in t.network.file_paths(lora))
@@ -78,8 +79,10 @@ class Saver:
         network, lora = self.trainable.network, self.lora_path(start)
         if start == 0 or all(p.exists() for p in network.file_paths(lora)):
             return
-        network.save_file(lora, lora_metadata(self.loaded, self.proc, start,
-                                               self.trainable.data.epoch), dtype=self.dtype)
+        with self.trainable.published():
+            network.save_file(lora, lora_metadata(self.loaded, self.proc, start,
+                                                   self.trainable.data.epoch),
+                              dtype=self.dtype)
         self.metrics.message(f"wrote {lora.name} (missing after an interrupted save)")
 
 
@@ -97,6 +100,9 @@ def resume(ckpt_root: Path, trainable: Trainable, world: distributed.World,
     if found is None:
         return 0
     restore(found, trainable.network, trainable.optimizer, trainable.data)
+    trainable.load_extra_state(lambda name: torch.load(io.BytesIO(found.read(name)),
+                                                       weights_only=True)
+                               if (found.path / name).is_file() else None, say)
     print(f"resuming {name} from step {found.step} ({found.path})", file=stream, flush=True)
     return found.step
 
@@ -145,7 +151,8 @@ def prune_step_loras(out_dir: Path, name: str, keep: int,
 
 
 def checkpoint_files(network: Any, optimizer: torch.optim.Optimizer, data: BatchSource,
-                     step: int, schedule: Schedule, loaded: LoadedConfig) -> dict[str, bytes]:
+                     step: int, schedule: Schedule, loaded: LoadedConfig,
+                     extra: dict[str, Any] | None = None) -> dict[str, bytes]:
     from safetensors.torch import save
 
     def torch_bytes(obj: Any) -> bytes:
@@ -159,7 +166,8 @@ def checkpoint_files(network: Any, optimizer: torch.optim.Optimizer, data: Batch
              "name": loaded.name, "software": aitk.__version__}
     return {"adapter.safetensors": save(adapter), "optimizer.pt": torch_bytes(
         optimizer.state_dict()), "rng.pt": torch_bytes(ckpt.capture_rng()),
-        "state.json": json.dumps(state, indent=2).encode()}
+        "state.json": json.dumps(state, indent=2).encode(),
+        **{name: torch_bytes(obj) for name, obj in (extra or {}).items()}}
 
 
 def restore(found: ckpt.Checkpoint, network: Any, optimizer: torch.optim.Optimizer,

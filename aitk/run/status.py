@@ -46,6 +46,11 @@ class StatusFile:
                 step == s.total_steps:
             self._write()
 
+    def validated(self, loss: float, best_step: int, best_loss: float) -> None:
+        s = self.status
+        s.val_loss, s.best_val_step, s.best_val_loss = loss, best_step, best_loss
+        self._write()
+
     def failed(self, error: str, problems: list[str] | None = None) -> None:
         """Remember why the job failed (and a bad config's problems) for `finish`."""
         self.error, self.problems = error, list(problems or [])

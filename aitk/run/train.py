@@ -13,9 +13,10 @@ import numpy as np
 import torch
 
 from aitk.data.batch import DataBatch
-from aitk.diffusion.noise import check_finite, diffusion_loss
+from aitk.diffusion.noise import check_finite
 from aitk.models.base import BaseModel
 from aitk.run import distributed
+from aitk.run.objectives import PLAIN, Objective
 from aitk.run.optim import Schedule, lr_at, set_lr
 
 
@@ -32,6 +33,7 @@ class LoopSettings:
     save_every: int = 250
     sample_every: int | None = None  # None: no previews
     sample_first: bool = True
+    validate_every: int | None = None  # None: no validation loss
     seed: int = 42
     # Losses are read (a device sync) and logged every `log_every` steps, before that
     # step's update, and always before a sample, a save or the end: a NaN loss stops
@@ -56,6 +58,9 @@ class Run:
     sample: Callable[[int], None]
     log: Callable[[int, float, float], None]
     stop_requested: Callable[[], bool] = lambda: False
+    objective: Objective = PLAIN  # what a micro-step minimises (aitk.run.objectives)
+    after_update: Callable[[], None] = lambda: None  # the adapter's EMA, when on
+    validate: Callable[[int], None] = lambda step: None  # held-out loss at a step
 
 
 def step_generator(seed: int, step: int, micro: int) -> torch.Generator:
@@ -65,22 +70,12 @@ def step_generator(seed: int, step: int, micro: int) -> torch.Generator:
     return torch.Generator().manual_seed(int(state[0]) << 32 | int(state[1]))
 
 
-def compute_loss(model: BaseModel, batch: DataBatch, generator: torch.Generator
-                 ) -> torch.Tensor:
-    """One batch through the model's noise schedule (aitk.diffusion.noise): noise and timesteps
-    drawn, mixed, conditioned, predicted and scored against the schedule's target."""
-    assert batch.latents is not None and batch.prompt_embeds is not None
-    schedule = model.training_schedule
-    clean = batch.latents.to(model.device, model.dtype)
-    noise = schedule.sample_noise(clean, generator)
-    timesteps = schedule.sample_timesteps(clean, generator)
-    noisy = model.add_noise(clean, noise, timesteps)
-    model_input = model.condition_noisy_latents(noisy, batch)
-    embeds = batch.prompt_embeds.to(model.device, model.dtype)
-    pred = model.get_noise_prediction(model_input, timesteps, embeds, batch=batch)
-    target = model.get_loss_target(noise=noise, batch=batch, clean_latents=clean,
-                                   timesteps=timesteps)
-    return diffusion_loss(pred, target, schedule.loss_weights(timesteps))
+def compute_loss(model: BaseModel, batch: DataBatch, generator: torch.Generator,
+                 objective: Objective = PLAIN) -> torch.Tensor:
+    """One batch through the model's noise schedule (aitk.diffusion.noise) and the
+    objective's terms (aitk.run.objectives): noise and timesteps drawn, mixed,
+    conditioned, predicted and scored."""
+    return objective(model, batch, generator)
 
 
 def flush_losses(pending: list[tuple[int, torch.Tensor, float]],
@@ -94,12 +89,19 @@ def flush_losses(pending: list[tuple[int, torch.Tensor, float]],
     pending.clear()
 
 
-def should_sample(step: int, start_step: int, s: LoopSettings) -> bool:
-    if s.sample_every is None or (step == start_step and step > 0):
-        return False  # a resumed run already sampled (or skipped) this step
+def due(every: int | None, step: int, start_step: int, s: LoopSettings,
+        first: bool = True) -> bool:
+    """A preview or a validation at `step`: every `every` steps, the last step, and step
+    0 when `first`."""
+    if every is None or (step == start_step and step > 0):
+        return False  # a resumed run already did (or skipped) this step
     if step == 0:
-        return s.sample_first
-    return step % s.sample_every == 0 or step == s.total_steps
+        return first
+    return step % every == 0 or step == s.total_steps
+
+
+def should_sample(step: int, start_step: int, s: LoopSettings) -> bool:
+    return due(s.sample_every, step, start_step, s, s.sample_first)
 
 
 def train(run: Run, start_step: int) -> Outcome:
@@ -110,11 +112,14 @@ def train(run: Run, start_step: int) -> Outcome:
         lr = lr_at(step, run.schedule)  # depends on the step alone: nothing to resume
         stopping = run.stop_requested()
         sampling = should_sample(step, start_step, s) and not stopping
+        validating = due(s.validate_every, step, start_step, s) and not stopping
         saving = step > last_saved and (step % s.save_every == 0 or step == s.total_steps
                                         or stopping)
         done = stopping or step >= s.total_steps
-        if sampling or saving or done:
+        if sampling or validating or saving or done:
             flush_losses(pending, run.log)
+        if validating:
+            run.validate(step)
         if sampling:
             run.sample(step)
         if saving:
@@ -131,7 +136,8 @@ def train(run: Run, start_step: int) -> Outcome:
             run.model.begin_micro_step(step * s.accumulation + micro)
             batch = run.next_batch()
             micro_id = distributed.micro_index(s.world, micro)
-            loss = compute_loss(run.model, batch, step_generator(s.seed, step, micro_id))
+            loss = compute_loss(run.model, batch, step_generator(s.seed, step, micro_id),
+                                run.objective)
             # Divide so accumulated gradients are the mean over micro-batches.
             (loss / s.accumulation).backward()
             step_loss += loss.detach() / s.accumulation
@@ -142,4 +148,5 @@ def train(run: Run, start_step: int) -> Outcome:
         if s.max_grad_norm > 0:
             torch.nn.utils.clip_grad_norm_(run.params, s.max_grad_norm)
         run.optimizer.step()
+        run.after_update()
         step += 1

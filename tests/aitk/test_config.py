@@ -112,19 +112,19 @@ def test_unknown_key_without_a_near_match_has_no_suggestion():
 
 def test_upstream_only_keys_warn_and_are_dropped():
     raw = example_raw()
-    proc(raw)["train"]["ema_config"] = {"use_ema": True}
+    proc(raw)["train"]["correct_pred_norm"] = True
     proc(raw)["train"]["snr_gamma"] = 5.0
     proc(raw)["datasets"][0]["shuffle_tokens"] = True
     loaded = parse(raw)
     assert loaded.warnings == [
         "config.process[0].datasets[0].shuffle_tokens: valid upstream but not supported by "
         "aitk; ignored",
-        "config.process[0].train.ema_config: valid upstream but not supported by aitk; "
-        "ignored",
+        "config.process[0].train.correct_pred_norm: valid upstream but not supported by "
+        "aitk; ignored",
         "config.process[0].train.snr_gamma: valid upstream but not supported by aitk; "
         "ignored",
     ]
-    assert "ema_config" not in proc(loaded.raw)["train"]
+    assert "correct_pred_norm" not in proc(loaded.raw)["train"]
 
 
 def test_unknown_arch_lists_the_known_ones():
@@ -294,9 +294,10 @@ def test_an_upstream_style_config_loads_with_warnings_only_where_it_matters(tmp_
     assert p.train.lr == 1e-4  # YAML reads `1e-4` as a string; it is still a number
     assert p.datasets[0].resolutions == [512, 768, 1024]
     assert p.model.quantize_te is True  # follows quantize, as upstream
-    # push_to_hub: false / shuffle_tokens: false change nothing and stay quiet.
-    assert loaded.warnings == ["config.process[0].train.ema_config: valid upstream but not "
-                               "supported by aitk; ignored"]
+    # push_to_hub: false / shuffle_tokens: false change nothing and stay quiet; the EMA
+    # trains as upstream's.
+    assert loaded.warnings == []
+    assert p.train.ema_config.use_ema and p.train.ema_config.ema_decay == 0.99
 
 
 # ---- bounded loading: hostile or broken files are one error, in bounded time/memory ---

@@ -64,9 +64,13 @@ def test_switched_off_settings_stay_quiet_and_switched_on_ones_warn_once():
     assert parse(copy.deepcopy(r)).warnings == [
         "config.process[0].datasets[0].flip_y: valid upstream but not supported by aitk; "
         "ignored"]  # once, though both datasets set it
+    p["train"]["ema_config"]["use_feedback"] = True  # does nothing with use_ema off
+    assert parse(copy.deepcopy(r)).warnings == [
+        "config.process[0].datasets[0].flip_y: valid upstream but not supported by aitk; "
+        "ignored"]
     p["train"]["ema_config"]["use_ema"] = True
-    assert "config.process[0].train.ema_config: valid upstream but not supported by aitk; " \
-           "ignored" in parse(r).warnings
+    assert "config.process[0].train.ema_config.use_feedback: valid upstream but not " \
+           "supported by aitk; ignored" in parse(r).warnings
 
 
 def test_upstream_keys_are_accepted_not_suggested():

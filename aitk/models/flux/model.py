@@ -211,6 +211,9 @@ class FluxModel(BaseModel):
         scale = self.training_guidance()
         guidance = None if scale is None else torch.full((b,), scale, device=self.device,
                                                           dtype=torch.float32)
+        if guidance is not None and self.guidance_override is not None:
+            # do_guidance_loss: the step's guidance scale, one per item
+            guidance = self.guidance_override.to(self.device, torch.float32).expand(b)
         bypass = self.has_guidance_embedding and guidance is None
         with guidance_bypassed(self.model, bypass):
             return self.model(hidden_states=packed, timestep=(t / 1000.0).to(self.dtype),

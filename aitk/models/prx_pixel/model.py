@@ -83,6 +83,10 @@ class XPredictionSchedule(FlowMatchSchedule):
                timesteps: torch.Tensor) -> torch.Tensor:
         return clean
 
+    def predicted_clean(self, noisy: torch.Tensor, pred: torch.Tensor,
+                        timesteps: torch.Tensor) -> torch.Tensor:
+        return pred.float()  # the model predicts the clean sample itself
+
 
 def clean_prompt(text: str) -> str:
     """The pipeline's light cleaning: ftfy (when installed), HTML entities, whitespace."""

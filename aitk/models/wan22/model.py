@@ -133,6 +133,13 @@ class ExpertSchedule:
     def loss_weights(self, timesteps: torch.Tensor) -> torch.Tensor | None:
         return self.base.loss_weights(timesteps)
 
+    def __getattr__(self, name: str) -> Any:
+        # The base schedule's optional pieces (next_sample's table, predicted_clean,
+        # timesteps_at) serve both experts alike.
+        if name.startswith("_") or name == "base":
+            raise AttributeError(name)
+        return getattr(self.base, name)
+
 
 class Wan22Model(Wan21Model):
     arch = "wan22_14b"

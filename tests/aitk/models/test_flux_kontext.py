@@ -226,13 +226,13 @@ def test_an_unreadable_ctrl_img_is_one_line(model: FluxKontextModel, tmp_path: P
 # their control_tensor here, derived from the batch's own latents (deterministic, so an
 # interrupted and resumed run must train exactly like a straight one).
 def with_control(compute):
-    def compute_loss_with_control(model, batch, generator):
+    def compute_loss_with_control(model, batch, generator, *objective):
         if batch.control_tensor is None:
             f = model.vae_scale_factor
             base = batch.latents[:, :3].float().flip(-1)
             batch.control_tensor = torch.sigmoid(base.repeat_interleave(f, -1)
                                                  .repeat_interleave(f, -2))
-        return compute(model, batch, generator)
+        return compute(model, batch, generator, *objective)
     return compute_loss_with_control
 
 
