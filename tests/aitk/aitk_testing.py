@@ -6,6 +6,7 @@ the end-to-end tests use the real `example` arch.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import subprocess
 import sys
@@ -102,7 +103,17 @@ class TinyAdapter:
 
     def __init__(self, model: TinyModel) -> None:
         self.delta = nn.Parameter(torch.zeros(4))
+        self.model = model.model
         model.model.adapter_delta = self.delta
+
+    @contextlib.contextmanager
+    def disabled(self):
+        """The base model alone inside the block (AdapterNetwork.disabled's contract)."""
+        self.model.adapter_delta = None
+        try:
+            yield
+        finally:
+            self.model.adapter_delta = self.delta
 
     def trainable_parameters(self):
         return [self.delta]
