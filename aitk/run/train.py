@@ -112,7 +112,8 @@ def train(run: Run, start_step: int) -> Outcome:
         lr = lr_at(step, run.schedule)  # depends on the step alone: nothing to resume
         stopping = run.stop_requested()
         sampling = should_sample(step, start_step, s) and not stopping
-        validating = due(s.validate_every, step, start_step, s) and not stopping
+        # Also when stopping: the resumed run starts past this step's validation.
+        validating = due(s.validate_every, step, start_step, s)
         saving = step > last_saved and (step % s.save_every == 0 or step == s.total_steps
                                         or stopping)
         done = stopping or step >= s.total_steps
