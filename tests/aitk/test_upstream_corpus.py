@@ -106,6 +106,38 @@ def test_the_ui_job_warns_only_about_what_it_switches_on(dataset):
     assert proc.save.save_format == "diffusers" and proc.type == "diffusion_trainer"
 
 
+def test_the_ui_jobs_loss_switches_train_without_a_warning(dataset):
+    """The web form's preservation, EMA, loss, timestep, mask and validation settings,
+    switched on as it writes them: none is dropped."""
+    config, _ = corpus_entry("ui_flex1", str(dataset))
+    proc = config["config"]["process"][0]
+    proc["model"]["arch"] = "example"
+    proc["trigger_word"] = "p3r5on"
+    proc["datasets"][0]["mask_path"] = str(dataset)
+    proc["train"].update({
+        "diff_output_preservation": True, "diff_output_preservation_multiplier": 0.8,
+        "ema_config": {"use_ema": True, "ema_decay": 0.99}, "loss_type": "wavelet",
+        "timestep_type": "shift", "content_or_style": "content",
+        "inverted_mask_prior": True, "inverted_mask_prior_multiplier": 0.5,
+        "validation_config": {"validation_items": [{"image_path": "", "prompt": ""}],
+                              "resolution": 1024, "validate_every_n_steps": 1,
+                              "validation_sigmas": [0.5]}})
+    loaded = parse_job(config, "job.yml", env={}, check_arch=lambda a: None)
+    assert loaded.warnings == [
+        f"config.process[0].network.{key}: valid upstream but not supported by aitk; ignored"
+        for key in ("conv", "conv_alpha")]
+    train = loaded.job.config.process[0].train
+    assert train.diff_output_preservation_class == "person" and train.ema_config.use_ema
+    for switch in ({"blank_prompt_preservation": True, "diff_output_preservation": False},
+                   {"loss_type": "stepped", "timestep_type": "lognorm_blend"},
+                   {"loss_type": "mae", "timestep_type": "next_sample"},
+                   {"loss_type": "pseudo_huber", "do_guidance_loss": True,
+                    "guidance_loss_target": [2, 4]}):
+        proc["train"].update(switch)
+        assert parse_job(config, "job.yml", env={},
+                         check_arch=lambda a: None).warnings == loaded.warnings
+
+
 def test_unsupported_arch_stops_before_any_other_problem(tmp_path, dataset, capsys):
     config, _ = corpus_entry("hidream", str(dataset))
     config["config"]["process"][0]["train"]["stpes"] = 5  # would be an error too
