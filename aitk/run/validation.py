@@ -37,7 +37,7 @@ import torch
 
 from aitk.data.buckets import bucket_for
 from aitk.data.dataset import BadInputFile, Item, image_size, load_pixels
-from aitk.files import sha256_file
+from aitk_common.files import sha256_file
 from aitk.models.base import BaseModel
 from aitk.models.prompt_embeds import AdvancedPromptEmbeds
 from aitk.run.objectives import evaluating

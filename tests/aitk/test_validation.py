@@ -50,7 +50,7 @@ def test_same_weights_score_the_same_whatever_the_step(tiny_model, tmp_path: Pat
     assert validate(1000) == first
     assert [r["step"] for r in records] == [3, 250, 1000]
     assert all(r["val_loss"] == first for r in records)
-    assert status.fields["best_val_step"] == 3 and status.fields["best_val_loss"] == first
+    assert status.status.best_val_step == 3 and status.status.best_val_loss == first
     rng_after = torch.get_rng_state()
     torch.set_rng_state(rng)
     torch.randn(100)

@@ -20,7 +20,7 @@ from aitk_common.status import (
 # The server reads these names (aitk_server/runner.py, reconcile.py, app.py): they stay.
 FIELDS = {"schema_version", "pid", "name", "phase", "step", "total_steps", "loss",
           "it_per_s", "eta_s", "message", "exit_code", "error", "errors", "started",
-          "updated"}
+          "updated", "val_loss", "best_val_step", "best_val_loss"}
 
 
 def test_the_file_keeps_its_field_names_and_round_trips(tmp_path: Path) -> None:
