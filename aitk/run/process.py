@@ -47,8 +47,8 @@ from aitk.run.assembly import (
 )
 from aitk.run.caches import Inputs, encode_inputs
 from aitk.run.metrics import Metrics
-from aitk.run.output import claim, output_lock, refuse_foreign_loras, write_run_config
 from aitk.run.objectives import build_objective, check_objective, extra_captions
+from aitk.run.output import claim, output_lock, refuse_foreign_loras, write_run_config
 from aitk.run.saving import Saver, resume
 from aitk.run.signals import StopFlag
 from aitk.run.status import StatusFile

@@ -37,11 +37,11 @@ import torch
 
 from aitk.data.buckets import bucket_for
 from aitk.data.dataset import BadInputFile, Item, image_size, load_pixels
-from aitk_common.files import sha256_file
 from aitk.models.base import BaseModel
 from aitk.models.prompt_embeds import AdvancedPromptEmbeds
 from aitk.run.objectives import evaluating
 from aitk.run.sampling import sample_prompt
+from aitk_common.files import sha256_file
 
 VALIDATION_SEED = 42  # upstream's; with each image's content digest
 
