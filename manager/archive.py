@@ -29,8 +29,8 @@ from contextlib import contextmanager
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from aitk_common.files import atomic_write_json, fsync_dir
 from manager.errors import ManagerError
-from manager.files import atomic_write_json, fsync_dir
 
 MARKER_NAME = ".aitk-tool.json"
 STAGING_DIR = ".aitk-staging"

@@ -39,8 +39,8 @@ from rich.progress import (
     TransferSpeedColumn,
 )
 
+from aitk_common.files import atomic_write_json
 from manager.errors import ManagerError
-from manager.files import atomic_write_json
 
 CHUNK = 1 << 16
 DEFAULT_TIMEOUT = httpx.Timeout(connect=15.0, read=60.0, write=30.0, pool=15.0)

@@ -17,9 +17,9 @@ from pathlib import Path
 
 from filelock import FileLock, Timeout
 
+from aitk_common.files import atomic_write_json
 from manager import envvars
 from manager.errors import LockTimeout
-from manager.files import atomic_write_json
 from manager.paths import Paths
 
 DEFAULT_TIMEOUT = 600.0

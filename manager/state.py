@@ -15,8 +15,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from aitk_common.files import atomic_write_json
 from manager.errors import StateError
-from manager.files import atomic_write_json
 from manager.paths import Paths
 
 STATE_VERSION = 1

@@ -13,8 +13,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
+from aitk_common.files import atomic_write_text
 from manager import process
-from manager.files import atomic_write_text
 from spec import Spec, Wheel
 
 # Runs inside the venv: import each module, report its version or the error. Printed

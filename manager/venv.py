@@ -16,7 +16,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from manager.files import atomic_write_bytes
+from aitk_common.files import atomic_write_bytes
 from manager.paths import Paths
 
 _NORMALIZE = re.compile(r"[-_.]+")
@@ -186,9 +186,8 @@ def retarget_scripts(build: Path, final: Path) -> list[Path]:
             continue
         if b"\0" in data or old not in data:
             continue
-        mode = path.stat().st_mode
-        atomic_write_bytes(path, data.replace(old, new))
-        os.chmod(path, mode)  # the temp file was created 0600: keep scripts executable
+        # Keep each script's own mode (executable), not the umask's default.
+        atomic_write_bytes(path, data.replace(old, new), mode=path.stat().st_mode & 0o7777)
         changed.append(path)
     return changed
 

@@ -21,8 +21,8 @@ from typing import Any
 
 from rich.console import Console
 
+from aitk_common.files import atomic_write_text
 from manager import errors, process
-from manager.files import atomic_write_text
 from manager.output import Result
 from manager.paths import paths
 
@@ -188,8 +188,7 @@ def _write(root: Path, platform: str, target: Path) -> str:
         same = False
     if same:
         return "unchanged"
-    atomic_write_text(target, text)
-    target.chmod(mode)
+    atomic_write_text(target, text, mode=mode)
     return "written"
 
 

@@ -18,11 +18,10 @@ not valid YAML.
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
+from aitk_common.files import atomic_write_bytes, atomic_write_text
 from manager.errors import ManagerError
-from manager.files import atomic_write_bytes, atomic_write_text
 
 ID = "001_gradient_accumulation_key"
 DESCRIPTION = ("rename the legacy config key gradient_accumulation_steps to "
@@ -115,11 +114,12 @@ def _convert_file(path: Path, backup: Path) -> None:
     converted = convert(text)
     if converted is None:
         return
-    if not backup.exists():  # a retry keeps the first (original) backup
-        atomic_write_bytes(backup, raw)
+    # The config's own mode for both: the backup is the user's file like any other (it
+    # follows their umask as the config did) and no more readable than the original.
     mode = path.stat().st_mode & 0o7777
-    atomic_write_text(path, converted)
-    os.chmod(path, mode)
+    if not backup.exists():  # a retry keeps the first (original) backup
+        atomic_write_bytes(backup, raw, mode=mode)
+    atomic_write_text(path, converted, mode=mode)
 
 
 def _tracked(root: Path) -> set[str]:

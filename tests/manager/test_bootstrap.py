@@ -17,6 +17,7 @@ import pytest
 
 from manager import __main__ as bootstrap
 from manager import __version__
+from tests.manager.manager_copy import copy_manager
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -61,10 +62,7 @@ def test_bootstrap_from_bare_python(tmp_path):
     it must build .venv, run the command, and on the second run not reinstall."""
     checkout = tmp_path / "checkout"
     checkout.mkdir()
-    for package in ("manager", "aitk_common"):  # the bootstrap's stdlib-only code
-        shutil.copytree(ROOT / package, checkout / package,
-                        ignore=shutil.ignore_patterns("__pycache__"))
-    shutil.copy2(ROOT / "spec.py", checkout / "spec.py")
+    copy_manager(checkout)
     bare = tmp_path / "bare"  # a venv without even pip: nothing importable but the stdlib
     subprocess.run([sys._base_executable, "-m", "venv", "--without-pip", str(bare)], check=True)
     python = str(bare / "bin" / "python")
@@ -137,10 +135,7 @@ def test_ctrl_c_while_setting_up_is_one_line_and_130(monkeypatch, capsys):
 def _bare_checkout(tmp_path: Path) -> tuple[Path, str, dict[str, str]]:
     checkout = tmp_path / "checkout"
     checkout.mkdir()
-    for package in ("manager", "aitk_common"):  # the bootstrap's stdlib-only code
-        shutil.copytree(ROOT / package, checkout / package,
-                        ignore=shutil.ignore_patterns("__pycache__"))
-    shutil.copy2(ROOT / "spec.py", checkout / "spec.py")
+    copy_manager(checkout)
     bare = tmp_path / "bare"
     subprocess.run([sys._base_executable, "-m", "venv", "--without-pip", str(bare)], check=True)
     env = {k: v for k, v in os.environ.items()

@@ -34,7 +34,7 @@ def clone(tmp_path: Path) -> tuple[Path, dict[str, str]]:
                 "GIT_COMMITTER_EMAIL": "t@example.invalid", "NO_COLOR": "1"})
     src = tmp_path / "src"
     ignore = shutil.ignore_patterns("__pycache__", "*.pyc")
-    for part in ("manager", "aitk", "aitk_common"):
+    for part in ("manager", "aitk_common", "aitk"):
         shutil.copytree(ROOT / part, src / part, ignore=ignore)
     for part in ("spec.py", ".gitignore", "requirements.txt"):
         shutil.copy2(ROOT / part, src / part)

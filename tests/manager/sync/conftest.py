@@ -27,6 +27,7 @@ import pytest
 
 from manager.paths import Paths
 from spec import Optional_, Spec, Wheel
+from tests.manager.manager_copy import copy_manager
 
 REPO = Path(__file__).resolve().parents[3]
 TORCH = "2.13.0+cpu"
@@ -411,10 +412,7 @@ def new_checkout(tmp_dir: Path, world: World, caches: Path, uv_dir: Path,
                  installer: str = "uv") -> Checkout:
     root = tmp_dir / "checkout"
     root.mkdir()
-    for package in ("manager", "aitk_common"):  # aitk_common: the manager imports it
-        shutil.copytree(REPO / package, root / package,
-                        ignore=shutil.ignore_patterns("__pycache__"))
-    shutil.copy2(REPO / "spec.py", root / "spec.py")
+    copy_manager(root)
     (root / "dgx_requirements.txt").write_text("demo-req==1.0\n")
     checkout = Checkout(root, _base_env(root, world, caches, installer, uv_dir), world)
     checkout.requirements("demo-req==1.0",

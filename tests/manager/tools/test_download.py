@@ -8,8 +8,8 @@ import os
 import httpx
 import pytest
 
+from aitk_common.files import atomic_write_json
 from manager import download
-from manager.files import atomic_write_json
 from tests.manager.tools.builders import sha
 
 BODY = os.urandom(300_000)

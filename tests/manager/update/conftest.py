@@ -21,6 +21,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.manager.manager_copy import copy_manager
+
 REPO_ROOT = Path(__file__).resolve().parents[3]
 RUN_TIMEOUT = 120  # a hang fails the test instead of stalling the suite
 
@@ -158,10 +160,8 @@ class Checkout:
 
 
 def _copy_tree(dest: Path) -> None:
-    ignore = shutil.ignore_patterns("__pycache__", "*.pyc")
-    for package in ("manager", "aitk_common"):  # aitk_common: the manager imports it
-        shutil.copytree(REPO_ROOT / package, dest / package, ignore=ignore)
-    for name in ("spec.py", ".gitignore", "pyproject.toml"):
+    copy_manager(dest)
+    for name in (".gitignore", "pyproject.toml"):
         if (REPO_ROOT / name).exists():
             shutil.copy2(REPO_ROOT / name, dest / name)
     (dest / "manager" / "cli" / "env.py").write_text(FAKE_SYNC.format(mark="v1"),

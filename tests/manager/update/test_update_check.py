@@ -8,10 +8,10 @@ from typing import TYPE_CHECKING
 
 import pytest
 
+from aitk_common.files import atomic_write_json
 from manager import envstatus, errors, migrations
 from manager.cli import main
 from manager.envstatus import SyncStatus
-from manager.files import atomic_write_json
 
 if TYPE_CHECKING:  # a type only: several conftest modules may exist
     from tests.manager.update.conftest import Checkout

@@ -207,3 +207,24 @@ def test_run_pending_reports_a_migrations_notes(tmp_path: Path) -> None:
         [migrations.Migration("001_x", "x", lambda root: ["left config/a.yaml alone"])],
         report=said.append)
     assert done == ["001_x"] and said == ["migration 001_x: left config/a.yaml alone"]
+
+
+# ---- issue 21: a backup is the user's file like any other --------------------------------
+
+
+@pytest.mark.parametrize("mode", [0o644, 0o640, 0o600])
+def test_m001_backup_has_the_configs_own_mode(tmp_path: Path, mode: int) -> None:
+    """The backup follows the umask like every file the user owns (it was always 0600,
+    mkstemp's mode), and is never readable by more people than the config it copies."""
+    config = tmp_path / "config"
+    config.mkdir()
+    mine = config / "job.yaml"
+    mine.write_text(LEGACY)
+    mine.chmod(mode)
+    old = os.umask(0o022)
+    try:
+        m001.run(tmp_path)
+    finally:
+        os.umask(old)
+    assert (m001.backup_path(mine).stat().st_mode & 0o777) == mode
+    assert (mine.stat().st_mode & 0o777) == mode
