@@ -20,6 +20,7 @@ from manager.plan import (
     Plan,
     make_plan,
     requirements_hash,
+    tools_recorded,
     tools_skipped,
     tools_wanted,
 )
@@ -66,6 +67,8 @@ def gather(paths: Paths, spec: Spec, read: StateRead, *, extra_files: Sequence[s
         tools=os.environ.get(SKIP_TOOLS_ENV) != "1",
         tools_ready=_tools_ready(paths, tools_wanted(read.state)),
         tools_unblocked=_tools_unblocked(tools_skipped(read.state)),
+        tools_gone=frozenset(name for name, program in tools_recorded(read.state).items()
+                             if not os.path.exists(program)),
         force=force,
         verify=verify,
     )

@@ -87,6 +87,9 @@ class Inputs:
     # Tools the last tools step skipped that would not be refused now (a new verifiable
     # pin, or the user's opt-in): worth provisioning again without --force.
     tools_unblocked: frozenset[str] = frozenset()
+    # Tools the last tools step found or installed whose program is not there any more
+    # (`rm -rf .node`): the state alone would call them provisioned.
+    tools_gone: frozenset[str] = frozenset()
     force: bool = False
     verify: bool = False
 
@@ -94,6 +97,12 @@ class Inputs:
 def tools_skipped(state: State) -> set[str]:
     """The tools the last tools step skipped (refused: unverified, or no build here)."""
     return {name for name, r in state.tools.items() if r.get("status") == "skipped"}
+
+
+def tools_recorded(state: State) -> dict[str, str]:
+    """Tool name -> the program the last tools step used (installed or found)."""
+    return {name: str(r["path"]) for name, r in state.tools.items()
+            if r.get("status") in ("ok", "system") and r.get("path")}
 
 
 def tools_wanted(state: State) -> set[str]:
@@ -211,9 +220,16 @@ def make_plan(inputs: Inputs) -> Plan:
                                   force=True))
 
     # Local tools before the optional packages: torchcodec's import test needs FFmpeg.
-    if inputs.tools and (not state.tools or inputs.force or inputs.tools_unblocked):
-        why = ("not provisioned yet" if not state.tools else "--force" if inputs.force
-               else f"{', '.join(sorted(inputs.tools_unblocked))} can be provisioned now")
+    if inputs.tools and (not state.tools or inputs.force or inputs.tools_unblocked
+                         or inputs.tools_gone):
+        if not state.tools:
+            why = "not provisioned yet"
+        elif inputs.force:
+            why = "--force"
+        elif inputs.tools_gone:
+            why = f"{', '.join(sorted(inputs.tools_gone))} provisioned before and gone now"
+        else:
+            why = f"{', '.join(sorted(inputs.tools_unblocked))} can be provisioned now"
         steps.append(Step("tools", "local tools", why))
 
     for opt in (*spec.extras, *spec.accelerators):

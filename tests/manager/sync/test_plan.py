@@ -145,3 +145,11 @@ def test_a_skipped_tool_that_can_be_provisioned_now_reruns_the_tools_step() -> N
     assert list(plan.kinds()) == ["tools"]
     assert "ffmpeg can be provisioned now" in plan.steps[0].describe()
     assert make_plan(_inputs(tools=False, tools_unblocked=frozenset({"ffmpeg"}))).empty
+
+
+def test_a_provisioned_tool_that_is_gone_reruns_the_tools_step() -> None:
+    """`rm -rf .node` after a sync: the state still says node is there (issue 21)."""
+    plan = make_plan(_inputs(tools_gone=frozenset({"node", "ffmpeg"})))
+    assert list(plan.kinds()) == ["tools"]
+    assert "ffmpeg, node provisioned before and gone now" in plan.steps[0].describe()
+    assert make_plan(_inputs(tools=False, tools_gone=frozenset({"node"}))).empty
