@@ -190,6 +190,21 @@ def clear_leftovers() -> None:
                 shutil.rmtree(path, ignore_errors=True)
 
 
+def restore_interrupted_swap() -> None:
+    """A sync killed mid-swap leaves the verified venv as .venv.old: restored, not rebuilt."""
+    if os.path.lexists(VENV):  # the usual case, answered without importing anything
+        return
+    from manager.paths import Paths  # stdlib-only, like process.py
+    from manager.venv import restore_retired
+
+    try:
+        note = restore_retired(Paths(ROOT))
+    except OSError as exc:  # a read-only checkout: the bootstrap below says what fails
+        note = f"could not restore {VENV.name} from {VENV.name}.old: {exc}"
+    if note:
+        say(note)
+
+
 def python_too_old(version_info: tuple = ()) -> "str | None":
     """The one-line message for a Python older than MIN_PYTHON, else None."""
     version = tuple(version_info or sys.version_info)
@@ -209,6 +224,7 @@ def main() -> int:
         from manager.cli import main as cli_main
 
         return cli_main()
+    restore_interrupted_swap()
     if not bootstrapped():
         try:
             create_venv()

@@ -149,13 +149,23 @@ def retired(paths: Paths) -> Path:
     return paths.venv.with_name(paths.venv.name + ".old")
 
 
+def restore_retired(paths: Paths) -> str | None:
+    """Killed between swap_in's two renames: no .venv, the previous one is .venv.old. Put
+    it back (the bootstrap asks first: a new .venv built there would pass for the finished
+    swap, and the sync would delete the good one as debris). Returns the note, if any."""
+    old = retired(paths)
+    if os.path.lexists(paths.venv) or not old.is_dir():
+        return None
+    os.replace(old, paths.venv)
+    return f"restored {paths.venv.name} from an interrupted rebuild"
+
+
 def recover_interrupted_swap(paths: Paths) -> list[str]:
     """Undo what an interrupted rebuild left: finish or roll back the swap, drop debris."""
     notes: list[str] = []
     old, build = retired(paths), build_aside(paths)
-    if not paths.venv.exists() and old.exists():
-        os.replace(old, paths.venv)  # killed between the two renames: put the old one back
-        notes.append(f"restored {paths.venv.name} from an interrupted rebuild")
+    if restored := restore_retired(paths):
+        notes.append(restored)
     for leftover in (build, old):
         if leftover.exists():
             shutil.rmtree(leftover, ignore_errors=True)

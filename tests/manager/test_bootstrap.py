@@ -201,3 +201,33 @@ def test_kill_9_during_the_first_build_then_the_next_run_completes(tmp_path):
     assert not (checkout / ".venv").exists()  # nothing half-built was published
 
     _works(checkout, python, env)
+
+
+def test_a_swap_killed_between_its_renames_is_restored_not_rebuilt(tmp_path):
+    """A sync rebuilding .venv renames it to .venv.old, then the new one into place; killed
+    in between, the next command went through the bootstrap, which built a new .venv from
+    the index and let the sync delete the good .venv.old (issue 21). It is put back."""
+    checkout = tmp_path / "checkout"
+    checkout.mkdir()
+    copy_manager(checkout)
+    venv = checkout / ".venv"
+    subprocess.run([sys._base_executable, "-m", "venv", "--without-pip", str(venv)], check=True)
+    # The manager's dependencies come from the test environment, as if installed there.
+    site = next(venv.glob("lib/python3*/site-packages"))
+    (site / "test-deps.pth").write_text("\n".join(p for p in sys.path if p.endswith(
+        "site-packages")) + "\n")
+    (venv / "aitk_bootstrap.txt").write_text(bootstrap.requirements_hash() + "\n")
+    (venv / "kept.txt").write_text("the verified venv\n")
+    os.replace(venv, checkout / ".venv.old")
+    env = {k: v for k, v in os.environ.items()
+           if k not in ("VIRTUAL_ENV", "PYTHONPATH", "AITK_NO_BOOTSTRAP")}
+    # A rebuild could not reach an index: it fails at once instead of downloading.
+    env.update(NO_COLOR="1", PATH="/usr/bin:/bin", PIP_CONFIG_FILE=os.devnull,
+               PIP_NO_INDEX="1", PIP_FIND_LINKS="")
+    done = subprocess.run([sys._base_executable, "-m", "manager", "version", "--json"],
+                          cwd=checkout, env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    assert "restored .venv from an interrupted rebuild" in done.stderr
+    assert "creating" not in done.stderr
+    assert (venv / "kept.txt").read_text() == "the verified venv\n"
+    assert not (checkout / ".venv.old").exists()
