@@ -18,6 +18,7 @@ from pathlib import Path
 
 import git
 
+from aitk_common.urls import redact_urls
 from manager import envvars, process
 from manager.errors import DirtyTree, ManagerError, UpdateRefused
 
@@ -219,7 +220,8 @@ def fetch_remote(repo: git.Repo, remote: str, timeout: float) -> str | None:
     if done.timed_out:
         return f"git fetch gave no answer within {timeout:g} s"
     if not done.ok:
-        return last_line(done.stderr) or f"git fetch exited with {done.returncode}"
+        # git names the URL it could not reach, with any token in its query.
+        return redact_urls(last_line(done.stderr)) or f"git fetch exited with {done.returncode}"
     return None
 
 

@@ -7,25 +7,17 @@ the torch build and the registered archs. Stdlib only and torch-free, so
 from __future__ import annotations
 
 import functools
-import re
 import subprocess
 from importlib import metadata
 from pathlib import Path
 from typing import Any
 
 import aitk
+from aitk_common.urls import redact_url
 
 ROOT = Path(__file__).resolve().parents[2]
 PACKAGES = ("torch", "diffusers", "transformers", "peft", "optimum-quanto", "safetensors")
 GIT_TIMEOUT = 10.0
-_CREDENTIALS = re.compile(r"^([a-z][a-z0-9+.-]*://)[^/@]*@", re.IGNORECASE)
-
-
-def redact_url(url: str) -> str:
-    """https://user:token@host/x -> https://***@host/x; scp-style and plain URLs as given."""
-    return _CREDENTIALS.sub(r"\1***@", url)
-
-
 def _git(root: Path, *args: str, strip: bool = True) -> str | None:
     try:
         done = subprocess.run(["git", "-C", str(root), *args], capture_output=True,

@@ -8,11 +8,11 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable, Mapping
 
+from aitk_common.urls import redact_urls
+
 # Always listed (set/unset) so a bug report says whether they were present.
 KNOWN = ("HF_TOKEN", "HUGGING_FACE_HUB_TOKEN", "AITK_AUTH", "AI_TOOLKIT_AUTH")
 _SECRET_NAME = re.compile(r"TOKEN|SECRET|PASSWORD|PASSWD|API_?KEY|CREDENTIAL|(^|_)AUTH(_|$)", re.I)
-# Credentials inside URLs (https://user:token@host/...), e.g. a git remote or an index.
-_URL_CREDENTIALS = re.compile(r"(?P<scheme>[a-z][a-z0-9+.-]*://)[^/@\s]+@", re.I)
 # Shorter values are too likely to match ordinary text ("1", "yes") to be scrubbed.
 _MIN_SECRET_LEN = 4
 
@@ -35,4 +35,5 @@ def secret_values(environ: Mapping[str, str]) -> list[str]:
 def redact(text: str, values: Iterable[str]) -> str:
     for value in values:
         text = text.replace(value, "***")
-    return _URL_CREDENTIALS.sub(r"\g<scheme>***@", text)
+    # Credentials inside URLs (a git remote, an index): userinfo and query values.
+    return redact_urls(text)

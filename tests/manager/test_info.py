@@ -86,3 +86,13 @@ def test_info_people_see_a_table(clone):
                           capture_output=True, text=True, timeout=120)
     assert done.returncode == 0 and "commit" in done.stdout and "***@" in done.stdout
     assert "ghp_secret123" not in done.stdout + done.stderr
+
+
+def test_info_hides_a_token_in_the_query_too(clone):
+    work, env = clone
+    _git(work, "remote", "set-url", "origin",
+         "https://someone:ghp_secret123@example.invalid/aitk.git?access_token=ghp_query456",
+         env=env)
+    data = _info(work, env)
+    assert data["remote"] == "https://***@example.invalid/aitk.git?access_token=***"
+    assert "ghp_query456" not in json.dumps(data)

@@ -245,3 +245,19 @@ def test_a_state_nested_2000_deep_is_exit_5_not_a_traceback(synced: Checkout, ca
     code, env = check_json(capsys)
     assert code == errors.StateError.exit_code
     assert env["error"]["type"] == "StateError" and "sync --verify" in env["error"]["hint"]
+
+
+def test_a_token_in_the_remote_url_is_never_shown(synced: Checkout, capsys) -> None:
+    """git names the URL it could not reach, query and all (issue 21)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    synced.git("remote", "set-url", "origin",
+               f"http://me:hunter2@127.0.0.1:{port}/aitk.git?access_token=ghp_query456")
+    code, env = check_json(capsys)
+    shown = json.dumps(env)
+    assert "ghp_query456" not in shown and "hunter2" not in shown
+    assert "access_token=***" in shown  # the message still says which URL failed
+    main(["check"])
+    out, err = capsys.readouterr()
+    assert "ghp_query456" not in out + err and "access_token=***" in err

@@ -398,3 +398,16 @@ def test_sync_interpreter_bypasses_nothing_by_default() -> None:
     assert update.interpreter({"AITK_NO_BOOTSTRAP": "1"}) == sys.executable
     chosen = update.interpreter({})
     assert os.path.exists(chosen)
+
+
+def test_a_token_in_the_remote_url_is_never_shown_by_update(checkout: Checkout,
+                                                             refused_port: int) -> None:
+    checkout.git("remote", "set-url", "origin",
+                 f"http://127.0.0.1:{refused_port}/aitk.git?access_token=ghp_query456")
+    done = checkout.manager("update")
+    assert done.returncode == errors.ManagerError.exit_code
+    assert "could not fetch from the remote 'origin'" in done.stderr
+    assert "ghp_query456" not in done.stdout + done.stderr
+    assert "access_token=***" in done.stderr
+    auto = checkout.manager("update", "--auto", "--json")
+    assert "ghp_query456" not in auto.stdout + auto.stderr
