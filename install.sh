@@ -25,6 +25,12 @@ provision_with_uv() {
     aitk_find_python "$root"
 }
 
+# The manager drops PYTHONHOME for everything it starts; here it would stop the search.
+if aitk_pythonhome_breaks "$root"; then
+    say "PYTHONHOME=$PYTHONHOME stops Python from starting; running without it"
+    unset PYTHONHOME
+fi
+
 if ! python=$(aitk_find_python "$root") && ! python=$(provision_with_uv); then
     say "Python 3.10 or newer is needed, and none was found."
     say "Install one, then run this script again:"

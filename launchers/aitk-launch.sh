@@ -46,6 +46,11 @@ keep_open() {
     fi
 }
 
+if aitk_pythonhome_breaks "$root"; then
+    say "PYTHONHOME=$PYTHONHOME stops Python from starting; running without it"
+    unset PYTHONHOME
+fi
+
 if ! python=$(aitk_find_python "$root"); then
     say "no Python 3.10 or newer found: run ./install.sh in $root first"
     keep_open

@@ -26,6 +26,12 @@ aitk_find_python() {
     return 1
 }
 
+# aitk_pythonhome_breaks ROOT: is PYTHONHOME set and does no Python start with it? (One
+# left from another installation stops every interpreter, which reads as "no Python".)
+aitk_pythonhome_breaks() {
+    [ -n "${PYTHONHOME+set}" ] && ! aitk_find_python "$1" >/dev/null
+}
+
 # aitk_find_uv ROOT: print a uv binary (the checkout's own .uv/uv first); status 1 if none.
 aitk_find_uv() {
     if [ -x "$1/.uv/uv" ]; then

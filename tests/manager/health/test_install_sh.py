@@ -138,3 +138,24 @@ def test_provisions_python_with_uv_into_the_checkout(checkout, bare_path, tmp_pa
     provisioned = checkout / ".uv" / "python" / "cpython-3.12-test" / "bin" / "python3"
     assert [c["python"] for c in calls(checkout)] == [str(provisioned)] * 2
     assert log.read_text().splitlines() == ["python install 3.12"]  # once: reused after
+
+
+def test_a_junk_pythonhome_is_named_and_cleared(checkout, bare_path, tmp_path):
+    """PYTHONHOME pointing at no Python home stops every interpreter from starting: it
+    used to read as "no Python found" (issue 21). The manager drops it for its children
+    anyway; install.sh names it and clears it."""
+    (checkout / "manager" / "__main__.py").write_text(
+        FAKE_MANAGER + 'open(os.path.join(os.path.dirname(__file__), "home.txt"), "w")'
+        '.write(os.environ.get("PYTHONHOME", "unset"))\n')
+    junk = str(tmp_path / "no python home here")
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "python3").symlink_to(base_python())  # and no uv to provision one with
+    env = {**os.environ, "PYTHONHOME": junk, "PATH": f"{bin_dir}{os.pathsep}{bare_path}"}
+    done = subprocess.run(["/bin/sh", str(checkout / "install.sh"), "--cpu"], env=env,
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert "PYTHONHOME" in done.stderr and junk in done.stderr
+    assert "none was found" not in done.stderr
+    assert calls(checkout)[0]["argv"] == ["install", "--cpu"]
+    assert (checkout / "manager" / "home.txt").read_text() == "unset"
