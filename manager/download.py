@@ -1,7 +1,10 @@
 """The one downloader: every file the manager fetches comes through `fetch`.
 
 What it guarantees, and why (each one is a way downloads failed users before):
-- connect and read timeouts: a stalled server fails the attempt instead of hanging;
+- a stall limit (AITK_DOWNLOAD_STALL_SECONDS, default 60): the seconds without a byte
+  are counted over all tries, each try waiting half of it before reconnecting, so a
+  server that goes silent costs about a minute, not every try's full read timeout
+  (5 x 60 s, 307 s with the backoff); the error names the host and the bytes received;
 - retries with exponential backoff and full jitter on network errors, 408/429/5xx;
   4xx answers (a 404 from a moved "latest" URL) fail at once;
 - resume: bytes land in `<dest>.part`; a later attempt (or a later run) asks for the
@@ -40,10 +43,14 @@ from rich.progress import (
 )
 
 from aitk_common.files import atomic_write_json
+from aitk_common.urls import redact_url
+from manager import envvars
 from manager.errors import ManagerError
 
 CHUNK = 1 << 16
 DEFAULT_TIMEOUT = httpx.Timeout(connect=15.0, read=60.0, write=30.0, pool=15.0)
+STALL_ENV = "AITK_DOWNLOAD_STALL_SECONDS"
+DEFAULT_STALL = 60.0
 # Answers worth another try: the server or something on the way is briefly unwell.
 RETRY_STATUS = frozenset({408, 425, 429, 500, 502, 503, 504})
 
@@ -68,10 +75,37 @@ class RetryPolicy:
     # Injected by tests so retries cost no wall time.
     sleep: Callable[[float], None] = field(default=time.sleep, compare=False)
     rand: Callable[[float, float], float] = field(default=random.uniform, compare=False)
+    # Seconds without data, over all tries, before giving up; None: stall_limit().
+    stall: float | None = None
 
     def delay(self, failures: int) -> float:
         """Full jitter: uniform in [0, min(cap, base * 2**n)] spreads clients apart."""
         return self.rand(0.0, min(self.max_delay, self.base_delay * (2 ** failures)))
+
+
+def stall_limit() -> float:
+    """The stall limit in seconds: AITK_DOWNLOAD_STALL_SECONDS, else 60."""
+    return envvars.seconds(STALL_ENV, DEFAULT_STALL)
+
+
+@dataclass
+class _StallBudget:
+    """The seconds a download may go without data, spent across its tries."""
+
+    limit: float
+    spent: float = 0.0
+
+    def timeout(self) -> httpx.Timeout:
+        # Half the limit per try: a wedged connection gets one fresh one before giving up.
+        half = max(self.limit / 2, 0.05)
+        return httpx.Timeout(connect=min(15.0, half), read=half, write=30.0,
+                             pool=min(15.0, half))
+
+    def spend(self, seconds: float) -> bool:
+        """Count a stall; True once the limit is reached (timers fire a hair late or
+        early, so within 5 %)."""
+        self.spent += seconds
+        return self.spent >= self.limit * 0.95
 
 
 @dataclass(frozen=True)
@@ -176,11 +210,37 @@ def _mib(n: float | None) -> str:
     return f"{(n or 0) / (1 << 20):.1f} MiB"
 
 
+def _size(n: int | None) -> str:
+    n = n or 0
+    if n < 1 << 10:
+        return f"{n} B"
+    return f"{n / (1 << 10):.1f} KiB" if n < 1 << 20 else _mib(n)
+
+
 # ---- the downloader ----------------------------------------------------------------------
 
 
 class _Retry(Exception):
     """One attempt failed in a way another attempt may fix."""
+
+
+class _Stalled(_Retry):
+    """No data arrived for `seconds`; `have` of `total` bytes are in the part file."""
+
+    def __init__(self, message: str, seconds: float, have: int, total: int | None) -> None:
+        super().__init__(message)
+        self.seconds, self.have, self.total = seconds, have, total
+
+
+def _stall_error(url: str, label: str, budget: _StallBudget, exc: _Stalled) -> DownloadError:
+    host = httpx.URL(url).host or url
+    of = f" of {_size(exc.total)}" if exc.total else ""
+    return DownloadError(
+        f"downloading {label} from {host} stalled: no data for {budget.spent:.0f} s "
+        f"({_size(exc.have)}{of} received)",
+        hint=f"check the network or point the tool's mirror variable at a reachable copy; "
+             f"the partial file is kept and resumed next time; {STALL_ENV} sets the limit "
+             f"in seconds (default {DEFAULT_STALL:.0f})")
 
 
 def fetch(
@@ -213,16 +273,22 @@ def fetch(
     own_client = client is None
     http = client or httpx.Client(timeout=DEFAULT_TIMEOUT, follow_redirects=True)
     part = dest.with_name(dest.name + ".part")
+    budget = _StallBudget(retry.stall if retry.stall is not None else stall_limit())
     try:
         for failures in range(attempts):
             try:
-                _attempt(http, url, part, max_bytes, reporter, label)
+                _attempt(http, url, part, max_bytes, reporter, label, budget.timeout())
                 break
+            except _Stalled as exc:
+                reporter.finish()
+                if budget.spend(exc.seconds) or failures + 1 >= attempts:
+                    raise _stall_error(url, label, budget, exc) from None
+                reporter.note(f"{label}: {exc}; reconnecting")
             except _Retry as exc:
                 reporter.finish()
                 if failures + 1 >= attempts:
                     raise DownloadError(
-                        f"downloading {url} failed after {attempts} attempts: {exc}",
+                        f"downloading {redact_url(url)} failed after {attempts} attempts: {exc}",
                         hint="check the network or point the tool's mirror variable at a "
                              "reachable copy; the partial file is kept and resumed next time",
                     ) from None
@@ -259,26 +325,34 @@ def fetch_text(url: str, *, max_bytes: int = 1 << 20, client: httpx.Client | Non
     own_client = client is None
     http = client or httpx.Client(timeout=DEFAULT_TIMEOUT, follow_redirects=True)
     problem = ""
+    shown = redact_url(url)  # a mirror URL may carry a token
+    budget = _StallBudget(retry.stall if retry.stall is not None else stall_limit())
     try:
         for failures in range(attempts):
+            began = time.monotonic()
             try:
-                with http.stream("GET", url) as resp:
+                with http.stream("GET", url, timeout=budget.timeout()) as resp:
                     if resp.status_code == 200:
                         body = b""
                         for chunk in resp.iter_bytes(CHUNK):
                             body += chunk
                             if len(body) > max_bytes:
-                                raise TooLarge(f"{url} is larger than {_mib(max_bytes)}")
+                                raise TooLarge(f"{shown} is larger than {_mib(max_bytes)}")
                         return body.decode("utf-8", errors="replace")
                     if resp.status_code not in RETRY_STATUS:
-                        raise DownloadError(f"{url}: HTTP {resp.status_code}",
+                        raise DownloadError(f"{shown}: HTTP {resp.status_code}",
                                             hint="check the URL or the mirror variable")
                     problem = f"HTTP {resp.status_code}"
+            except httpx.TimeoutException as exc:
+                if budget.spend(time.monotonic() - began):
+                    raise _stall_error(url, shown, budget,
+                                       _Stalled(_describe(exc), 0, 0, None)) from None
+                problem = _describe(exc)
             except httpx.TransportError as exc:
                 problem = _describe(exc)
             if failures + 1 < attempts:
                 retry.sleep(retry.delay(failures))
-        raise DownloadError(f"fetching {url} failed after {attempts} attempts: {problem}",
+        raise DownloadError(f"fetching {shown} failed after {attempts} attempts: {problem}",
                             hint="check the network or the mirror variable")
     finally:
         if own_client:
@@ -286,8 +360,10 @@ def fetch_text(url: str, *, max_bytes: int = 1 << 20, client: httpx.Client | Non
 
 
 def _attempt(http: httpx.Client, url: str, part: Path, max_bytes: int,
-             reporter: Reporter, label: str) -> None:
+             reporter: Reporter, label: str, timeout: httpx.Timeout) -> None:
     have, validator = _resumable(part, url)
+    total: int | None = None
+    last_data = time.monotonic()  # a stall is measured from the last byte (or the start)
     # Ranges must count the bytes as stored, so ask for no content coding.
     headers = {"Accept-Encoding": "identity"}
     if have:
@@ -295,7 +371,7 @@ def _attempt(http: httpx.Client, url: str, part: Path, max_bytes: int,
         if validator:
             headers["If-Range"] = validator
     try:
-        with http.stream("GET", url, headers=headers) as resp:
+        with http.stream("GET", url, headers=headers, timeout=timeout) as resp:
             status = resp.status_code
             if status == 416 and have:
                 _discard(part)
@@ -303,7 +379,7 @@ def _attempt(http: httpx.Client, url: str, part: Path, max_bytes: int,
             if status in RETRY_STATUS:
                 raise _Retry(f"HTTP {status}")
             if status >= 400 or status not in (200, 206):
-                raise DownloadError(f"{url}: HTTP {status}",
+                raise DownloadError(f"{redact_url(url)}: HTTP {status}",
                                     hint="the file is not at that address; check the URL "
                                          "or the mirror variable")
             start = _range_start(resp) if status == 206 else 0
@@ -320,17 +396,22 @@ def _attempt(http: httpx.Client, url: str, part: Path, max_bytes: int,
             })
             reporter.start(label, total, have)
             with open(part, "ab" if have else "wb") as fh:
-                for chunk in resp.iter_raw(CHUNK):
+                # As the bytes arrive (a chunk size would hold them back until it is full,
+                # so a stalled transfer would keep nothing to resume from).
+                for chunk in resp.iter_raw():
                     have += len(chunk)
                     if have > max_bytes:
                         fh.close()
                         _discard(part)
                         raise TooLarge(f"{label} grew past its {_mib(max_bytes)} ceiling")
                     fh.write(chunk)
+                    last_data = time.monotonic()
                     reporter.advance(len(chunk))
             if total is not None and have != total:
                 raise _Retry(f"the body ended at {have} of {total} bytes")
-    except httpx.TransportError as exc:  # timeouts, refused, reset, cut-off body
+    except httpx.TimeoutException as exc:  # connect or read: nothing came
+        raise _Stalled(_describe(exc), time.monotonic() - last_data, have, total) from None
+    except httpx.TransportError as exc:  # refused, reset, cut-off body
         raise _Retry(_describe(exc)) from None
 
 

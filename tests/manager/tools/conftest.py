@@ -139,7 +139,8 @@ def client() -> Iterator[httpx.Client]:
 
 @pytest.fixture
 def fast_retry() -> download.RetryPolicy:
-    return download.RetryPolicy(attempts=3, base_delay=0.01, sleep=lambda _s: None)
+    # A one-second stall limit: the stalled-server cases end in about a second.
+    return download.RetryPolicy(attempts=3, base_delay=0.01, sleep=lambda _s: None, stall=1.0)
 
 
 class Quiet:

@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import io
 import os
+import time
 
 import httpx
 import pytest
 
 from aitk_common.files import atomic_write_json
 from manager import download
+from manager.errors import UsageError
 from tests.manager.tools.builders import sha
 
 BODY = os.urandom(300_000)
@@ -91,12 +93,37 @@ def test_server_ignoring_range_restarts_cleanly(server, client, fast_retry, quie
     assert got.path.read_bytes() == BODY  # not BODY[:1000] + BODY
 
 
-def test_stalled_server_times_out_and_gives_up(server, client, fast_retry, quiet, tmp_path):
+def test_stalled_server_gives_up_at_the_stall_limit_and_says_what_stalled(
+        server, client, quiet, tmp_path):
+    """A server that sends a little, then nothing: it used to cost every attempt's full
+    read timeout (5 x 60 s + backoff, 307 s); now the stall limit counts the seconds
+    without data over all tries (one reconnect halfway), and the error names the host and
+    the bytes received (issue 21)."""
     url = server.add("f.bin", BODY, "stall")
-    with pytest.raises(download.DownloadError, match="timed out"):
-        fetch(server, client, fast_retry, quiet, tmp_path / "f.bin", url)
-    assert len(server.hits("f.bin")) == 3
-    assert not (tmp_path / "f.bin").exists()
+    policy = download.RetryPolicy(attempts=5, base_delay=0.01, sleep=lambda _s: None,
+                                  stall=1.0)
+    began = time.monotonic()
+    with pytest.raises(download.DownloadError) as info:
+        fetch(server, client, policy, quiet, tmp_path / "f.bin", url)
+    spent = time.monotonic() - began
+    assert len(server.hits("f.bin")) == 2  # one reconnect, not five tries
+    assert spent < 5  # the client's own 0.5 s read timeout does not multiply it either
+    message = str(info.value.message)
+    assert "stalled" in message and "127.0.0.1" in message
+    assert "no data for 1 s" in message
+    assert "20 B of 293.0 KiB received" in message  # 10 bytes per try, resumed
+    assert download.STALL_ENV in (info.value.hint or "")
+    assert not (tmp_path / "f.bin").exists() and (tmp_path / "f.bin.part").exists()
+
+
+def test_the_stall_limit_is_60_s_unless_the_environment_says_otherwise(monkeypatch):
+    monkeypatch.delenv(download.STALL_ENV, raising=False)
+    assert download.stall_limit() == 60.0
+    monkeypatch.setenv(download.STALL_ENV, "15")
+    assert download.stall_limit() == 15.0
+    monkeypatch.setenv(download.STALL_ENV, "soon")
+    with pytest.raises(UsageError, match=download.STALL_ENV):
+        download.stall_limit()
 
 
 def test_404_fails_at_once(server, client, fast_retry, quiet, tmp_path):
@@ -199,3 +226,12 @@ def test_rich_reporter_draws_on_a_terminal():
     text = out.getvalue()
     assert "uv 0.13.9" in text and "MB" in text and "aitk: a note" in text
     assert isinstance(download.reporter_for(Console(file=io.StringIO())), download.PlainReporter)
+
+
+def test_a_stalled_checksum_list_gives_up_at_the_stall_limit_too(server, client, quiet):
+    url = server.add("SHASUMS256.txt", b"x" * 1000, "stall")
+    policy = download.RetryPolicy(attempts=5, base_delay=0.01, sleep=lambda _s: None,
+                                  stall=1.0)
+    with pytest.raises(download.DownloadError, match="stalled: no data for 1 s"):
+        download.fetch_text(url, client=client, retry=policy)
+    assert len(server.hits("SHASUMS256.txt")) == 2
