@@ -17,7 +17,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from manager import errors, process, torchstack
+from manager import disk, errors, process, torchstack
 from manager import venv as venvmod
 from manager.indexes import IndexConfig
 from manager.installer import Installer, Outcome, PipInstaller, Request, UvInstaller
@@ -64,6 +64,16 @@ class Context:
         where = self.log.relative(self.paths.root)
         return f"the installer's output is in {where}" if where else \
             "see the installer output above"
+
+    def disk_full(self, what: str, output: str) -> errors.ManagerError | None:
+        """The error naming the full disk when the installer's output says the disk is
+        full (it reads like an index or download problem otherwise); else None."""
+        if not disk.out_of_space(output):
+            return None
+        installer = "uv" if self.uv is not None else "pip"
+        where = disk.full_disk(output, disk.install_places(self.paths.venv, installer))
+        return errors.ManagerError(disk.message(what, where),
+                                   hint=disk.hint(installer, where, self.see_output()))
 
 
 @dataclass(frozen=True)
@@ -175,8 +185,9 @@ def _create_venv(ctx: Context, target: Path) -> None:
                             str(target)], echo=ctx.log.stream)
     if not done.ok:
         shutil.rmtree(target, ignore_errors=True)
-        raise errors.ManagerError(f"creating {target.name} failed: {done.stdout.strip()[-300:]}",
-                                  hint=ctx.see_output())
+        raise ctx.disk_full(f"creating {target.name}", done.stdout) or errors.ManagerError(
+            f"creating {target.name} failed: {done.stdout.strip()[-300:]}",
+            hint=ctx.see_output())
 
 
 def _run_create(ctx: Context, state: State, step: Step) -> None:
@@ -298,6 +309,9 @@ def install_wheel(ctx: Context, wheel: Wheel, force: bool, deps: bool = True) ->
 
 
 def _torch_error(ctx: Context, wheel: Wheel, outcome: Outcome) -> errors.ManagerError:
+    full = ctx.disk_full(f"installing {wheel.requirement}", outcome.output)
+    if full is not None:  # before the index: a full disk is not a missing build
+        return full
     url = ctx.spec.torch_index_url
     if url and ctx.torch_source_used == "configured":
         return errors.ManagerError(
@@ -328,7 +342,7 @@ def _run_companion(ctx: Context, state: State, step: Step) -> None:
     if outcome.ok:
         ctx.changes.append(f"installed {wheel.name} {wheel.pinned}")
         return
-    if wheel.required:
+    if wheel.required or disk.out_of_space(outcome.output):  # nothing fits after it either
         raise _torch_error(ctx, wheel, outcome)
     detail = outcome.last_line()
     url = ctx.spec.torch_index_url
@@ -418,8 +432,8 @@ def _run_verify(ctx: Context, state: State, step: Step) -> None:
 
 def _check(ctx: Context, outcome: Outcome, what: str) -> None:
     if not outcome.ok:
-        raise errors.ManagerError(f"{what} failed: {outcome.last_line()}",
-                                  hint=ctx.see_output())
+        raise ctx.disk_full(what, outcome.output) or errors.ManagerError(
+            f"{what} failed: {outcome.last_line()}", hint=ctx.see_output())
 
 
 def _run_requirements(ctx: Context, state: State, step: Step) -> None:
@@ -474,6 +488,9 @@ def _run_optional(ctx: Context, state: State, step: Step) -> None:
     outcome = installer.install(Request(requirements=(opt.requirement,),
                                         constraints=(ctx.constraints,)))
     record = {"requirement": opt.requirement, "kind": opt.kind}
+    full = None if outcome.ok else ctx.disk_full(f"installing {opt.requirement}", outcome.output)
+    if full is not None:  # not this package's fault: the next one would fail the same way
+        raise full
     if not outcome.ok:
         detail = outcome.last_line()
         state.optional[opt.name] = {**record, "status": "install_failed", "detail": detail}
