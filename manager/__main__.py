@@ -145,8 +145,8 @@ def install_requirements(venv: Path, out: dict) -> None:
         from manager.indexes import read_config, uv_args, uv_env
 
         config = read_config(env)
-        cmd = [uv, "pip", "install", "--python", str(python), *uv_args(config, env),
-               "-r", str(REQUIREMENTS)]
+        cmd = [uv, "pip", "install", "--compile-bytecode", "--python", str(python),
+               *uv_args(config, env), "-r", str(REQUIREMENTS)]  # pip compiles by default
         env.update(uv_env(config, env))
     else:
         cmd = [str(python), "-m", "pip", "install", "--disable-pip-version-check",

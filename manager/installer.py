@@ -114,7 +114,10 @@ class UvInstaller:
         return Outcome(done.ok, done.stdout + done.stderr)
 
     def install(self, request: Request) -> Outcome:
-        args = ["install"]
+        # Bytecode at install, as pip does by default: where .pyc files cannot be written
+        # later (a read-only install, PYTHONDONTWRITEBYTECODE) every start would compile
+        # diffusers and transformers from source again (twice the time to the first step).
+        args = ["install", "--compile-bytecode"]
         if request.index_url:
             args += ["--index", request.index_url]
         args += uv_args(self.config)

@@ -22,6 +22,11 @@ def sync_ok(checkout: Checkout, *args: str) -> dict:
     return json.loads(done.stdout)
 
 
+def _compiled(checkout: Checkout, module: str) -> bool:
+    site = next((checkout.venv / "lib").glob("python3*/site-packages"))
+    return any((site / module / "__pycache__").glob("__init__.*.pyc"))
+
+
 def test_fresh_install_then_noop(checkout: Checkout) -> None:
     done = checkout.manager("sync", "--json")
     assert done.returncode == 0, done.stderr + done.stdout
@@ -46,6 +51,11 @@ def test_fresh_install_then_noop(checkout: Checkout) -> None:
     assert "rebuild it for sm_120" in Path(env["data"]["log"]).read_text()  # the rest
     assert state["git_pins"] == {"gitpkg": checkout.world.git_revs[0]}
     assert checkout.run_python("import gitpkg; print(gitpkg.VALUE)").stdout.strip() == "1"
+    # Every install pass leaves bytecode (the rig's PYTHONDONTWRITEBYTECODE=1 keeps the
+    # imports above from writing any): where .pyc files cannot be written later (a
+    # read-only install, the tests' own subprocesses) nothing is compiled at each start.
+    for module in ("torch", "torchvision", "demo_req", "gitpkg", "accel_good"):
+        assert _compiled(checkout, module), f"{module} has no bytecode"
 
     (checkout.root / "imports.log").unlink()
     again = sync_ok(checkout)
