@@ -13,9 +13,11 @@ import hashlib
 import json
 import os
 import shutil
-import subprocess
 import sys
 from pathlib import Path
+
+# subprocess is imported where a venv is built or a child waited for: the usual run
+# (the venv is there: exec into it) and a no-op sync inside it never need it.
 
 MIN_PYTHON = (3, 10)
 ROOT = Path(__file__).resolve().parent.parent
@@ -100,6 +102,8 @@ def create_venv() -> None:
     is published by renames once complete: a kill at any point (even during venv's own
     pip step) leaves no half-built .venv, and a .venv without the marker, which an older
     bootstrap killed mid-build could leave without pip, is replaced, not trusted."""
+    import subprocess
+
     log = open_log()
     out = {"stdout": log, "stderr": subprocess.STDOUT} if log is not None else {}
     try:
@@ -125,6 +129,8 @@ RETIRED_PREFIX = VENV.name + ".unfinished-"
 
 
 def make_venv(where: Path, out: dict) -> None:
+    import subprocess
+
     uv = find_uv()
     if uv:
         cmd = [uv, "venv", "--seed", "--python", sys.executable, str(where)]
@@ -134,6 +140,8 @@ def make_venv(where: Path, out: dict) -> None:
 
 
 def install_requirements(venv: Path, out: dict) -> None:
+    import subprocess
+
     env = clean_env()
     uv = find_uv()
     python = venv_python(venv)
@@ -221,11 +229,18 @@ def main() -> int:
         print(too_old, file=sys.stderr)
         return 1
     if inside_venv() or os.environ.get("AITK_NO_BOOTSTRAP") == "1":
+        from manager import noop_sync  # a sync with nothing to do, without the CLI's cost
+
+        answered = noop_sync.main(sys.argv[1:])
+        if answered is not None:
+            return answered
         from manager.cli import main as cli_main
 
         return cli_main()
     restore_interrupted_swap()
     if not bootstrapped():
+        import subprocess
+
         try:
             create_venv()
         except (OSError, subprocess.CalledProcessError) as exc:
@@ -242,6 +257,8 @@ def main() -> int:
     env = clean_env()
     env["AITK_BOOTSTRAP_DROPPED"] = dropped_env()
     if os.name == "nt":  # exec on Windows does not replace the process; wait instead
+        import subprocess
+
         return subprocess.run(argv, env=env, cwd=ROOT).returncode
     if Path.cwd().resolve() != ROOT:
         env["PYTHONPATH"] = str(ROOT)  # `-m manager` must resolve from any folder

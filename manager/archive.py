@@ -15,22 +15,23 @@ artefact or checksum is not trusted (`read_marker` + `marker_matches`).
 from __future__ import annotations
 
 import json
-import lzma
 import os
 import posixpath
 import shutil
 import stat
-import tarfile
 import uuid
-import zipfile
-import zlib
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from aitk_common.files import atomic_write_json, fsync_dir
 from manager.errors import ManagerError
+
+if TYPE_CHECKING:  # the archive formats load when something is extracted: reading a
+    import tarfile  # marker (is the local copy the pinned one?) stays cheap
+    import zipfile
 
 MARKER_NAME = ".aitk-tool.json"
 STAGING_DIR = ".aitk-staging"
@@ -200,6 +201,11 @@ def _check_zip(infos: list[zipfile.ZipInfo], zf: zipfile.ZipFile, max_unpacked: 
 
 def extract(archive: Path, dest: Path, kind: str, *, max_unpacked: int) -> None:
     """Extract a tar.gz, tar.xz or zip (a wheel is a zip) into the empty folder dest."""
+    import lzma
+    import tarfile
+    import zipfile
+    import zlib
+
     try:
         _extract(archive, dest, kind, max_unpacked=max_unpacked)
     except (tarfile.TarError, zipfile.BadZipFile, EOFError, lzma.LZMAError, zlib.error,
@@ -213,6 +219,9 @@ def extract(archive: Path, dest: Path, kind: str, *, max_unpacked: int) -> None:
 
 
 def _extract(archive: Path, dest: Path, kind: str, *, max_unpacked: int) -> None:
+    import tarfile
+    import zipfile
+
     dest.mkdir(parents=True, exist_ok=True)
     if kind in ("tar.gz", "tar.xz"):
         with tarfile.open(archive, "r:gz" if kind == "tar.gz" else "r:xz") as tf:

@@ -8,7 +8,6 @@ offline setups therefore behave the same whichever installer runs.
 
 from __future__ import annotations
 
-import configparser
 import os
 import sys
 from collections.abc import Mapping
@@ -101,6 +100,8 @@ def _apply(values: dict[str, object], key: str, raw: str) -> None:
 def read_config(environ: Mapping[str, str] | None = None,
                 files: list[Path] | None = None) -> IndexConfig:
     """Merge pip's config files ([global], then [install]) and PIP_* variables."""
+    import configparser  # only an install reads them: a no-op sync never gets here
+
     env = os.environ if environ is None else environ
     values: dict[str, object] = {}
     for path in pip_config_files(env) if files is None else files:

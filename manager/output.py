@@ -1,7 +1,9 @@
 """Output is a contract: `--json` prints one versioned envelope on stdout and nothing
 else; people get rich text on stdout, and progress and notes on stderr.
 
-Commands return a Result and never print; cli.py hands it to `emit`.
+Commands return a Result and never print; cli.py hands it to `emit`. rich loads only
+when something is drawn: the envelope and plain lines need none of it (a no-op sync
+answers before the command line loads, manager/noop_sync.py).
 """
 
 from __future__ import annotations
@@ -11,10 +13,10 @@ import os
 import sys
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from rich.console import Console
-from rich.table import Table
+if TYPE_CHECKING:
+    from rich.console import Console
 
 SCHEMA_VERSION = 1
 
@@ -28,7 +30,7 @@ class Result:
     messages: tuple[str, ...] = ()
 
 
-Renderer = Callable[[Console, Mapping[str, Any]], None]
+Renderer = Callable[["Console", Mapping[str, Any]], None]
 
 
 def _no_color() -> bool:
@@ -37,10 +39,14 @@ def _no_color() -> bool:
 
 
 def stdout_console() -> Console:
+    from rich.console import Console
+
     return Console(no_color=_no_color(), soft_wrap=True, highlight=False)
 
 
 def stderr_console() -> Console:
+    from rich.console import Console
+
     return Console(stderr=True, no_color=_no_color(), soft_wrap=True, highlight=False)
 
 
@@ -76,6 +82,8 @@ def emit(command: str, result: Result, as_json: bool, render: Renderer | None = 
 
 def render_mapping(console: Console, data: Mapping[str, Any]) -> None:
     """Fallback rendering: one key per row, nested values as compact JSON."""
+    from rich.table import Table
+
     table = Table(show_header=False, box=None, pad_edge=False)
     table.add_column(style="bold")
     table.add_column()

@@ -8,12 +8,14 @@ from __future__ import annotations
 
 import os
 import signal
-import subprocess
 from collections import deque
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TextIO
+from typing import TYPE_CHECKING, TextIO
+
+if TYPE_CHECKING:  # imported by each runner below: the many modules that import this
+    import subprocess  # one for clean_env or a type never start a process at all
 
 # Removed from every child's environment (see design notes: installs broken by these).
 HOSTILE_ENV = frozenset(
@@ -80,6 +82,8 @@ def run(
     they come (installer progress on our stderr, leaving stdout to --json), and the last
     lines are kept in `stdout` for error messages.
     """
+    import subprocess
+
     args = tuple(str(a) for a in argv)
     child_env = dict(env) if env is not None else clean_env(extra_env)
     if env is not None and extra_env:
@@ -111,6 +115,8 @@ def run(
 
 def _run_group(args: tuple[str, ...], env: Mapping[str, str], cwd: Path | None,
                timeout: float | None, capture: bool) -> Completed:
+    import subprocess
+
     pipe = subprocess.PIPE if capture else None
     group = ({"start_new_session": True} if os.name != "nt"
              else {"creationflags": subprocess.CREATE_NEW_PROCESS_GROUP})
@@ -145,6 +151,8 @@ def _kill_group(proc: subprocess.Popen[str]) -> None:
 
 def _run_echoed(args: tuple[str, ...], env: dict[str, str], cwd: Path | None,
                 echo: TextIO, keep: int = 200) -> Completed:
+    import subprocess
+
     tail: deque[str] = deque(maxlen=keep)
     try:
         proc = subprocess.Popen(args, env=env, cwd=cwd, stdin=subprocess.DEVNULL,

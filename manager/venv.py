@@ -149,6 +149,11 @@ def retired(paths: Paths) -> Path:
     return paths.venv.with_name(paths.venv.name + ".old")
 
 
+def swap_leftovers(paths: Paths) -> list[Path]:
+    """What an interrupted rebuild left (recover_interrupted_swap cleans it up)."""
+    return [p for p in (build_aside(paths), retired(paths)) if os.path.lexists(p)]
+
+
 def restore_retired(paths: Paths) -> str | None:
     """Killed between swap_in's two renames: no .venv, the previous one is .venv.old. Put
     it back (the bootstrap asks first: a new .venv built there would pass for the finished

@@ -2,6 +2,11 @@
 
 Plan (pure, plan.py) from the spec, the venv's metadata and the state; `--dry-run`
 returns the plan; otherwise apply.py executes it. The cli layer holds the lock.
+
+`answer_without_changes` is the same answer for a run that changes nothing (a dry run,
+or nothing to do), read-only and without the lock as `check` asks: manager/noop_sync.py
+gives it before the command line loads, so a no-op sync never imports rich, typer or
+httpx (the renderer's plain lines need none of them).
 """
 
 from __future__ import annotations
@@ -11,21 +16,22 @@ import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from rich.console import Console
-from rich.table import Table
-
-from manager import envvars, errors, runlog, tools
-from manager.envstatus import gather
+from manager import envvars, errors, runlog
+from manager.envstatus import SKIP_TOOLS_ENV, gather
 from manager.indexes import read_config
 from manager.output import Result
 from manager.paths import Paths, paths
-from manager.plan import make_plan
+from manager.plan import Plan, make_plan
 from manager.running_jobs import job_refusal, running_jobs
 from manager.specsource import current_spec
-from manager.state import read_state
-from manager.venv import recover_interrupted_swap
+from manager.state import State, StateRead, read_state
+from manager.venv import recover_interrupted_swap, swap_leftovers
+from spec import Spec
+
+if TYPE_CHECKING:
+    from rich.console import Console
 
 INSTALLER_ENV = "AITK_INSTALLER"  # "uv" or "pip": skip the automatic choice
 
@@ -55,6 +61,8 @@ def _say(message: str) -> None:
 
 def choose_uv(where: Paths, needed: bool) -> Path | None:
     """uv when available (system or .uv/, provisioned when needed), pip otherwise."""
+    from manager import tools
+
     forced = envvars.choice(INSTALLER_ENV, ("uv", "pip"))
     if forced == "pip":
         return None
@@ -85,20 +93,9 @@ def run(options: Options) -> Result:
     inputs = gather(where, spec, read, extra_files=options.extra_requirements,
                     force=options.force, verify=options.verify)
     plan = make_plan(inputs)
-    data: dict[str, Any] = {
-        "dry_run": options.dry_run,
-        "spec": {"backend": spec.backend, "flavour": spec.flavour,
-                 "torch": spec.torch.requirement, "torch_index_url": spec.torch_index_url,
-                 "requirements_file": spec.requirements_file},
-        "plan": [s.to_dict() for s in plan.steps],
-        "state_problem": read.problem,
-        "state_backup": str(read.backup) if read.backup else None,
-    }
+    data = _data(options, spec, plan, read)
     if options.dry_run or plan.empty:
-        uv = tools.find_uv(where) if os.environ.get(INSTALLER_ENV) != "pip" else None
-        data.update(in_sync=plan.empty, installer="uv" if uv else "pip", changes=[],
-                    package_changes=[], warnings=list(spec.warnings))
-        _outcomes(data, read.state)
+        _unchanged(where, data, spec, read.state)
         web_ui(where, options, data)
         return Result(data=data, messages=tuple(messages))
     messages += _job_check(where, options)
@@ -130,6 +127,49 @@ def run(options: Options) -> Result:
     return Result(data=data, messages=tuple(messages))
 
 
+def answer_without_changes(options: Options) -> Result | None:
+    """What `run` answers when it changes nothing (a dry run, or nothing to do), found
+    read-only and without the lock; None when the run would change something (a plan
+    step, a swap to recover, a state file to set aside, the web UI to build), and the
+    full command (which holds the lock) must run."""
+    where = paths()
+    read = read_state(where, keep_backup=False)
+    if read.problem or (not options.dry_run and swap_leftovers(where)):
+        return None
+    spec = current_spec(options.cpu or read.state.cpu_requested)
+    plan = make_plan(gather(where, spec, read, extra_files=options.extra_requirements,
+                            force=options.force, verify=options.verify))
+    if not (options.dry_run or plan.empty):
+        return None
+    data = _data(options, spec, plan, read)
+    _unchanged(where, data, spec, read.state)
+    if ui_todo(where, options, data):
+        return None
+    return Result(data=data)
+
+
+def _data(options: Options, spec: Spec, plan: Plan, read: StateRead) -> dict[str, Any]:
+    return {
+        "dry_run": options.dry_run,
+        "spec": {"backend": spec.backend, "flavour": spec.flavour,
+                 "torch": spec.torch.requirement, "torch_index_url": spec.torch_index_url,
+                 "requirements_file": spec.requirements_file},
+        "plan": [s.to_dict() for s in plan.steps],
+        "state_problem": read.problem,
+        "state_backup": str(read.backup) if read.backup else None,
+    }
+
+
+def _unchanged(where: Paths, data: dict[str, Any], spec: Spec, state: State) -> None:
+    """The rest of the answer of a run that installs nothing."""
+    from manager import tools
+
+    uv = tools.find_uv(where) if os.environ.get(INSTALLER_ENV) != "pip" else None
+    data.update(in_sync=not data["plan"], installer="uv" if uv else "pip", changes=[],
+                package_changes=[], warnings=list(spec.warnings))
+    _outcomes(data, state)
+
+
 def _log_summary(log: runlog.RunLog, moved: Sequence[Mapping[str, Any]],
                  warnings: Sequence[str]) -> None:
     """What the terminal leaves out: the package-by-package changes."""
@@ -154,16 +194,22 @@ def _job_check(where: Paths, options: Options) -> list[str]:
     return [f"aitk: {text}"]
 
 
+def ui_todo(where: Paths, options: Options, data: dict[str, Any]) -> bool:
+    """Record whether the web UI is out of date; True when this run would build it."""
+    from manager import ui_build
+
+    todo = ui_build.plan(ui_build.gather(where), options.force)
+    data["ui"] = {"todo": not todo.empty, "reason": todo.reason, "changes": []}
+    return not (todo.empty or options.dry_run or os.environ.get(SKIP_TOOLS_ENV) == "1")
+
+
 def web_ui(where: Paths, options: Options, data: dict[str, Any]) -> None:
     """Build the web UI when its lockfile or sources changed (manager/ui_build.py). A
     failure is a warning: training works without it. Skipped with AITK_SKIP_TOOLS=1
     (it needs the local tools)."""
     from manager import ui_build
-    from manager.envstatus import SKIP_TOOLS_ENV
 
-    todo = ui_build.plan(ui_build.gather(where), options.force)
-    data["ui"] = {"todo": not todo.empty, "reason": todo.reason, "changes": []}
-    if todo.empty or options.dry_run or os.environ.get(SKIP_TOOLS_ENV) == "1":
+    if not ui_todo(where, options, data):
         return
     try:
         data["ui"]["changes"] = ui_build.ensure_built(where, _say, options.force)
@@ -184,30 +230,40 @@ NEXT_LAUNCH = ("run `python3 -m manager launch` to open the web UI (`launch --ex
                "trains the example job in the terminal)")
 
 
+NOTHING_TO_DO = "Nothing to do: .venv matches the spec."
+
+
 def render(console: Console, data: Mapping[str, Any], next_step: str = NEXT_LAUNCH) -> None:
+    lines = unchanged_lines(data)
+    if lines is None:
+        # The steps were shown as they ran, and the installers' output is in the log:
+        # here, each problem once (with its fix), then one line of what was made and next.
+        lines = [*_ui_changes(data), *_warnings(data), summary_line(data, next_step)]
+    for line in lines:
+        console.print(line, markup=False)
+
+
+def unchanged_lines(data: Mapping[str, Any]) -> list[str] | None:
+    """What people read after a run that installed nothing (a dry run, or nothing to
+    do), as plain lines; None after a run that applied a plan."""
     plan = data.get("plan") or []
     if data.get("dry_run"):
         if not plan:
-            console.print("Nothing to do: .venv matches the spec.")
-        else:
-            count = f"{len(plan)} step{'' if len(plan) == 1 else 's'}"
-            console.print(f"Plan ({count}, nothing changed):")
-            for number, step in enumerate(plan, 1):
-                console.print(f"  {number}. {step['description']}", markup=False)
-        return
-    for change in (data.get("ui") or {}).get("changes") or []:  # the web UI build
-        console.print(f"  - {change}", markup=False)
-    if not plan:
-        console.print("Nothing to do: .venv matches the spec.")
-        _not_in_use(console, data)
-        for warning in data.get("warnings") or []:
-            console.print(f"warning: {warning}", markup=False)
-        return
-    # The steps were shown as they ran, and the installers' output is in the log:
-    # here, each problem once (with its fix), then one line of what was made and next.
-    for warning in data.get("warnings") or []:
-        console.print(f"warning: {warning}", markup=False)
-    console.print(summary_line(data, next_step), markup=False)
+            return [NOTHING_TO_DO]
+        count = f"{len(plan)} step{'' if len(plan) == 1 else 's'}"
+        return [f"Plan ({count}, nothing changed):",
+                *(f"  {number}. {step['description']}" for number, step in enumerate(plan, 1))]
+    if plan:
+        return None
+    return [*_ui_changes(data), NOTHING_TO_DO, *_not_in_use(data), *_warnings(data)]
+
+
+def _ui_changes(data: Mapping[str, Any]) -> list[str]:
+    return [f"  - {change}" for change in (data.get("ui") or {}).get("changes") or []]
+
+
+def _warnings(data: Mapping[str, Any]) -> list[str]:
+    return [f"warning: {warning}" for warning in data.get("warnings") or []]
 
 
 def summary_line(data: Mapping[str, Any], next_step: str) -> str:
@@ -219,17 +275,17 @@ def summary_line(data: Mapping[str, Any], next_step: str) -> str:
            f"Next: {next_step}."
 
 
-def _not_in_use(console: Console, data: Mapping[str, Any]) -> None:
-    outcomes = {**{k: v for k, v in (data.get("companions") or {}).items()},
-                **(data.get("optional") or {})}
-    not_ok = {k: v for k, v in outcomes.items() if v.get("status") != "ok"}
-    if not_ok:
-        table = Table(title="Optional packages not in use", box=None, pad_edge=False)
-        table.add_column("package")
-        table.add_column("outcome")
-        table.add_column("detail")
-        for name, record in sorted(not_ok.items()):
-            # First line only: records written by older versions hold whole tracebacks.
-            detail = (str(record.get("detail") or "").strip().splitlines() or [""])[0]
-            table.add_row(name, str(record.get("status")), detail)
-        console.print(table)
+def _not_in_use(data: Mapping[str, Any]) -> list[str]:
+    """The optional packages and companions that are not installed, as an aligned table."""
+    outcomes = {**(data.get("companions") or {}), **(data.get("optional") or {})}
+    rows = [(name, str(record.get("status")),
+             # First line only: records written by older versions hold whole tracebacks.
+             (str(record.get("detail") or "").strip().splitlines() or [""])[0])
+            for name, record in sorted(outcomes.items()) if record.get("status") != "ok"]
+    if not rows:
+        return []
+    rows.insert(0, ("package", "outcome", "detail"))
+    name_w, status_w = (max(len(row[i]) for row in rows) for i in (0, 1))
+    return ["Optional packages not in use:",
+            *(f"  {name:<{name_w}}  {status:<{status_w}}  {detail}".rstrip()
+              for name, status, detail in rows)]

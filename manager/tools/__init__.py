@@ -19,9 +19,6 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-import httpx
-
-from manager.download import reporter_for
 from manager.errors import ManagerError
 from manager.paths import Paths
 from manager.tools.ffmpeg import Ffmpeg
@@ -59,8 +56,17 @@ def default_tools(env: Mapping[str, str] | None = None,
 
 
 def _context(env: Mapping[str, str] | None = None) -> Context:
-    return Context(Settings.from_env(os.environ if env is None else env, PINS),
-                   reporter=reporter_for())
+    return Context(Settings.from_env(os.environ if env is None else env, PINS))
+
+
+def _installing(ctx: Context) -> Context:
+    """The context with a progress reporter, for an install (the downloader and its
+    httpx and rich load here, not when a no-op sync asks which copy is used)."""
+    from manager.download import reporter_for
+
+    if ctx.reporter is None:
+        ctx.reporter = reporter_for()
+    return ctx
 
 
 def find_uv(paths: Paths) -> Path | None:
@@ -74,7 +80,9 @@ def ensure_uv(paths: Paths) -> Path | None:
     found = find_uv(paths)
     if found:
         return found
-    ctx = _context()
+    import httpx
+
+    ctx = _installing(_context())
     try:
         installed = Uv().install(paths, current_platform(), ctx)
     except (ManagerError, OSError, httpx.HTTPError) as exc:
@@ -96,6 +104,8 @@ def provision(tools: Sequence[Tool], paths: Paths, plat: Platform, ctx: Context,
     """The driver: for each tool, use what is good enough or install the pinned copy.
     `skipped`: nothing was tried (no build for this platform, unverified and not opted
     in); `failed`: an install was tried and did not finish (previous copy kept)."""
+    import httpx
+
     outcomes: dict[str, dict[str, Any]] = {}
     for tool in tools:
         found = tool.resolve(paths, plat)
@@ -110,7 +120,7 @@ def provision(tools: Sequence[Tool], paths: Paths, plat: Platform, ctx: Context,
             continue
         report(f"{tool.name}: {found.detail}; installing {tool.name} {tool.pin.version}")
         try:
-            installed = tool.install(paths, plat, ctx)
+            installed = tool.install(paths, plat, _installing(ctx))
         except ToolUnavailable as exc:
             report(f"warning: {tool.name} skipped: {exc.message}")
             outcomes[tool.name] = _outcome("skipped", found, exc.message)

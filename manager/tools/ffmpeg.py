@@ -14,7 +14,6 @@ the dynamic loader also finds its shared libraries.
 
 from __future__ import annotations
 
-import ctypes.util
 import os
 import shutil
 import stat
@@ -38,15 +37,23 @@ def select_pin(allow_unverified: frozenset[str], plat: Platform) -> ToolPin:
     return FFMPEG
 
 
+def _find_library(name: str) -> str | None:
+    # ctypes.util starts ldconfig/gcc (it imports subprocess): only when a system FFmpeg
+    # is checked for its shared libraries, never to read the local copy's marker.
+    import ctypes.util
+
+    return ctypes.util.find_library(name)
+
+
 class Ffmpeg(Tool):
     exe_name = "ffmpeg"
     version_flag = "-version"
 
     def __init__(self, pin: ToolPin = FFMPEG, *,
-                 find_library: Callable[[str], str | None] = ctypes.util.find_library,
+                 find_library: Callable[[str], str | None] | None = None,
                  **kwargs: Any) -> None:
         super().__init__(pin, **kwargs)
-        self.find_library = find_library
+        self.find_library = find_library or _find_library
 
     @classmethod
     def from_env(cls, env: Mapping[str, str], plat: Platform, **kwargs: Any) -> Ffmpeg:

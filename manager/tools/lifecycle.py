@@ -17,14 +17,19 @@ import shutil
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-import httpx
 from packaging.version import InvalidVersion, Version
 
-from manager import archive, download, process
+from manager import archive, process
 from manager.errors import ManagerError
 from manager.paths import Paths
 from manager.tools.pins import Artefact, Platform, ToolPin
+
+if TYPE_CHECKING:  # the downloader (httpx, rich) loads only when something is installed:
+    import httpx  # asking which copy of a tool is used must stay cheap (a no-op sync)
+
+    from manager import download
 
 ALLOW_UNVERIFIED_ENV = "AITK_ALLOW_UNVERIFIED"
 _ALIASES = {"mingit": "git"}
@@ -261,6 +266,8 @@ class Tool:
     def install(self, paths: Paths, plat: Platform, ctx: Context) -> Found:
         """Download, verify, extract, check, publish. Any failure leaves the previous
         copy and the checkout as they were."""
+        from manager import download
+
         refused = self.refusal(plat, ctx.settings)
         if refused:
             raise refused

@@ -11,7 +11,6 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from manager import download
 from manager.paths import Paths
 from manager.tools.lifecycle import Context, Tool, ToolUnavailable
 from manager.tools.pins import NODE, Artefact, Platform, ToolPin
@@ -33,6 +32,8 @@ class Node(Tool):
         return root / "bin" / "node"
 
     def expected_sha256(self, art: Artefact, ctx: Context) -> str | None:
+        from manager import download  # only when installing (see lifecycle.py)
+
         if not self.pin.checksum_list:
             return art.sha256
         url = ctx.settings.url(self.pin, self.pin.checksum_list)

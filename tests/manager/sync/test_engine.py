@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import shutil
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -189,3 +190,51 @@ def test_a_package_needing_ffmpeg_is_skipped_without_it_and_tried_once_it_is_the
     again = sync_ok(checkout)
     assert [s["kind"] for s in again["data"]["plan"]][:1] == ["try-optional"]
     assert checkout.state()["optional"]["accel-needs-lib"]["status"] == "ok"
+
+
+HEAVY = ("httpx", "rich", "typer", "click")
+_NOOP_PROBE = """\
+import json, sys
+from manager.__main__ import main
+sys.argv = ["manager", *json.loads(sys.argv[1])]
+code = main()
+sys.stderr.write("\\nLOADED=" + json.dumps([m for m in {heavy!r} if m in sys.modules]))
+sys.exit(code)
+"""
+
+
+def test_a_noop_sync_answers_before_loading_the_cli_stack(uv_checkout: Checkout) -> None:
+    """The no-op decides "nothing to do" before httpx, rich and typer are imported (they
+    were most of its wall time, issue 27), and says exactly what the full command says."""
+    checkout = uv_checkout
+    sync_ok(checkout)
+
+    def probe(*args: str) -> tuple[subprocess.CompletedProcess[str], list[str]]:
+        done = subprocess.run([sys.executable, "-c", _NOOP_PROBE.format(heavy=HEAVY),
+                               json.dumps(["sync", *args])], cwd=checkout.root,
+                              env=checkout.env, capture_output=True, text=True, timeout=120)
+        head, _, loaded = done.stderr.rpartition("\nLOADED=")
+        return subprocess.CompletedProcess(done.args, done.returncode, done.stdout,
+                                           head), json.loads(loaded)
+
+    def full(*args: str) -> subprocess.CompletedProcess[str]:  # the command line itself
+        code = f"from manager.cli import main; raise SystemExit(main({['sync', *args]!r}))"
+        return subprocess.run([sys.executable, "-c", code], cwd=checkout.root,
+                              env=checkout.env, capture_output=True, text=True, timeout=120)
+
+    for args in ((), ("--cpu",), ("--json",), ("--dry-run",), ("--cpu", "--json")):
+        fast, loaded = probe(*args)
+        assert fast.returncode == 0, fast.stderr
+        assert loaded == [], (args, loaded)
+        slow = full(*args)
+        assert (fast.returncode, fast.stdout) == (slow.returncode, slow.stdout), args
+    assert "Nothing to do" in probe()[0].stdout
+
+    # Something to do: the full command line (and the lock) takes over.
+    checkout.requirements("demo-req==1.0", "demo-extra==1.0")
+    planned, loaded = probe("--dry-run")
+    assert "Plan (" in planned.stdout and loaded == []  # a dry run changes nothing
+    done, loaded = probe()
+    assert done.returncode == 0, done.stderr
+    assert set(loaded) >= {"rich", "typer"}
+    assert "demo-extra" in checkout.installed()
