@@ -26,22 +26,19 @@ def no_gpu_env(tmp_path):
             "AITK_HOST_ARCH": "x86_64", "AITK_HOST_PYTHON": "3.11.7"}
 
 
-def manager(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "manager", *args], cwd=ROOT, env=env,
-                          capture_output=True, text=True, timeout=120)
-
-
 def test_help_lists_every_command(no_gpu_env):
+    """The one real `python -m manager` here: the rest run the same CLI in-process."""
     names = typer.main.get_command(app).commands  # type: ignore[attr-defined]
     assert {"version", "detect", "spec"} <= set(names)
-    done = manager("--help", env=no_gpu_env)
+    done = subprocess.run([sys.executable, "-m", "manager", "--help"], cwd=ROOT, env=no_gpu_env,
+                          capture_output=True, text=True, timeout=120)
     assert done.returncode == 0
     for name in names:
         assert name in done.stdout, name
 
 
-def test_no_arguments_prints_help(no_gpu_env):
-    done = manager(env=no_gpu_env)
+def test_no_arguments_prints_help(manager_cli, no_gpu_env):
+    done = manager_cli(env=no_gpu_env)
     assert done.returncode == 0 and "detect" in done.stdout
 
 
@@ -52,8 +49,8 @@ def test_no_arguments_prints_help(no_gpu_env):
     ["spec", "--from"],
     ["version", "--json=maybe"],
 ])
-def test_usage_errors_exit_2_with_one_line(argv, no_gpu_env):
-    done = manager(*argv, env=no_gpu_env)
+def test_usage_errors_exit_2_with_one_line(manager_cli, argv, no_gpu_env):
+    done = manager_cli(*argv, env=no_gpu_env)
     assert done.returncode == 2
     assert done.stdout == ""
     assert len(done.stderr.splitlines()) == 1, done.stderr
@@ -66,8 +63,8 @@ def test_usage_errors_exit_2_with_one_line(argv, no_gpu_env):
     (["spec", "--cpu", "--json"], 0),
     (["spec", "--json"], 3),  # refused: no GPU and no --cpu
 ])
-def test_json_prints_only_the_envelope(argv, code, no_gpu_env):
-    done = manager(*argv, env=no_gpu_env)
+def test_json_prints_only_the_envelope(manager_cli, argv, code, no_gpu_env):
+    done = manager_cli(*argv, env=no_gpu_env)
     assert done.returncode == code
     doc = json.loads(done.stdout)  # the whole of stdout is one JSON document
     assert set(doc) == ENVELOPE_KEYS
@@ -75,26 +72,26 @@ def test_json_prints_only_the_envelope(argv, code, no_gpu_env):
     assert doc["command"] == argv[0]
 
 
-def test_refusal_is_exit_3_with_message_and_hint(no_gpu_env):
-    done = manager("spec", env=no_gpu_env)
+def test_refusal_is_exit_3_with_message_and_hint(manager_cli, no_gpu_env):
+    done = manager_cli("spec", env=no_gpu_env)
     assert done.returncode == 3
     assert done.stdout == ""
     lines = done.stderr.splitlines()
     assert lines[0].startswith("aitk: error:") and "--cpu" in lines[0]
     assert lines[1].startswith("aitk: hint:")
-    doc = json.loads(manager("spec", "--json", env=no_gpu_env).stdout)
+    doc = json.loads(manager_cli("spec", "--json", env=no_gpu_env).stdout)
     assert doc["error"]["type"] == "UnsupportedMachine" and "--cpu" in doc["error"]["hint"]
 
 
-def test_human_output_has_no_escape_codes_when_piped(no_gpu_env):
+def test_human_output_has_no_escape_codes_when_piped(manager_cli, no_gpu_env):
     for argv in (["detect"], ["spec", "--cpu"], ["version"]):
-        done = manager(*argv, env=no_gpu_env)
+        done = manager_cli(*argv, env=no_gpu_env)
         assert done.returncode == 0
         assert "\x1b[" not in done.stdout + done.stderr
 
 
-def test_spec_human_table(no_gpu_env):
-    done = manager("spec", "--cpu", env=no_gpu_env)
+def test_spec_human_table(manager_cli, no_gpu_env):
+    done = manager_cli("spec", "--cpu", env=no_gpu_env)
     assert "2.13.0+cpu" in done.stdout and "torchcodec" in done.stdout
 
 
@@ -107,20 +104,20 @@ def test_spec_human_table(no_gpu_env):
     ('{"os": "linux", "arch": "x86_64", "python": "3.11", "nvidia": "yes"}', "'nvidia'"),
     ('{"os": "linux", "arch": "x86_64", "python": "3.11", "rocm": {"gpus": [1]}}', "'rocm'"),
 ])
-def test_spec_from_bad_file_is_one_line_exit_2(content, why, tmp_path, no_gpu_env):
+def test_spec_from_bad_file_is_one_line_exit_2(manager_cli, content, why, tmp_path, no_gpu_env):
     path = tmp_path / "detect.json"
     if content is not None:
         path.write_text(content)
-    done = manager("spec", "--from", str(path), env=no_gpu_env)
+    done = manager_cli("spec", "--from", str(path), env=no_gpu_env)
     assert done.returncode == 2
     assert done.stdout == ""
     assert len(done.stderr.splitlines()) == 1 and why in done.stderr, done.stderr
-    as_json = manager("spec", "--json", "--from", str(path), env=no_gpu_env)
+    as_json = manager_cli("spec", "--json", "--from", str(path), env=no_gpu_env)
     assert as_json.returncode == 2 and json.loads(as_json.stdout)["error"]["type"] == "UsageError"
 
 
-def test_spec_from_a_directory_is_one_line_exit_2(tmp_path, no_gpu_env):
-    done = manager("spec", "--from", str(tmp_path), env=no_gpu_env)
+def test_spec_from_a_directory_is_one_line_exit_2(manager_cli, tmp_path, no_gpu_env):
+    done = manager_cli("spec", "--from", str(tmp_path), env=no_gpu_env)
     assert done.returncode == 2 and len(done.stderr.splitlines()) == 1
 
 
@@ -142,8 +139,8 @@ def test_the_verb_list_is_known():
 
 
 @pytest.mark.parametrize("name", sorted(set(COMMANDS) - PASS_THROUGH))
-def test_every_verb_rejects_an_unknown_flag_in_one_line(name, no_gpu_env):
-    done = manager(name, "--no-such-flag", env=no_gpu_env)
+def test_every_verb_rejects_an_unknown_flag_in_one_line(manager_cli, name, no_gpu_env):
+    done = manager_cli(name, "--no-such-flag", env=no_gpu_env)
     assert done.returncode == 2, done.stderr
     assert done.stdout == ""
     assert done.stderr.splitlines() == [
@@ -152,8 +149,8 @@ def test_every_verb_rejects_an_unknown_flag_in_one_line(name, no_gpu_env):
 
 
 @pytest.mark.parametrize("name", sorted(n for n in COMMANDS if takes_json(n)))
-def test_every_json_verb_answers_a_usage_error_with_an_envelope(name, no_gpu_env):
-    done = manager(name, "--json", "--no-such-flag", env=no_gpu_env)
+def test_every_json_verb_answers_a_usage_error_with_an_envelope(manager_cli, name, no_gpu_env):
+    done = manager_cli(name, "--json", "--no-such-flag", env=no_gpu_env)
     assert done.returncode == 2
     doc = json.loads(done.stdout)
     assert set(doc) == ENVELOPE_KEYS
@@ -196,11 +193,11 @@ def test_no_color_on_a_terminal(no_gpu_env):
     assert "OK" in plain and "\x1b[3" not in plain  # ...and not with NO_COLOR
 
 
-def test_version_outside_a_checkout_says_the_commit_is_unknown(no_gpu_env, tmp_path):
-    done = manager("version", env={**no_gpu_env, "AITK_ROOT": str(tmp_path)})
+def test_version_outside_a_checkout_says_the_commit_is_unknown(manager_cli, no_gpu_env, tmp_path):
+    done = manager_cli("version", env={**no_gpu_env, "AITK_ROOT": str(tmp_path)})
     assert done.returncode == 0
     assert "commit   unknown (not a git checkout" in done.stdout and "null" not in done.stdout
-    doc = json.loads(manager("version", "--json",
+    doc = json.loads(manager_cli("version", "--json",
                              env={**no_gpu_env, "AITK_ROOT": str(tmp_path)}).stdout)
     assert doc["data"]["commit"] is None
 
@@ -233,8 +230,8 @@ def test_no_color_follows_the_convention(value, plain, monkeypatch):
 
 @pytest.mark.parametrize("argv", [["spec", "--json", "--from"],
                                   ["shortcut", "--json", "--desktop-dir"]])
-def test_an_option_missing_its_value_is_a_usage_error_of_that_verb(argv, no_gpu_env):
-    done = manager(*argv, env=no_gpu_env)
+def test_an_option_missing_its_value_is_a_usage_error_of_that_verb(manager_cli, argv, no_gpu_env):
+    done = manager_cli(*argv, env=no_gpu_env)
     assert done.returncode == 2
     doc = json.loads(done.stdout)
     assert doc["command"] == argv[0] and doc["error"]["type"] == "UsageError"

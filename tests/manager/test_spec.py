@@ -4,7 +4,6 @@ process and through the real CLI), plus one test per rule over plain detection d
 from __future__ import annotations
 
 import json
-import subprocess
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -270,13 +269,16 @@ def test_profile(name, fake_machine):
     check_spec(spec_or_refusal(detection, cpu), expect)
 
 
-def cli(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "manager", *args], cwd=ROOT, env=env,
-                          capture_output=True, text=True, timeout=120)
+@pytest.fixture
+def cli(manager_cli):
+    def run(*args: str, env: dict[str, str]):
+        return manager_cli(*args, env=env, cwd=ROOT)
+
+    return run
 
 
 @pytest.mark.parametrize("name", CLI_PROFILES)
-def test_profile_through_cli(name, fake_machine):
+def test_profile_through_cli(name, fake_machine, cli):
     machine, cpu, expect = PROFILES[name]
     env = {**fake_machine(machine), "NO_COLOR": "1"}
     found = cli("detect", "--json", env=env)
@@ -297,7 +299,7 @@ def test_profile_through_cli(name, fake_machine):
         assert data["requirements_file"] == expect.requirements_file
 
 
-def test_spec_from_round_trip(fake_machine, tmp_path):
+def test_spec_from_round_trip(fake_machine, tmp_path, cli):
     """detect --json on one machine -> file -> spec --from elsewhere gives the same spec."""
     machine, _, _ = PROFILES["dgx-spark-gb10"]
     env = {**fake_machine(machine), "NO_COLOR": "1"}

@@ -16,6 +16,7 @@ import pytest
 
 from manager import migrations
 from manager.paths import Paths
+from tests.manager.conftest import ManagerCli
 
 REPO = Path(__file__).resolve().parents[3]
 STACK = {"torch": "2.13.0+cpu", "torchvision": "0.28.0+cpu", "torchaudio": "2.11.0+cpu"}
@@ -166,14 +167,11 @@ def git_status_stand_in(root: Path, fetch: bool = False, timeout: float = 20.0):
 
 
 @pytest.fixture
-def run_cli(capsys: pytest.CaptureFixture[str]) -> Callable[..., tuple[int, str, str]]:
+def run_cli(manager_cli: ManagerCli) -> Callable[..., tuple[int, str, str]]:
     """Run `python3 -m manager ARGS` in this process: (exit code, stdout, stderr)."""
-    from manager.cli import main
-
     def run(*args: str) -> tuple[int, str, str]:
-        code = main(list(args))
-        out, err = capsys.readouterr()
-        return code, out, err
+        done = manager_cli(*args)
+        return done.returncode, done.stdout, done.stderr
 
     return run
 

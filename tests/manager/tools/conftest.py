@@ -7,9 +7,10 @@ All traffic stays on 127.0.0.1.
 from __future__ import annotations
 
 import hashlib
+import os
 import socket
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -18,7 +19,8 @@ import httpx
 import pytest
 
 from manager import download
-from manager.paths import Paths
+from manager.paths import ROOT, Paths
+from tests.manager.conftest import ManagerCli, Ran
 
 
 @dataclass
@@ -175,3 +177,16 @@ def checkout(tmp_path: Path) -> Paths:
     root.mkdir()
     (root / "README.md").write_text("the user's checkout\n")
     return Paths(root)
+
+
+@pytest.fixture
+def tools_cli(manager_cli: ManagerCli) -> Callable[..., Ran]:
+    """`python3 -m manager tools ARGS` for `checkout`, with PATH as given (in-process)."""
+    def run(checkout: Paths, path: str, *args: str, extra: dict[str, str] | None = None
+            ) -> Ran:
+        env = {k: v for k, v in os.environ.items() if not k.startswith("AITK_")}
+        env.update(AITK_ROOT=str(checkout.root), PATH=path, NO_COLOR="1",
+                   NO_PROXY="127.0.0.1", **(extra or {}))
+        return manager_cli("tools", *args, env=env, cwd=ROOT)
+
+    return run

@@ -29,7 +29,6 @@ from manager.tools.pins import (
     Artefact,
 )
 from tests.manager.tools.builders import Entry, exe, make_zip, outside_staging, sha, tree
-from tests.manager.tools.test_provision import run_cli
 
 pytestmark = pytest.mark.skipif(os.name == "nt", reason="stand-in binaries are sh scripts")
 
@@ -119,14 +118,14 @@ def test_wheel_without_a_single_program_is_refused(server, client, fast_retry, q
 
 
 def test_cli_refuses_a_mirror_serving_other_bytes_under_the_real_pin(server, checkout,
-                                                                     tmp_path):
+                                                                     tmp_path, tools_cli):
     """`tools --provision` with AITK_FFMPEG_MIRROR: the real pinned digest is checked."""
     plat = current_platform()
     art = FFMPEG.artefact(plat)
     if art is None:
         pytest.skip("no FFmpeg wheel pinned for this platform")
     server.add(f"ff/{art.path}", ffmpeg_wheel())
-    done = run_cli(checkout, str(tmp_path / "empty"), "--provision", "--json",
+    done = tools_cli(checkout, str(tmp_path / "empty"), "--provision", "--json",
                    extra={"AITK_FFMPEG_MIRROR": server.url("ff"),
                           "AITK_UV_MIRROR": server.url("uv"),
                           "AITK_NODE_MIRROR": server.url("node")})

@@ -13,7 +13,6 @@ import pytest
 
 import manager.tools as tools
 from manager import archive
-from manager.paths import ROOT, Paths
 from manager.tools.ffmpeg import Ffmpeg
 from manager.tools.lifecycle import Context, Settings
 from manager.tools.mingit import MinGit
@@ -100,18 +99,10 @@ def test_child_env_points_children_at_local_ffmpeg(checkout, monkeypatch):
     assert shown.stdout.split(":")[0].strip() == lib
 
 
-def run_cli(checkout: Paths, path: str, *args: str, extra: dict | None = None):
-    env = {k: v for k, v in os.environ.items() if not k.startswith("AITK_")}
-    env.update(AITK_ROOT=str(checkout.root), PATH=path, NO_COLOR="1", NO_PROXY="127.0.0.1",
-               **(extra or {}))
-    return subprocess.run([sys.executable, "-m", "manager", "tools", *args], cwd=ROOT, env=env,
-                          capture_output=True, text=True, timeout=120)
-
-
-def test_tools_json_reports_system_and_missing(checkout, tmp_path):
+def test_tools_json_reports_system_and_missing(checkout, tmp_path, tools_cli):
     fake(tmp_path / "bin", "node", "v22.1.0")
     fake(tmp_path / "bin", "git", "git version 2.40.1")
-    done = run_cli(checkout, str(tmp_path / "bin"), "--json")
+    done = tools_cli(checkout, str(tmp_path / "bin"), "--json")
     assert done.returncode == 0, done.stderr
     doc = json.loads(done.stdout)
     assert doc["command"] == "tools" and doc["ok"]
@@ -124,7 +115,7 @@ def test_tools_json_reports_system_and_missing(checkout, tmp_path):
     assert rows["uv"]["local_dir"] == str(checkout.uv_dir)
 
 
-def test_tools_provision_uses_the_mirror_and_verifies(server, checkout, tmp_path):
+def test_tools_provision_uses_the_mirror_and_verifies(server, checkout, tmp_path, tools_cli):
     fake(tmp_path / "bin", "node", "v22.1.0")
     fake(tmp_path / "bin", "git", "git version 2.40.1")
     plat = tools.current_platform()
@@ -132,7 +123,7 @@ def test_tools_provision_uses_the_mirror_and_verifies(server, checkout, tmp_path
         pytest.skip("no uv pin for this platform")
     # The mirror serves other bytes under the real pinned path: refused, nothing installed.
     server.add(f"uv/{UV.artefact(plat).path}", make_zip([]))
-    done = run_cli(checkout, str(tmp_path / "bin"), "--provision", "--json",
+    done = tools_cli(checkout, str(tmp_path / "bin"), "--provision", "--json",
                    extra={"AITK_UV_MIRROR": server.url("uv"),
                           "AITK_FFMPEG_MIRROR": server.url("ff")})
     assert done.returncode == 0, done.stderr

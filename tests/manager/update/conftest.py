@@ -21,6 +21,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.manager.conftest import ManagerCli, Ran
 from tests.manager.manager_copy import copy_manager
 
 REPO_ROOT = Path(__file__).resolve().parents[3]
@@ -103,6 +104,7 @@ class Checkout:
     remote: Path
     scratch: Path
     env: dict[str, str]
+    cli: ManagerCli
 
     def git(self, *args: str) -> str:
         return git(self.path, *args, env=self.env)
@@ -110,12 +112,19 @@ class Checkout:
     def head(self) -> str:
         return self.git("rev-parse", "HEAD").strip()
 
-    def manager(self, *args: str, extra_env: Mapping[str, str] | None = None
-                ) -> subprocess.CompletedProcess[str]:
-        """`python -m manager ARGS` run from the clone, as a user would."""
+    def manager(self, *args: str, extra_env: Mapping[str, str] | None = None) -> Ran:
+        """`python -m manager ARGS` from the clone, with its environment, in this process
+        (tests/manager/conftest.py: manager_cli): the verbs are this checkout's code, of
+        which the clone holds a copy with a stand-in sync verb; the sync that `update`
+        starts is a real process of the clone's (pulled) code, as a user's is."""
         env = {**self.env, "AITK_ROOT": str(self.path), **(extra_env or {})}
+        return self.cli(*args, env=env, cwd=self.path)
+
+    def process(self, *args: str) -> subprocess.CompletedProcess[str]:
+        """`python -m manager ARGS` as a process started in the clone, its own code."""
         return subprocess.run([sys.executable, "-m", "manager", *args], cwd=self.path,
-                              env=env, capture_output=True, text=True, timeout=RUN_TIMEOUT)
+                              env={**self.env, "AITK_ROOT": str(self.path)},
+                              capture_output=True, text=True, timeout=RUN_TIMEOUT)
 
     def push_upstream(self, files: Mapping[str, str | None], message: str) -> str:
         """Commit `files` (None deletes) in another clone and push; return the commit."""
@@ -189,7 +198,8 @@ def template(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, 
 
 
 @pytest.fixture
-def checkout(template: tuple[Path, dict[str, str]], tmp_path: Path) -> Iterator[Checkout]:
+def checkout(template: tuple[Path, dict[str, str]], tmp_path: Path,
+             manager_cli: ManagerCli) -> Iterator[Checkout]:
     template_remote, env = template
     remote = tmp_path / "remote.git"
     shutil.copytree(template_remote, remote)
@@ -197,7 +207,7 @@ def checkout(template: tuple[Path, dict[str, str]], tmp_path: Path) -> Iterator[
     git(tmp_path, "clone", "-q", str(remote), str(clone), env=env)
     scratch = tmp_path / "scratch"
     scratch.mkdir()
-    yield Checkout(clone, remote, scratch, dict(env))
+    yield Checkout(clone, remote, scratch, dict(env), manager_cli)
 
 
 @pytest.fixture

@@ -26,9 +26,9 @@ def synced(in_checkout: Checkout, monkeypatch: pytest.MonkeyPatch) -> Checkout:
     return in_checkout
 
 
-def check_json(capsys: pytest.CaptureFixture[str]) -> tuple[int, dict]:
+def check_json(capture: pytest.CaptureFixture[str]) -> tuple[int, dict]:
     code = main(["check", "--json"])
-    out = capsys.readouterr().out
+    out = capture.readouterr().out
     envelope = json.loads(out)  # stdout holds only the envelope
     assert envelope["exit_code"] == code
     return code, envelope
@@ -63,7 +63,7 @@ def test_update_available_exits_10_with_the_incoming_log(synced: Checkout, capsy
 
 
 def test_an_ignored_file_the_update_would_overwrite_is_a_problem_with_its_fix(
-        synced: Checkout, capsys) -> None:
+        synced: Checkout, capfd) -> None:
     """Issue 14: `update` refuses (exit 6, naming the paths) when the incoming commits add
     a file where the user has one git does not track; `check` says so before."""
     synced.push_upstream({"output/result.txt": "upstream placeholder\n"},
@@ -71,7 +71,7 @@ def test_an_ignored_file_the_update_would_overwrite_is_a_problem_with_its_fix(
     (synced.path / "output").mkdir()
     (synced.path / "output" / "result.txt").write_text("my training result\n")
 
-    code, env = check_json(capsys)
+    code, env = check_json(capfd)
     data = env["data"]
     assert code == errors.EXIT_UPDATE_AVAILABLE
     assert data["update_available"] is True
@@ -82,7 +82,7 @@ def test_an_ignored_file_the_update_would_overwrite_is_a_problem_with_its_fix(
     assert (synced.path / "output" / "result.txt").read_text() == "my training result\n"
 
     assert main(["check"]) == errors.EXIT_UPDATE_AVAILABLE
-    out = capsys.readouterr().out
+    out = capfd.readouterr().out
     assert "output/result.txt" in out and "fix: move or rename them" in out
     assert out.strip().splitlines()[-1] != "run `python3 -m manager update`"  # it refuses
     refused = synced.manager("update")  # what check foretold
@@ -183,7 +183,7 @@ def test_human_output(synced: Checkout, capsys) -> None:
 
 def test_check_runs_as_a_command_without_a_gpu_or_flags(checkout: Checkout) -> None:
     """The real thing in a subprocess: no flags, no GPU, the stub/real quick_status."""
-    done = checkout.manager("check", "--json")
+    done = checkout.process("check", "--json")
     envelope = json.loads(done.stdout)
     assert done.returncode == envelope["exit_code"]
     assert done.returncode in (errors.EXIT_OK, errors.EXIT_SYNC_DUE)
