@@ -6,6 +6,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from aitk.cli.run import main
 from tests.aitk.aitk_testing import REPO, job_config, write_config
 
@@ -18,6 +20,7 @@ def configs(tmp_path: Path, model_dir: Path) -> tuple[Path, Path]:
     return write_config(tmp_path / "bad.yml", bad), write_config(tmp_path / "good.yml", good)
 
 
+@pytest.mark.slow
 def test_a_failure_stops_the_list_unless_recover(tmp_path: Path, example_model_dir: Path,
                                                  capsys):
     bad, good = configs(tmp_path, example_model_dir)
@@ -38,6 +41,7 @@ def test_usage_errors_exit_2_and_help_exits_0(capsys):
     assert "usage: python run.py" in capsys.readouterr().out
 
 
+@pytest.mark.slow
 def test_python_m_aitk_run_is_the_same_entry(tmp_path: Path):
     done = subprocess.run([sys.executable, "-m", "aitk", "run", str(tmp_path / "nope.yml")],
                           cwd=REPO, capture_output=True, text=True, timeout=300)

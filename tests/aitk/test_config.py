@@ -213,6 +213,7 @@ def test_unknown_arch_through_the_real_registry(tmp_path: Path):
     assert "example" in info.value.problems[0]
 
 
+@pytest.mark.slow
 def test_bad_config_through_run_py_exits_2_with_one_message(tmp_path: Path):
     raw = example_raw()
     proc(raw)["train"]["stpes"] = 10

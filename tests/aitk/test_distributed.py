@@ -64,6 +64,7 @@ def reference(tmp_path_factory, example_model_dir: Path) -> dict[str, torch.Tens
     return lora(tmp, "one")
 
 
+@pytest.mark.slow
 def test_two_processes_train_what_one_process_trains(tmp_path: Path,
                                                      example_model_dir: Path, reference):
     path = config(tmp_path, example_model_dir, "two", accumulation=1)
@@ -75,6 +76,7 @@ def test_two_processes_train_what_one_process_trains(tmp_path: Path,
     assert len(log) == STEPS  # rank 0 alone writes, one line per step
 
 
+@pytest.mark.slow
 def test_sigterm_to_one_rank_stops_both_then_one_process_resumes(
         tmp_path: Path, example_model_dir: Path, reference, capsys):
     path = config(tmp_path, example_model_dir, "two", accumulation=1)

@@ -23,6 +23,7 @@ def test_every_example_config_loads(path: Path):
     assert loaded.job.config.process and not loaded.warnings
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("path", TINY, ids=lambda p: p.stem)
 def test_tiny_example_trains_end_to_end(path: Path, tmp_path: Path, monkeypatch):
     monkeypatch.chdir(scratch_checkout(tmp_path))

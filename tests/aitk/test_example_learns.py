@@ -11,11 +11,14 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
 import yaml
 
 from aitk.cli.run import main as cli_main
 from aitk.models.example.likeness import mean_distance
 from tests.aitk.aitk_testing import REPO, scratch_checkout
+
+pytestmark = pytest.mark.slow
 
 EXAMPLE = REPO / "config" / "examples" / "train_lora_example_cpu.yaml"
 

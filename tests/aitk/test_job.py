@@ -62,6 +62,7 @@ def fresh(loaded):
     return model, create_network(model, proc), proc
 
 
+@pytest.mark.slow
 def test_outputs_have_the_upstream_names(trained):
     _, out = trained
     assert sorted(p.name for p in out.iterdir()) == [
@@ -77,6 +78,7 @@ def test_outputs_have_the_upstream_names(trained):
     assert [r["step"] for r in rows] == list(range(1, STEPS + 1))
 
 
+@pytest.mark.slow
 def test_lora_file_has_public_keys_and_metadata(trained):
     loaded, out = trained
     with safe_open(str(out / "demo.safetensors"), "pt") as fh:
@@ -91,6 +93,7 @@ def test_lora_file_has_public_keys_and_metadata(trained):
     assert yaml.safe_load((out / "config.yaml").read_text()) == loaded.raw
 
 
+@pytest.mark.slow
 def test_lora_records_the_provenance_block_and_audits_clean(trained):
     """The same block `manager info` shows; the trained file passes the adapter audit."""
     from aitk.audit.adapter import audit_adapter
@@ -107,6 +110,7 @@ def test_lora_records_the_provenance_block_and_audits_clean(trained):
     assert report.summary["layout"].startswith("ComfyUI / aitk")
 
 
+@pytest.mark.slow
 def test_loss_on_fixed_batches_falls(trained):
     loaded, out = trained
     model, network, proc = fresh(loaded)
@@ -132,6 +136,7 @@ def test_loss_on_fixed_batches_falls(trained):
     assert mean_loss() < base * 0.97
 
 
+@pytest.mark.slow
 def test_lora_changes_the_sampler_and_reloads_to_the_same_images(trained):
     loaded, out = trained
     model, network, proc = fresh(loaded)
@@ -145,6 +150,7 @@ def test_lora_changes_the_sampler_and_reloads_to_the_same_images(trained):
     assert np.abs(after - during_training).max() <= 1
 
 
+@pytest.mark.slow
 def test_running_the_config_again_resumes_and_does_nothing(trained):
     loaded, out = trained
     before = (out / "demo.safetensors").read_bytes()
@@ -153,6 +159,7 @@ def test_running_the_config_again_resumes_and_does_nothing(trained):
     assert len((out / "loss_log.jsonl").read_text().splitlines()) == STEPS
 
 
+@pytest.mark.slow
 def test_resuming_with_another_network_is_a_clear_input_error(tmp_path: Path,
                                                               example_model_dir: Path,
                                                               capsys):
@@ -165,6 +172,7 @@ def test_resuming_with_another_network_is_a_clear_input_error(tmp_path: Path,
     assert "was trained with another network config" in err and "Traceback" not in err
 
 
+@pytest.mark.slow
 def test_a_lora_file_lost_after_its_checkpoint_is_written_on_resume(tmp_path: Path,
                                                                    example_model_dir: Path):
     # A second Ctrl+C (or a crash) between publishing the final checkpoint and writing
@@ -223,6 +231,7 @@ def test_missing_dataset_folder_exits_2(tmp_path: Path, example_model_dir: Path,
     assert f"dataset folder {tmp_path / 'absent'} does not exist" in capsys.readouterr().err
 
 
+@pytest.mark.slow
 def test_non_finite_loss_stops_the_job_with_exit_1_naming_the_step(tmp_path: Path,
                                                                    example_model_dir: Path,
                                                                    capsys):

@@ -21,6 +21,8 @@ from aitk.run import checkpoint as ckpt
 from aitk.run.job import run_job
 from tests.aitk.aitk_testing import REPO, job_config, write_config
 
+pytestmark = pytest.mark.slow
+
 
 def quick(tmp_path: Path, model_dir: Path, name: str = "job", steps: int = 4,
           **overrides) -> Path:

@@ -99,6 +99,7 @@ def straight(tmp_path_factory, example_model_dir: Path) -> dict[str, torch.Tenso
     return weights(tmp / "out" / "run" / "run.safetensors")
 
 
+@pytest.mark.slow
 def test_ctrl_c_saves_at_a_step_boundary_and_resume_is_exact(tmp_path: Path,
                                                              example_model_dir: Path,
                                                              straight, capsys):
@@ -128,6 +129,7 @@ def test_ctrl_c_saves_at_a_step_boundary_and_resume_is_exact(tmp_path: Path,
     assert steps == list(range(1, STEPS + 1))
 
 
+@pytest.mark.slow
 def test_second_ctrl_c_stops_at_once_without_corrupting(tmp_path: Path,
                                                         example_model_dir: Path, straight,
                                                         capsys):
@@ -152,6 +154,7 @@ def test_second_ctrl_c_stops_at_once_without_corrupting(tmp_path: Path,
     assert max_diff(weights(out / "run.safetensors"), straight) <= 1e-6
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(not hasattr(signal, "SIGHUP"), reason="no SIGHUP on this platform")
 def test_closing_the_terminal_sighup_saves_like_ctrl_c(tmp_path: Path,
                                                        example_model_dir: Path):
@@ -168,6 +171,7 @@ def test_closing_the_terminal_sighup_saves_like_ctrl_c(tmp_path: Path,
     assert (out / "run_000000003.safetensors").exists()
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(not hasattr(signal, "SIGHUP"), reason="no SIGHUP on this platform")
 def test_sighup_after_the_console_is_gone_still_saves(tmp_path: Path,
                                                       example_model_dir: Path):
@@ -185,6 +189,7 @@ def test_sighup_after_the_console_is_gone_still_saves(tmp_path: Path,
     assert (out / "run_000000003.safetensors").exists()
 
 
+@pytest.mark.slow
 def test_a_second_trainer_on_the_same_output_folder_exits_2_naming_the_first(
         tmp_path: Path, example_model_dir: Path):
     path = config(tmp_path, example_model_dir, "run")

@@ -31,6 +31,7 @@ def heavy(names: set[str]) -> set[str]:
     return {n for n in names if n.split(".")[0] in HEAVY}
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("config", [
     "job: extension\nconfig:\n  name: x\n  process:\n    - type: sd_trainer\n      netwrk: {}\n",
     # A config whose only problem is an unknown arch: the registry answers from its table.

@@ -42,6 +42,7 @@ def test_step_updates_are_throttled_but_phases_and_the_last_step_are_written(tmp
     assert [p.name for p in path.parent.iterdir()] == ["status.json"]  # no temp left
 
 
+@pytest.mark.slow
 def test_a_finished_job_leaves_a_final_status_beside_its_outputs(tmp_path, example_model_dir):
     cfg = job_config("st", tmp_path / "out", example_model_dir, steps=2,
                      sample={"sample_every": 100})
@@ -51,6 +52,7 @@ def test_a_finished_job_leaves_a_final_status_beside_its_outputs(tmp_path, examp
     assert data["exit_code"] == 0 and data["loss"] is not None and data["error"] is None
 
 
+@pytest.mark.slow
 def test_a_bad_config_reports_its_problems_field_by_field(tmp_path, example_model_dir):
     cfg = job_config("bad", tmp_path / "out", example_model_dir, train={"steps": 0})
     status = tmp_path / "status.json"

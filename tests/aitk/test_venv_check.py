@@ -49,6 +49,7 @@ def run(python: str, *args: str, cwd: Path = REPO) -> subprocess.CompletedProces
                           text=True, timeout=60)
 
 
+@pytest.mark.slow
 def test_run_py_under_a_system_python_says_how_to_run_it(system_python):
     done = run(system_python, "run.py", CONFIG)
     assert done.returncode == 2, done.stderr

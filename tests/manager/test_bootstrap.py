@@ -57,6 +57,7 @@ def _site_packages(venv: Path) -> list[str]:
     return sorted(p.name for p in venv.glob("lib/python3*/site-packages/*"))
 
 
+@pytest.mark.slow
 def test_bootstrap_from_bare_python(tmp_path):
     """Copy the manager into a fresh folder and run it with a Python that has no packages:
     it must build .venv, run the command, and on the second run not reinstall."""
@@ -157,6 +158,7 @@ def _works(checkout: Path, python: str, env: dict[str, str]) -> None:
     assert sorted(p.name for p in checkout.iterdir() if p.name.startswith(".venv")) == [".venv"]
 
 
+@pytest.mark.slow
 def test_a_venv_left_without_pip_by_a_killed_first_build_is_rebuilt(tmp_path):
     """What kill -9 during `python -m venv` (its ensurepip step) leaves: a .venv with a
     Python, no pip and no marker. Every run used to fail on it until it was deleted."""
@@ -180,6 +182,7 @@ class _Stall(http.server.BaseHTTPRequestHandler):
         pass
 
 
+@pytest.mark.slow
 def test_kill_9_during_the_first_build_then_the_next_run_completes(tmp_path):
     checkout, python, env = _bare_checkout(tmp_path)
     server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Stall)

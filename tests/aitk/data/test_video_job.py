@@ -21,6 +21,8 @@ from aitk.run.job import run_job
 from tests.aitk.aitk_testing import job_config, write_config, write_image
 from tests.aitk.data.videos import write_video
 
+pytestmark = pytest.mark.slow
+
 
 @pytest.fixture
 def video_arch(monkeypatch):

@@ -35,7 +35,7 @@ from tests.aitk.models.arch_checks import (
 )
 from tests.aitk.models.conftest import NetCfg
 
-pytestmark = pytest.mark.usefixtures("one_torch_thread")
+pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("one_torch_thread")]
 
 chroma_cfg = partial(model_cfg, "chroma")
 chroma_dir = tiny_model_folder(ChromaModel)

@@ -34,6 +34,8 @@ from tests.aitk.models.arch_checks import (
 )
 from tests.aitk.models.conftest import NetCfg
 
+pytestmark = pytest.mark.slow
+
 flux_cfg = partial(model_cfg, "flux")
 flux_dir = tiny_model_folder(FluxModel)
 

@@ -41,7 +41,7 @@ from tests.aitk.models.arch_checks import (
 )
 from tests.aitk.models.conftest import NetCfg
 
-pytestmark = pytest.mark.usefixtures("one_torch_thread")
+pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("one_torch_thread")]
 
 ARCH = "flux2_klein_4b"
 klein_dir = tiny_model_folder(Flux2Klein4BModel)

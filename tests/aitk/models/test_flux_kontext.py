@@ -37,7 +37,7 @@ from tests.aitk.models.arch_checks import (
 )
 from tests.aitk.models.conftest import NetCfg
 
-pytestmark = pytest.mark.usefixtures("one_torch_thread")
+pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("one_torch_thread")]
 
 SIZE = (32, 48)  # H, W of the training pair: latents 4x6, 2x3 packed tokens
 

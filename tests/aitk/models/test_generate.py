@@ -8,6 +8,8 @@ from aitk.adapters import AdapterNetwork
 from aitk.errors import ModelError
 from aitk.models.base import GenerateImageConfig
 
+pytestmark = pytest.mark.slow
+
 
 def configs(*seeds: int) -> list[GenerateImageConfig]:
     return [GenerateImageConfig(prompt="a red square", negative_prompt="blurry", width=64,

@@ -63,7 +63,9 @@ def _frozen(layer: nn.Module) -> bool:
     return isinstance(layer, QModuleMixin) and isinstance(layer.weight, QTensor)
 
 
-@pytest.mark.parametrize("qtype", ["qfloat8", "qint8", "qint4"])
+# qint4 builds quanto's C++ kernels on first use (minutes, once per machine): slow tier.
+@pytest.mark.parametrize("qtype", ["qfloat8", "qint8",
+                                   pytest.param("qint4", marks=pytest.mark.slow)])
 def test_weights_are_frozen_to_smaller_tensors(qtype: str) -> None:
     from aitk.models.quantize import weight_bytes
 

@@ -32,6 +32,8 @@ from tests.aitk.models.arch_checks import (
 )
 from tests.aitk.models.conftest import NetCfg
 
+pytestmark = pytest.mark.slow
+
 qwen_dir = tiny_model_folder(QwenImageModel)
 
 

@@ -47,6 +47,8 @@ from tests.aitk.models.arch_checks import (
 )
 from tests.aitk.models.conftest import NetCfg
 
+pytestmark = pytest.mark.slow
+
 DATA = REPO_ROOT / "datasets" / "example_edit"
 CTRL = DATA / "control" / "circle_to_red.png"
 CTRL_2 = DATA / "control_2" / "circle_to_red.png"

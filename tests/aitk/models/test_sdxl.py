@@ -38,7 +38,7 @@ from tests.aitk.aitk_testing import REPO, write_config, write_image
 from tests.aitk.models.arch_checks import model_cfg, randomise, tiny_model_folder, train_cfg
 from tests.aitk.models.conftest import NetCfg
 
-pytestmark = pytest.mark.usefixtures("one_torch_thread")
+pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("one_torch_thread")]
 
 sdxl_cfg = partial(model_cfg, "sdxl")
 NET = NetCfg(linear=4, linear_alpha=2.0)  # alpha != rank: files must carry it

@@ -40,7 +40,7 @@ from tests.aitk.models.arch_checks import (
 )
 from tests.aitk.models.conftest import NetCfg
 
-pytestmark = pytest.mark.usefixtures("one_torch_thread")
+pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("one_torch_thread")]
 
 ARCHS = ("wan21", "wan21_i2v", "wan22_14b", "wan22_14b_i2v")
 FRAMES = 5  # 4k + 1 pixel frames -> 2 latent frames

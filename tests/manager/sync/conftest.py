@@ -33,6 +33,16 @@ REPO = Path(__file__).resolve().parents[3]
 TORCH = "2.13.0+cpu"
 
 
+@pytest.hookimpl(tryfirst=True)  # before `-m` deselects by marker
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """A test that takes this rig's world (every checkout fixture does) runs the real
+    manager and uv or pip against the loopback index: the slow tier (docs/testing.md)."""
+    here = Path(__file__).parent
+    for item in items:
+        if "world" in getattr(item, "fixturenames", ()) and item.path.is_relative_to(here):
+            item.add_marker(pytest.mark.slow)
+
+
 # ---- wheels ----------------------------------------------------------------------------
 
 
