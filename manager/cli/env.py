@@ -68,9 +68,12 @@ def sync(as_json: JsonFlag = False, cpu: CpuFlag = False, dry_run: DryRunFlag = 
 
 
 @app.command(context_settings={"allow_extra_args": True, "ignore_unknown_options": True})
-def test(ctx: typer.Context, cpu: CpuFlag = False) -> None:
+def test(ctx: typer.Context, cpu: CpuFlag = False,
+         quick: Annotated[bool, typer.Option(
+             "--quick", help="Only the quick tier: leave out the tests marked slow "
+                             "(trainer processes, full installs).")] = False) -> None:
     """Sync .venv (CPU build without a GPU) with test tools, then run pytest (args pass through)."""
     from manager.commands import test as cmd
 
-    code = cmd.run(cmd.Options(pytest_args=tuple(ctx.args), cpu=cpu))
+    code = cmd.run(cmd.Options(pytest_args=tuple(ctx.args), cpu=cpu, quick=quick))
     raise _Exit(code)

@@ -1,7 +1,9 @@
 """`manager test`: the real sync (plus requirements-test.txt), then pytest.
 
 Uses the CPU stack when no supported GPU is detected, so it runs anywhere. Arguments
-after `test` go to pytest unchanged. Returns pytest's exit code.
+after `test` go to pytest unchanged. `--quick` runs the quick tier: every test but those
+marked `slow` (they start a trainer process or a full install; docs/testing.md).
+Returns pytest's exit code.
 """
 
 from __future__ import annotations
@@ -17,12 +19,21 @@ from manager.specsource import current_spec
 from manager.state import read_state
 
 TEST_REQUIREMENTS = "requirements-test.txt"
+# pytest's marker expression for the quick tier (the marker is registered in pyproject.toml).
+QUICK_TIER = "not slow"
 
 
 @dataclass(frozen=True)
 class Options:
     pytest_args: tuple[str, ...] = ()
     cpu: bool = False
+    quick: bool = False
+
+    def pytest_argv(self) -> list[str]:
+        """pytest's arguments. The tier's `-m` comes first: a `-m` among the user's own
+        arguments comes later and so replaces it (pytest keeps the last)."""
+        tier = ["-m", QUICK_TIER] if self.quick else []
+        return [*tier, *self.pytest_args]
 
 
 def _needs_cpu(requested: bool) -> bool:
@@ -48,5 +59,5 @@ def ensure_environment(cpu: bool) -> None:
 def run(options: Options) -> int:
     ensure_environment(options.cpu)
     p = paths()
-    argv = [str(p.venv_python), "-m", "pytest", *options.pytest_args]
+    argv = [str(p.venv_python), "-m", "pytest", *options.pytest_argv()]
     return subprocess.call(argv, cwd=p.root, env=process.clean_env())
