@@ -4,6 +4,7 @@ loads; `run.py --check` runs only that, without importing torch when nothing nee
 from __future__ import annotations
 
 import importlib.util
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -14,7 +15,13 @@ from aitk.audit.preflight import preflight
 from aitk.cli.run import main as run_main
 from aitk.config.loading import load_config
 from aitk.findings import Level
-from tests.aitk.aitk_testing import REPO, job_config, write_config, write_image
+from tests.aitk.aitk_testing import (
+    REPO,
+    job_config,
+    scratch_checkout,
+    write_config,
+    write_image,
+)
 
 EXAMPLE = REPO / "config" / "examples" / "train_lora_example_cpu.yaml"
 
@@ -33,8 +40,10 @@ def _by_path(findings):
 def test_the_bundled_example_passes_check_without_importing_torch(tmp_path):
     code = ("import sys; from aitk.cli.run import main; rc = main([sys.argv[1], '--check']);"
             "print('torch' in sys.modules, 'diffusers' in sys.modules); sys.exit(rc)")
-    done = subprocess.run([sys.executable, "-c", code, str(EXAMPLE)], cwd=REPO,
-                          capture_output=True, text=True, timeout=120)
+    # From a scratch checkout, so `training_folder: output` is not the real checkout's.
+    done = subprocess.run([sys.executable, "-c", code, str(EXAMPLE)],
+                          cwd=scratch_checkout(tmp_path), capture_output=True, text=True,
+                          timeout=120, env={**os.environ, "PYTHONPATH": str(REPO)})
     assert done.returncode == 0, done.stderr
     assert done.stdout.split() == ["False", "False"]
     assert done.stderr.strip().splitlines()[-1] == f"check passed: example_lora ({EXAMPLE})"

@@ -3,7 +3,8 @@ page refuses a browser that has not signed in, then signs in on the one-time lin
 server opens a browser on; create a job from the example, start it, see progress, the
 loss chart and a sample image, stop it, resume it to completion, download the LoRA; the
 page's Content-Security-Policy is never violated. Screenshots are kept in
-logs/test-artifacts/ (git-ignored).
+test-artifacts/ under pytest's temporary folder (pytest keeps the last three runs':
+/tmp/pytest-of-$USER/pytest-N/test-artifacts/), never in the checkout.
 
 The trainer is tests/aitk/paused_run.py: it pauses mid-step until the stop arrives, so
 the test never races the trainer's speed."""
@@ -11,7 +12,7 @@ the test never races the trainer's speed."""
 from __future__ import annotations
 
 import shutil
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -29,7 +30,6 @@ from tests.aitk_server.conftest import (
     wait_marker,
 )
 
-ARTIFACTS = REPO / "logs" / "test-artifacts"
 UI = REPO / "ui" / "dist"
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 CHROMEDRIVER = shutil.which("chromedriver")
@@ -101,14 +101,22 @@ def text_of(driver, css: str) -> str:
         return ""
 
 
-def shoot(driver, name: str) -> Path:
-    ARTIFACTS.mkdir(parents=True, exist_ok=True)
-    path = ARTIFACTS / f"webui-{name}.png"
-    driver.save_screenshot(str(path))
-    return path
+@pytest.fixture
+def shoot(tmp_path_factory: pytest.TempPathFactory, browser) -> Callable[[str], Path]:
+    """shoot(name) saves a screenshot of the browser's page and returns its path."""
+    folder = tmp_path_factory.getbasetemp() / "test-artifacts"
+    folder.mkdir(exist_ok=True)
+
+    def save(name: str) -> Path:
+        path = folder / f"webui-{name}.png"
+        browser.save_screenshot(str(path))
+        return path
+
+    return save
 
 
-def test_create_start_watch_stop_resume_download(served, browser, settings, monkeypatch):
+def test_create_start_watch_stop_resume_download(served, browser, shoot, settings,
+                                                 monkeypatch):
     url, app = served
     driver = browser
     cats = settings.datasets_dir / "cats"
@@ -144,7 +152,7 @@ def test_create_start_watch_stop_resume_download(served, browser, settings, monk
     until(driver, lambda d: d.execute_script(
         "const i = document.querySelector('img.sample');"
         "return i && i.complete && i.naturalWidth > 0;"), "a sample image")
-    shoot(driver, "running")
+    shoot("running")
 
     driver.find_element("id", "stop").click()
     until(driver, lambda d: text_of(d, "#job-state") == "stopped", "the stopped job")
@@ -156,7 +164,7 @@ def test_create_start_watch_stop_resume_download(served, browser, settings, monk
     link = until(driver, lambda d: d.find_elements("css selector", "a.lora.final"),
                  "the final LoRA link")[0]
     assert link.text == "browser_lora.safetensors"
-    shoot(driver, "finished")
+    shoot("finished")
     link.click()
     target = driver.downloads / "browser_lora.safetensors"
     until(driver, lambda d: target.exists(), "the downloaded LoRA")

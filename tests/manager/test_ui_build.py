@@ -16,13 +16,13 @@ from manager.paths import Paths
 
 REPO = Path(__file__).resolve().parents[2]
 
-FAKE_NPM = """#!{python}
+FAKE_NPM = """
 import json, os, pathlib, sys
 pathlib.Path(os.environ["NPM_LOG"]).open("a").write(" ".join(sys.argv[1:]) + "\\n")
 if sys.argv[1] == "ci":
     pathlib.Path("node_modules").mkdir(exist_ok=True)
     if os.environ.get("NPM_TOUCH_LOCK"):
-        pathlib.Path("package-lock.json").write_text("{{}}")
+        pathlib.Path("package-lock.json").write_text("{}")
 if sys.argv[1:] == ["run", "build"]:
     pathlib.Path("dist").mkdir(exist_ok=True)
     pathlib.Path("dist/index.html").write_text("<html>")
@@ -33,12 +33,13 @@ if sys.argv[1:] == ["run", "build"]:
 def checkout(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[Paths, list[str], Path]:
     shutil.copytree(REPO / "ui", tmp_path / "ui",
                     ignore=shutil.ignore_patterns("node_modules", "dist"))
-    npm = tmp_path / "npm"
-    npm.write_text(FAKE_NPM.format(python=sys.executable))
-    npm.chmod(0o755)
+    # Run through this Python rather than a `#!` line: a `#!` path cannot hold a space,
+    # and the checkout (so the venv's Python) may be in a folder whose name has one.
+    npm = tmp_path / "npm.py"
+    npm.write_text(FAKE_NPM)
     log = tmp_path / "npm.log"
     monkeypatch.setenv("NPM_LOG", str(log))
-    return Paths(tmp_path), [str(npm)], log
+    return Paths(tmp_path), [sys.executable, str(npm)], log
 
 
 def calls(log: Path) -> list[str]:
