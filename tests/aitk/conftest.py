@@ -46,11 +46,3 @@ def _session_cache(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
 def _isolated_cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Caches go to the test's tmp dir, never the checkout's cache/."""
     monkeypatch.setenv("AITK_CACHE_DIR", str(tmp_path / "aitk-cache"))
-
-
-@pytest.fixture(scope="session")
-def example_model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """One tiny example model for the whole session (built locally, no download)."""
-    from aitk.models.example.build import build_example_model
-
-    return build_example_model(tmp_path_factory.mktemp("models") / "example")

@@ -13,6 +13,7 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -22,7 +23,7 @@ from safetensors.torch import load_file
 
 from aitk.cli.run import main as cli_main
 from aitk.run import checkpoint as ckpt
-from tests.aitk.aitk_testing import REPO, job_config, run_py, write_config
+from tests.aitk.aitk_testing import REPO, job_config, write_config
 
 STEPS = 12
 # Everything random in a step: caption dropout, LoRA dropout (global RNG), noise and
@@ -154,14 +155,39 @@ def test_second_ctrl_c_stops_at_once_without_corrupting(tmp_path: Path,
     assert max_diff(weights(out / "run.safetensors"), straight) <= 1e-6
 
 
+@pytest.fixture(scope="module")
+def paused(tmp_path_factory, example_model_dir: Path) -> Iterator[SimpleNamespace]:
+    """One run paused mid-step 3, shared by the tests below that check independent
+    things while it waits (another trainer is refused) and when it stops (SIGHUP saves):
+    one trainer process instead of two. Whichever test runs alone gets its own."""
+    tmp = tmp_path_factory.mktemp("paused")
+    path = config(tmp, example_model_dir, "run")
+    proc = start(path, tmp, call="5")  # mid-step 3, as in the Ctrl+C test
+    wait_for("step", tmp, proc)
+    yield SimpleNamespace(path=path, out=tmp / "out" / "run", proc=proc)
+    if proc.poll() is None:
+        proc.send_signal(signal.SIGINT)
+        proc.communicate(timeout=600)
+
+
+@pytest.mark.slow
+def test_a_second_trainer_on_the_same_output_folder_exits_2_naming_the_first(paused, capsys):
+    lines_before = (paused.out / "loss_log.jsonl").read_text()
+    capsys.readouterr()
+    # The second trainer runs in this process: a process of its own, as the lock needs.
+    assert cli_main([str(paused.path)]) == 2
+    err = capsys.readouterr().err
+    assert f"error: output folder {paused.out} is in use by another trainer (pid " \
+           f"{paused.proc.pid}, started 20" in err
+    assert "Traceback" not in err
+    assert (paused.out / "loss_log.jsonl").read_text() == lines_before  # it trained nothing
+    assert paused.proc.poll() is None  # the first one is untouched
+
+
 @pytest.mark.slow
 @pytest.mark.skipif(not hasattr(signal, "SIGHUP"), reason="no SIGHUP on this platform")
-def test_closing_the_terminal_sighup_saves_like_ctrl_c(tmp_path: Path,
-                                                       example_model_dir: Path):
-    path = config(tmp_path, example_model_dir, "run")
-    out = tmp_path / "out" / "run"
-    proc = start(path, tmp_path, call="5")  # mid-step 3, as in the Ctrl+C test
-    wait_for("step", tmp_path, proc)
+def test_closing_the_terminal_sighup_saves_like_ctrl_c(paused):
+    proc, out = paused.proc, paused.out
     proc.send_signal(signal.SIGHUP)
     output, _ = proc.communicate(timeout=600)
     assert proc.returncode == 130, output
@@ -169,6 +195,7 @@ def test_closing_the_terminal_sighup_saves_like_ctrl_c(tmp_path: Path,
     saved = ckpt.find_resumable(out / "checkpoints", report=pytest.fail)
     assert saved is not None and saved.step == 3
     assert (out / "run_000000003.safetensors").exists()
+    assert not (out / ".aitk.lock.json").exists()  # the holder note goes with the holder
 
 
 @pytest.mark.slow
@@ -187,30 +214,6 @@ def test_sighup_after_the_console_is_gone_still_saves(tmp_path: Path,
     saved = ckpt.find_resumable(out / "checkpoints", report=pytest.fail)
     assert saved is not None and saved.step == 3
     assert (out / "run_000000003.safetensors").exists()
-
-
-@pytest.mark.slow
-def test_a_second_trainer_on_the_same_output_folder_exits_2_naming_the_first(
-        tmp_path: Path, example_model_dir: Path):
-    path = config(tmp_path, example_model_dir, "run")
-    out = tmp_path / "out" / "run"
-    first = start(path, tmp_path, call="1")  # holds the folder, paused in step 1
-    wait_for("step", tmp_path, first)
-    try:
-        second = run_py(str(path), cwd=tmp_path)
-        assert second.returncode == 2, second.stderr
-        assert f"error: output folder {out} is in use by another trainer (pid {first.pid}, " \
-               "started 20" in second.stderr
-        assert "Traceback" not in second.stderr
-        assert not (out / "loss_log.jsonl").exists() or \
-            (out / "loss_log.jsonl").read_text() == ""  # the second trained nothing
-    finally:
-        first.send_signal(signal.SIGINT)
-        output, _ = first.communicate(timeout=600)
-    assert first.returncode == 130, output
-    saved = ckpt.find_resumable(out / "checkpoints", report=pytest.fail)
-    assert saved is not None and saved.step == 1
-    assert not (out / ".aitk.lock.json").exists()  # the holder note goes with the holder
 
 
 STOP_SIGNALS = [s for s in (signal.SIGINT, signal.SIGTERM, getattr(signal, "SIGHUP", None),

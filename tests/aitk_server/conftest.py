@@ -1,4 +1,4 @@
-"""Fixtures for the web UI server tests: a tiny example model built once, short job
+"""Fixtures for the web UI server tests: the session's tiny example model, short job
 configs, and the app over a private data folder (never the checkout's .aitk-ui/).
 
 `client` calls the app as this user's own tools do: on the server's own Host, with the
@@ -34,10 +34,9 @@ SECRET = "test-secret-of-this-start"
 
 
 @pytest.fixture(scope="session")
-def example_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    from aitk.models.example.build import build_example_model
-
-    return build_example_model(tmp_path_factory.mktemp("model") / "example")
+def example_model(example_model_dir: Path) -> Path:
+    """The session's one tiny example model (tests/conftest.py), by this folder's name."""
+    return example_model_dir
 
 
 def short_job(name: str, out: Path, model: Path, steps: int = 4) -> dict:

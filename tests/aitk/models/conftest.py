@@ -1,5 +1,4 @@
-"""Fixtures for the model-side tests: one tiny example model per session, built through
-the real `python -m aitk example-model` code path."""
+"""Fixtures for the model-side tests over the session's one tiny example model."""
 
 from __future__ import annotations
 
@@ -11,7 +10,6 @@ from typing import Any
 import pytest
 import torch
 
-from aitk.cli.example_model import main as example_model_main
 from aitk.models.registry import load_model
 
 
@@ -55,10 +53,9 @@ def one_torch_thread() -> Iterator[None]:
 
 
 @pytest.fixture(scope="session")
-def example_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    target = tmp_path_factory.mktemp("example") / "model"
-    assert example_model_main([str(target), "--seed", "0"]) == 0
-    return target
+def example_dir(example_model_dir: Path) -> Path:
+    """The session's one tiny example model (tests/conftest.py), by this folder's name."""
+    return example_model_dir
 
 
 @pytest.fixture
