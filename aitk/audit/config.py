@@ -47,11 +47,7 @@ def _preservation(where: str, proc: ProcessConfig, raw: dict[str, Any]) -> list[
     train = raw.get("train") or {}
     if not (isinstance(train, dict) and train.get("diff_output_preservation")):
         return []
-    out = []
-    has_trigger = bool(proc.trigger_word) or any(ds.trigger_word for ds in proc.datasets)
-    if not has_trigger:
-        out.append(error(f"{where}.train.diff_output_preservation", "needs a trigger word "
-                         "to replace with the class", "set trigger_word", "preservation"))
+    out = []  # a missing trigger word is the preflight's finding
     if not train.get("diff_output_preservation_class"):
         out.append(error(f"{where}.train.diff_output_preservation_class", "preservation "
                          "needs a class word (e.g. person)", "set "

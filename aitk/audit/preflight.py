@@ -9,7 +9,9 @@ checked before anything loads, every problem listed at once.
   LoRA, files this run would overwrite);
 - free disk space for checkpoints;
 - quantizing has optimum-quanto to do it (the schema holds the qtype to aitk's list);
-- `model.model_kwargs` fit the arch's typed knobs (aitk.models.description).
+- `model.model_kwargs` fit the arch's typed knobs (aitk.models.description);
+- differential output preservation has a trigger word to replace in every dataset it
+  applies to.
 
 The schema and the arch were checked by `load_config` already. `run.py` calls this
 before `run_job`; `run.py --check` runs only this.
@@ -198,8 +200,26 @@ def _model_kwargs(where: str, proc: ProcessConfig, loaded: LoadedConfig) -> list
     return out
 
 
+def _preservation(where: str, proc: ProcessConfig, loaded: LoadedConfig) -> list[Finding]:
+    """DOP swaps the trigger word for the class word: a dataset it applies to without a
+    trigger word would train nothing but the class prompt."""
+    out = []
+    for i, ds in enumerate(proc.datasets):
+        if ds.trigger_word or proc.trigger_word:
+            continue
+        if ds.diff_output_preservation:
+            path = f"{where}.datasets[{i}].diff_output_preservation"
+        elif proc.train.diff_output_preservation:
+            path = f"{where}.train.diff_output_preservation"
+        else:
+            continue
+        out.append(error(path, f"needs a trigger word to replace with the class word "
+                         f"(datasets[{i}] has none)", "set trigger_word", "preservation"))
+    return list({f.path: f for f in out}.values())  # once per field
+
+
 CHECKS: tuple[PreflightCheck, ...] = (_device, _optimizer, _model, _model_kwargs, _datasets,
-                                      _sample_controls, _output, _quantize)
+                                      _sample_controls, _output, _quantize, _preservation)
 
 
 def preflight(loaded: LoadedConfig) -> list[Finding]:

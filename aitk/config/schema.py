@@ -320,16 +320,6 @@ class ProcessConfig(_Strict):
     model: ModelConfig
     datasets: Annotated[list[DatasetConfig], Field(min_length=1)]
 
-    @model_validator(mode="after")
-    def _preservation_needs_a_trigger(self) -> ProcessConfig:
-        for i, ds in enumerate(self.datasets):
-            if (self.train.diff_output_preservation or ds.diff_output_preservation) and \
-                    not (ds.trigger_word or self.trigger_word):
-                raise ValueError(f"diff_output_preservation replaces the trigger word with "
-                                 f"the class word, but datasets[{i}] has no trigger word: "
-                                 "set trigger_word")
-        return self
-
 
 # Filesystems allow 255 bytes a name; the longest one a run writes is the temp file of a
 # step LoRA, `.NAME_000000250_high_noise.safetensors.XXXXXXXX.tmp` (NAME + 47 bytes).
