@@ -139,6 +139,7 @@ def test_a_rank_killed_outright_leaves_its_peer_one_line_not_a_gloo_traceback(
     assert found is not None and found.step == 2, output
 
 
+@pytest.mark.slow
 def test_two_machines_meet_through_c10d_on_loopback(tmp_path: Path, example_model_dir: Path,
                                                     reference):
     path = config(tmp_path, example_model_dir, "nodes", accumulation=1)
