@@ -25,7 +25,6 @@ from pathlib import Path
 
 from PIL import Image, UnidentifiedImageError
 
-from aitk.config.upstream_keys import divisibility_for
 from aitk.data.buckets import bucket_for
 from aitk.data.folders import folder_entries, is_regular_file
 from aitk.data.formats import IMAGE_EXTENSIONS, VIDEO_EXTENSIONS
@@ -200,8 +199,22 @@ def _caption_findings(opts: DatasetOptions, scan: _Scan) -> dict[str, object]:
     return summary
 
 
+# Without an arch (or for one from an extension, whose facts are not known here) the
+# buckets are shown on a 16 px grid, the most common multiple.
+DEFAULT_DIVISIBILITY = 16
+
+
+def divisibility(arch: str | None) -> int:
+    """Image sides of `arch` are multiples of this (its description's size multiple)."""
+    from aitk.models import catalog
+
+    if arch is None or arch not in catalog.builtin_archs():
+        return DEFAULT_DIVISIBILITY
+    return catalog.size_multiple(arch)
+
+
 def _size_findings(opts: DatasetOptions, scan: _Scan) -> dict[str, object]:
-    div = divisibility_for(opts.arch)
+    div = divisibility(opts.arch)
     sized = [i for i in scan.images if i.size]
     summary: dict[str, object] = {"divisibility": div}
     if not sized:

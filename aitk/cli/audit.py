@@ -56,6 +56,12 @@ def main(argv: list[str] | None = None) -> int:
 
         if not args.folder.is_dir():
             raise UsageError(f"{args.folder} is not a folder")
+        if args.arch is not None:
+            from aitk.models import catalog
+
+            if args.arch not in catalog.builtin_archs():
+                raise UsageError(f"--arch {args.arch!r} is not a built-in arch; known: "
+                                 f"{', '.join(sorted(catalog.builtin_archs()))}")
         report = audit_dataset(DatasetOptions(
             args.folder, controls=args.control, resolutions=args.resolution or [512],
             arch=args.arch, caption_ext=args.caption_ext, trigger=args.trigger,

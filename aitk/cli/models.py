@@ -1,6 +1,8 @@
 """`python -m aitk models [--json] [--extensions-dir DIR ...]`: list the model archs.
 
-Shows each arch, its class and where it comes from (built-in or which extension),
+Shows each arch, what it is (its torch-free description: aitk.models.description), the
+multiple its image sides take and where it comes from (built-in or which extension);
+`--json` carries each whole description (the web UI's model picker reads the same),
 then every extension that failed to import with its error, and registry warnings
 (duplicate archs, bad entries). Exit codes: 0 listed (broken extensions are reported,
 not fatal: the other archs work); 2 bad arguments.
@@ -19,7 +21,7 @@ from aitk.models.registry import Registry, discover
 
 def as_data(registry: Registry) -> dict:
     return {
-        "models": [{"arch": e.arch, "class": e.class_path,
+        "models": [{**e.description.to_json(), "arch": e.arch, "class": e.class_path,
                     "source": e.source} for e in sorted(registry.models.values(),
                                                         key=lambda e: e.arch)],
         "broken_extensions": [{"name": b.name, "path": b.path, "error": b.error}
@@ -31,14 +33,25 @@ def as_data(registry: Registry) -> dict:
 def render(data: dict, verbose_errors: dict[str, str] | None = None) -> None:
     from rich.console import Console
     from rich.table import Table
+    from rich.text import Text
 
     console = Console()
     table = Table(title="model archs (model.arch in the job config)")
     table.add_column("arch", style="bold")
-    table.add_column("class")
+    table.add_column("what it is")
+    table.add_column("sides")
     table.add_column("source")
     for m in data["models"]:
-        table.add_row(m["arch"], m["class"], m["source"])
+        caps = m.get("capabilities") or {}
+        what = m.get("summary") or m["class"]
+        if caps.get("video"):
+            what += f" (video, {caps['video']} frames{', audio' if caps.get('audio') else ''})"
+        if caps.get("control_images"):
+            what += f" (edit: up to {caps['control_images']} control image(s))"
+        multiple = m.get("size_multiple")
+        # Text, not markup: summaries hold brackets ("FLUX.2 [klein]").
+        table.add_row(Text(m["arch"]), Text(what), f"x{multiple}" if multiple else "?",
+                      Text(m["source"]))
     console.print(table)
     err = Console(stderr=True)
     for b in data["broken_extensions"]:

@@ -172,6 +172,10 @@ def parse_job(raw: Any, source: str, *, name_override: str | None = None,
         job = JobConfig.model_validate(data)
     except ValidationError as exc:
         problems += validation_problems(exc, data)
+    if job is not None:
+        from aitk.config.archfit import arch_fit_problems
+
+        problems += arch_fit_problems(job)
     if problems:
         raise ConfigError(source, problems)
     assert job is not None

@@ -172,7 +172,10 @@ class TrainConfig(_Strict):
     lr_scheduler_params: LRSchedulerParams = LRSchedulerParams()
     max_grad_norm: Annotated[float, Field(ge=0.0)] = 1.0
     dtype: Literal["fp32", "float32", "bf16", "bfloat16"] = "fp32"
-    noise_scheduler: Literal["flowmatch"] = "flowmatch"
+    # The arch's own schedule names (aitk.models.description: `flowmatch`, or `ddpm` and
+    # its upstream siblings for the DDPM archs); unset: the arch's first. Checked
+    # against the arch by aitk.config.archfit.
+    noise_scheduler: str | None = None
     timestep_type: Literal[TIMESTEP_TYPES] = "sigmoid"  # type: ignore[valid-type]
     next_sample_timesteps: Annotated[int, Field(ge=3)] = 8  # timestep_type next_sample
     content_or_style: Literal[TIMESTEP_BIASES] = "balanced"  # type: ignore[valid-type]
@@ -251,16 +254,6 @@ class ModelConfig(_Strict):
         return self
 
 
-def four_k_plus_one(frames: int) -> int:
-    """Frame counts are 1 or 4k+1: video VAEs (Wan's) keep the first frame and pack
-    each further 4 frames into one latent frame."""
-    if frames < 1 or (frames - 1) % 4:
-        below = max(1, (frames - 1) // 4 * 4 + 1)
-        raise ValueError(f"must be 1 or of the form 4k+1 (1, 5, 9, 13, 17, ..., 81); got "
-                         f"{frames}: use {below} or {below + 4}")
-    return frames
-
-
 class DatasetConfig(_Strict):
     folder_path: str
     caption_ext: str = "txt"
@@ -273,7 +266,7 @@ class DatasetConfig(_Strict):
     cache_latents_to_disk: bool = False
     cache_text_embeddings: bool = False
     # Video archs (aitk.data.video): frames per clip; 1 = images only (videos skipped).
-    num_frames: Annotated[int, AfterValidator(four_k_plus_one)] = 1
+    num_frames: PositiveInt = 1  # the arch's frame rule: aitk.config.archfit
     fps: PositiveInt = 24  # with shrink_video_to_frames false: the rate frames are taken at
     shrink_video_to_frames: bool = True  # spread num_frames over the whole clip
     # Edit models: folders of control images paired with the images by file stem

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from dataclasses import dataclass
 from typing import Any
 
 
@@ -318,32 +317,20 @@ OTHER_PROCESS_TYPES = {
 
 
 # ---- model archs -----------------------------------------------------------------------
-@dataclass(frozen=True)
-class UpstreamArch:
-    name: str
-    divisibility: int  # image sides are multiples of this (VAE factor x patch size)
-
-
-def _archs(divisibility: int, *names: str) -> list[UpstreamArch]:
-    return [UpstreamArch(n, divisibility) for n in names]
-
-
-UPSTREAM_ARCHS: dict[str, UpstreamArch] = {a.name: a for a in [
-    *_archs(8, "sd1", "sd2", "sdxl", "ssd", "vega"),
-    *_archs(16, "sd3", "pixart", "pixart_sigma", "auraflow", "flux", "flex2",
-            "flux_kontext", "chroma", "chroma_radiance", "zeta_chroma", "lumina2",
-            "hidream", "hidream_e1", "hidream_o1", "wan21", "wan21_i2v", "wan22_14b",
-            "wan22_14b_i2v", "omnigen2", "cogview4", "f-lite", "anima", "zimage",
-            "zimage_l2p", "ernie_image", "ideogram4", "krea2", "mageflow", "mageflow_edit",
-            "boogu_image", "boogu_image_edit", "nucleus_image", "prx_pixel", "example"),
-    # FLUX.2 [klein]: 8x VAE, 2x2 patchified latents (upstream's get_bucket_divisibility)
-    *_archs(16, "flux2_klein_4b", "flux2_klein_9b"),
-    # Qwen-Image packs 2x2 latent patches over an 8x VAE
-    *_archs(32, "qwen_image", "qwen_image_edit", "qwen_image_edit_plus", "wan22_5b",
-            "flux2", "ltx2",
-            "ltx2.3", "ltx2.5", "minimax_h3", "minimax_h3_ref2va", "ace_step_15",
-            "ace_step_15_xl"),
-]}
+# Every arch id upstream registers. The facts of the ones aitk trains (size multiple,
+# flags, aliases, schedules) live in their own folders (aitk.models.catalog); this list
+# only tells "not supported yet" apart from a misspelling.
+UPSTREAM_ARCHS: frozenset[str] = frozenset({
+    "sd1", "sd2", "sdxl", "ssd", "vega", "sd3", "pixart", "pixart_sigma", "auraflow",
+    "flux", "flex2", "flux_kontext", "chroma", "chroma_radiance", "zeta_chroma", "lumina2",
+    "hidream", "hidream_e1", "hidream_o1", "wan21", "wan21_i2v", "wan22_14b",
+    "wan22_14b_i2v", "omnigen2", "cogview4", "f-lite", "anima", "zimage", "zimage_l2p",
+    "ernie_image", "ideogram4", "krea2", "mageflow", "mageflow_edit", "boogu_image",
+    "boogu_image_edit", "nucleus_image", "prx_pixel", "example", "flux2_klein_4b",
+    "flux2_klein_9b", "qwen_image", "qwen_image_edit", "qwen_image_edit_plus", "wan22_5b",
+    "flux2", "ltx2", "ltx2.3", "ltx2.5", "minimax_h3", "minimax_h3_ref2va", "ace_step_15",
+    "ace_step_15_xl",
+})
 ARCH_ALIASES = {"flex1": "flux", "sd15": "sd1"}
 # Upstream's order: the first flag set wins; no flag means SD 1.x.
 ARCH_FLAGS = (("is_v2", "sd2"), ("is_v3", "sd3"), ("is_xl", "sdxl"), ("is_pixart", "pixart"),
@@ -351,7 +338,6 @@ ARCH_FLAGS = (("is_v2", "sd2"), ("is_v3", "sd3"), ("is_xl", "sdxl"), ("is_pixart
               ("is_flux", "flux"), ("is_lumina2", "lumina2"), ("is_vega", "vega"),
               ("is_ssd", "ssd"))
 DEFAULT_ARCH = "sd1"
-DEFAULT_DIVISIBILITY = 16
 
 
 def derive_arch(model: Mapping[str, Any]) -> str:
@@ -365,8 +351,3 @@ def derive_arch(model: Mapping[str, Any]) -> str:
         if model.get(flag):
             return name
     return DEFAULT_ARCH
-
-
-def divisibility_for(arch: str | None) -> int:
-    found = UPSTREAM_ARCHS.get(ARCH_ALIASES.get(arch or "", arch or ""))
-    return found.divisibility if found else DEFAULT_DIVISIBILITY

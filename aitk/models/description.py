@@ -15,7 +15,7 @@ without gets `minimal_description(cls)`, in which what is not known is None.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from enum import Enum
 from typing import Any, Literal
 
@@ -208,6 +208,30 @@ class ArchDescription:
             return self.model_kwargs.model_validate(dict(raw or {}))
         except ValidationError as exc:
             raise ModelKwargsError(self.name, kwargs_problems(self, exc)) from None
+
+    def to_json(self) -> dict[str, Any]:
+        """What people and the web UI read about the arch (`python -m aitk models
+        --json`): plain JSON, unknowns as null."""
+        caps, sched, lora = self.capabilities, self.schedule, self.lora
+        return {
+            "arch": self.name, "summary": self.summary, "aliases": list(self.aliases),
+            "upstream_flags": list(self.upstream_flags), "size_multiple": self.size_multiple,
+            "capabilities": None if caps is None else {
+                "video": str(caps.video) if caps.video else None, "audio": caps.audio,
+                "control_images": caps.control_images, "first_frame": caps.first_frame,
+                "experts": list(caps.experts)},
+            "schedule": None if sched is None else {
+                "kind": sched.kind, "noise_schedulers": list(sched.noise_schedulers)},
+            "model_kwargs": list(knob_names(self.model_kwargs)),
+            "lora": None if lora is None else {
+                "writes": str(lora.writes), "reads": [str(k) for k in lora.reads],
+                "loaders": list(lora.loaders), "files": list(lora.files)},
+            "variants": [{"tag": v.tag, "summary": v.summary, "repos": list(v.repos),
+                          "params": v.params} for v in self.variants],
+            "defaults": None if self.defaults is None else {
+                **asdict(self.defaults), "resolution": list(self.defaults.resolution)},
+            "examples": asdict(self.examples),
+        }
 
     def check_model_kwargs(self, raw: Mapping[str, Any] | None) -> list[str]:
         """The problems of `model.model_kwargs` for this arch, one line each ([] = fine)."""

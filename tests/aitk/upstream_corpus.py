@@ -55,6 +55,11 @@ def _trainer(model: dict[str, Any], *, network: dict[str, Any] | None = None,
             "meta": {"name": "[name]", "version": "1.0"}}
 
 
+def _with_train(config: dict[str, Any], **train: Any) -> dict[str, Any]:
+    config["config"]["process"][0]["train"].update(train)
+    return config
+
+
 def _ui_job(arch: str, name_or_path: str, **model: Any) -> dict[str, Any]:
     """What the upstream web UI writes for a new job (its defaults)."""
     proc = {
@@ -161,7 +166,7 @@ CORPUS: dict[str, tuple[dict[str, Any], str]] = {
     "sd15_legacy": (_trainer({"name_or_path": "runwayml/stable-diffusion-v1-5",
                               "is_v_pred": False}), RUNS),
     "sdxl": (_trainer({"name_or_path": "stabilityai/stable-diffusion-xl-base-1.0",
-                       "is_xl": True}), RUNS),
+                       "is_xl": True}, train={"noise_scheduler": "ddpm"}), RUNS),
     "full_fine_tune": (_trainer({"name_or_path": "ostris/Flex.1-alpha", "is_flux": True},
                                 network=False, train={"lr": 1e-5}),
                        "config.process[0]: a full fine-tune (no `network` section) is not "
@@ -190,7 +195,9 @@ CORPUS: dict[str, tuple[dict[str, Any], str]] = {
     "ui_qwen_image": (_ui_job("qwen_image", "Qwen/Qwen-Image"), RUNS),
     "ui_flux2_klein": (_ui_job("flux2_klein_4b", "black-forest-labs/FLUX.2-klein-base-4B"),
                        RUNS),
-    "ui_sdxl": (_ui_job("sdxl", "stabilityai/stable-diffusion-xl-base-1.0"), RUNS),
+    # Upstream's UI writes the SDXL job with its own schedule name.
+    "ui_sdxl": (_with_train(_ui_job("sdxl", "stabilityai/stable-diffusion-xl-base-1.0"),
+                            noise_scheduler="ddpm"), RUNS),
     "ui_wan22": (_ui_job("wan22_14b:t2v", "ai-toolkit/Wan2.2-T2V-A14B-Diffusers-bf16"),
                  RUNS),
 }

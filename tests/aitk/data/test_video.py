@@ -54,12 +54,29 @@ def test_a_video_shorter_than_num_frames_is_refused():
         frame_indices(VideoInfo(32, 32, 4, 24.0), ClipSpec(5))
 
 
-@pytest.mark.parametrize("frames", [0, 2, 4, 6, 16, 18])
-def test_num_frames_not_of_the_form_4k_plus_1_is_a_config_error(frames):
-    with pytest.raises(ValueError, match=r"must be 1 or of the form 4k\+1"):
-        DatasetConfig(folder_path="x", num_frames=frames)
+def _wan21_with_frames(frames: int) -> list[str]:
+    from aitk.config.loading import parse_job
+    from tests.aitk.test_config import example_raw, proc
+
+    raw = example_raw()
+    proc(raw)["model"]["arch"] = "wan21"
+    proc(raw)["datasets"][0]["num_frames"] = frames
+    try:
+        parse_job(raw, "job.yml", env={}, check_arch=None)
+    except ConfigError as exc:
+        return exc.problems
+    return []
+
+
+@pytest.mark.parametrize("frames", [2, 4, 6, 16, 18])
+def test_num_frames_off_the_video_archs_rule_is_a_config_error(frames):
+    [problem] = _wan21_with_frames(frames)
+    assert problem.startswith("config.process[0].datasets[0].num_frames: must be 1 or of "
+                              "the form 4k+1")
     for good in (1, 5, 17, 81):
-        assert DatasetConfig(folder_path="x", num_frames=good).num_frames == good
+        assert _wan21_with_frames(good) == []
+    with pytest.raises(ValueError):  # below one frame: the schema's own bound
+        DatasetConfig(folder_path="x", num_frames=0)
 
 
 def test_video_keys_are_read_not_warned_about():
@@ -73,13 +90,9 @@ def test_video_keys_are_read_not_warned_about():
     assert loaded.warnings == []
     ds = loaded.job.config.process[0].datasets[0]
     assert (ds.num_frames, ds.fps, ds.shrink_video_to_frames) == (17, 16, False)
-    raw2 = example_raw()
-    proc(raw2)["datasets"][0]["num_frames"] = 16
-    with pytest.raises(ConfigError) as info:
-        parse(raw2)
-    assert info.value.problems == [
+    assert _wan21_with_frames(16) == [
         "config.process[0].datasets[0].num_frames: must be 1 or of the form 4k+1 (1, 5, 9, "
-        "13, 17, ..., 81); got 16: use 13 or 17"]
+        "13, 17, ...); got 16: use 13 or 17"]  # a video arch: its frame rule (Wan's 4k+1)
 
 
 # ---- decoding real files ---------------------------------------------------------------

@@ -18,10 +18,10 @@ from safetensors.torch import load_file
 
 from aitk.adapters import AdapterNetwork
 from aitk.cli.run import main as cli_main
-from aitk.config.upstream_keys import divisibility_for
 from aitk.data.batch import DataBatch
 from aitk.errors import AdapterKeyError
 from aitk.models.base import GenerateImageConfig
+from aitk.models.catalog import size_multiple
 from aitk.models.flux2_klein import lora_keys
 from aitk.models.flux2_klein.model import Flux2Klein4BModel, Flux2KleinModel, run_pipeline
 from aitk.models.registry import discover
@@ -280,7 +280,7 @@ def test_training_shift_is_the_pipelines_empirical_mu(klein_dir: Path):
     model = loaded_model(klein_dir)
     assert model.get_bucket_divisibility() == 16 and not model.is_distilled
     # The config preflight (dataset audit) buckets with the same cell.
-    assert all(divisibility_for(a) == 16 for a in ("flux2_klein_4b", "flux2_klein_9b"))
+    assert all(size_multiple(a) == 16 for a in ("flux2_klein_4b", "flux2_klein_9b"))
     model.configure_training(SimpleNamespace(timestep_type="shift"))
     shift = model.training_schedule.shift
     assert shift.dynamic and shift.exponential

@@ -131,8 +131,10 @@ def test_python_m_aitk_models_lists_example() -> None:
                           capture_output=True, text=True, env=env, timeout=120)
     assert proc.returncode == 0, proc.stderr
     data = json.loads(proc.stdout)
-    assert {"arch": "example", "class": "aitk.models.example.model.ExampleModel",
-            "source": "built-in"} in data["models"]
+    [example] = [m for m in data["models"] if m["arch"] == "example"]
+    assert (example["class"], example["source"]) == (
+        "aitk.models.example.model.ExampleModel", "built-in")
+    assert example["size_multiple"] == 8 and example["summary"]  # its description
 
 
 def test_builtin_descriptions_name_real_classes() -> None:

@@ -1,0 +1,52 @@
+"""What a valid config must also fit: the facts of its arch.
+
+The schema checks each field alone; these checks read the arch's torch-free description
+(aitk.models.description) for what only the arch knows: the `train.noise_scheduler`
+names it trains with, and the clip lengths its video VAE packs (Wan: 4k+1 frames).
+Archs from extensions carry no description here and are not checked.
+"""
+
+from __future__ import annotations
+
+from aitk.config.schema import JobConfig, ProcessConfig
+from aitk.models import catalog
+from aitk.models.description import Frames
+
+
+def arch_fit_problems(job: JobConfig) -> list[str]:
+    """One "path: message" line per setting the process's arch cannot take."""
+    out: list[str] = []
+    for i, proc in enumerate(job.config.process):
+        where = f"config.process[{i}]"
+        if proc.model.arch not in catalog.builtin_archs():
+            continue
+        out += _noise_scheduler(where, proc)
+        out += _frames(where, proc)
+    return out
+
+
+def _noise_scheduler(where: str, proc: ProcessConfig) -> list[str]:
+    names = catalog.noise_schedulers(proc.model.arch)
+    chosen = proc.train.noise_scheduler
+    if chosen is None or chosen in names:
+        return []
+    also = f" (or upstream's other names for it: {', '.join(names[1:])})" if names[1:] else ""
+    return [f"{where}.train.noise_scheduler: {proc.model.arch} trains with {names[0]!r}"
+            f"{also}; got {chosen!r}"]
+
+
+def _frames(where: str, proc: ProcessConfig) -> list[str]:
+    caps = catalog.description(proc.model.arch).capabilities
+    rule = caps.video if caps is not None else None
+    if rule is None:  # an image arch: the run refuses num_frames > 1 with its own line
+        return []
+    asked = [(f"datasets[{i}].num_frames", ds.num_frames) for i, ds in enumerate(proc.datasets)]
+    return [f"{where}.{path}: {frame_problem(rule, n)}" for path, n in asked
+            if not rule.allows(n)]
+
+
+def frame_problem(rule: Frames, frames: int) -> str:
+    below = max(1, (frames - 1) // rule.step * rule.step + 1)
+    examples = ", ".join(str(rule.step * k + 1) for k in range(5))
+    return (f"must be 1 or of the form {rule} ({examples}, ...); got {frames}: use "
+            f"{below} or {below + rule.step}")
