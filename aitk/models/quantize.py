@@ -14,14 +14,23 @@ quanto's quantized matmul accepts only 2-D or 3-D activations. A network that ap
 Linear over a 4-D tensor (e.g. a (B, L, D, N) layer axis) must call `linear_nd(layer, x)`,
 which flattens the leading axes to 3-D for the call and restores them afterwards; the
 float model and the quantized one then behave the same.
+
+quanto's qint4/qint2 need its C++ kernel, which torch builds on first use. torch writes
+`-L<torch>/lib` unquoted into the ninja file, so in a checkout under "new user" the link
+step fails; `prepare_quanto_kernel_build` points torch at a space-free symlink of that
+folder and builds in a cache folder outside site-packages.
 """
 
 from __future__ import annotations
 
 import ctypes
+import os
 import sys
+import tempfile
 from collections.abc import Callable, Sequence
 from fnmatch import fnmatch
+from functools import cache
+from pathlib import Path
 
 import torch
 from torch import nn
@@ -38,7 +47,44 @@ def _qtype(name: str):  # -> optimum.quanto.qtype
     except ImportError as exc:  # pragma: no cover - it is a pinned requirement
         raise QuantizeError("quantize needs optimum-quanto (pip install optimum-quanto)"
                             ) from exc
+    if name in KERNEL_QTYPES:
+        prepare_quanto_kernel_build()
     return getattr(quanto, name)
+
+
+# quanto types whose C++ kernel torch builds on first use.
+KERNEL_QTYPES = ("qint4", "qint2")
+
+
+def kernel_cache_dir() -> Path:
+    """Where torch extensions are built: AITK_KERNEL_CACHE, else ~/.cache/aitk/kernels,
+    else (a home with a space in its path) the temp folder; per torch version."""
+    env = os.environ.get("AITK_KERNEL_CACHE")
+    base = Path(env) if env else Path.home() / ".cache" / "aitk" / "kernels"
+    if " " in str(base):
+        base = Path(tempfile.gettempdir()) / f"aitk-kernels-{os.getuid()}"
+    return base / f"torch-{torch.__version__}"
+
+
+@cache
+def prepare_quanto_kernel_build() -> None:
+    """Make torch's build of quanto's kernel work from a path with a space (see the
+    module docstring); a failure here leaves quanto's own defaults."""
+    import torch.utils.cpp_extension as cpp_extension
+    from optimum.quanto.library.extensions import get_extension
+
+    root = kernel_cache_dir()
+    try:
+        root.mkdir(parents=True, exist_ok=True)
+        lib = Path(cpp_extension.TORCH_LIB_PATH)
+        if " " in str(lib):
+            link = root / "torch-lib"
+            if not link.is_symlink():
+                link.symlink_to(lib, target_is_directory=True)
+            cpp_extension.TORCH_LIB_PATH = str(link)
+        get_extension("quanto_cpp").build_directory = str(root / "quanto_cpp")
+    except OSError:  # a read-only home: quanto builds where it would have
+        pass
 
 
 def quantize_linear_layers(module: nn.Module, qtype: str = "qfloat8",

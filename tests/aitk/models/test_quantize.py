@@ -1,5 +1,7 @@
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 import torch
 from optimum.quanto import QModuleMixin
@@ -98,3 +100,24 @@ def test_units_are_quantized_and_frozen_one_after_another() -> None:
                     ("blocks.1", [True, True, False]), ("blocks.2", [True] * 3),
                     ("out", [True] * 3)]
     assert _frozen(net.embed) and not isinstance(net.out, QModuleMixin)
+
+
+def test_kernel_build_gets_a_space_free_torch_lib_path(tmp_path, monkeypatch) -> None:
+    """torch writes -L<torch>/lib unquoted into quanto's ninja file: a checkout under a
+    folder with a space must link against a space-free path to the same folder."""
+    import torch.utils.cpp_extension as cpp_extension
+    from optimum.quanto.library.extensions import get_extension
+
+    from aitk.models import quantize
+
+    spaced = tmp_path / "new user"
+    spaced.mkdir()
+    (spaced / "lib").symlink_to(cpp_extension.TORCH_LIB_PATH, target_is_directory=True)
+    ext = get_extension("quanto_cpp")
+    monkeypatch.setattr(cpp_extension, "TORCH_LIB_PATH", str(spaced / "lib"))
+    monkeypatch.setattr(ext, "build_directory", ext.build_directory)
+    monkeypatch.setenv("AITK_KERNEL_CACHE", str(tmp_path / "kernels"))
+    quantize.prepare_quanto_kernel_build.__wrapped__()
+    assert " " not in cpp_extension.TORCH_LIB_PATH
+    assert Path(cpp_extension.TORCH_LIB_PATH).resolve() == (spaced / "lib").resolve()
+    assert ext.build_directory.startswith(str(tmp_path / "kernels"))
