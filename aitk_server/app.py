@@ -65,7 +65,7 @@ from starlette.staticfiles import StaticFiles
 import aitk
 from aitk_common import jobstates
 from aitk_common.files import atomic_write_bytes
-from aitk_common.jobstates import ACTIVE, ENDED, Action
+from aitk_common.jobstates import ACTIVE, Action
 from aitk_server import configs, datasets, outputs
 from aitk_server.auth import Keys
 from aitk_server.db import Database, JobRow, valid_id
@@ -176,17 +176,17 @@ class Api:
             raise ApiError(409, f"{job.name} is {job.state}; stop it first")
 
     def view(self, job: JobRow, detail: bool = False) -> dict[str, Any]:
-        status = self.runner.status(job.id) or {}
-        progress = {k: status.get(k) for k in ("phase", "step", "total_steps", "loss",
+        status = self.runner.status(job.id)
+        fields = status.to_json() if status is not None else {}
+        progress = {k: fields.get(k) for k in ("phase", "step", "total_steps", "loss",
                                                 "it_per_s", "eta_s")}
-        if job.state not in ACTIVE and progress.get("phase") is not None and \
-                progress["phase"] not in {s.value for s in ENDED}:
+        if job.state not in ACTIVE and status is not None and not status.phase.final:
             progress["phase"] = None  # a stale phase from a run that ended without a word
         out: dict[str, Any] = {
             "id": job.id, "name": job.name, "state": job.state,
             "active": jobstates.is_active(job.state), "actions": jobstates.actions(job.state),
             "exit_code": job.exit_code,
-            "error": job.error, "errors": status.get("errors") or [], "progress": progress,
+            "error": job.error, "errors": fields.get("errors") or [], "progress": progress,
             "out_dir": job.out_dir, "created": job.created, "started": job.started,
             "ended": job.ended, "queued": job.queue_order is not None}
         if detail:

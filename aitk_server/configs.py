@@ -24,9 +24,10 @@ from typing import Any
 import yaml
 
 from aitk.config.loading import LoadedConfig, parse_job
-from aitk.config.loading import load_yaml as load_bounded
 from aitk.errors import ConfigError
+from aitk_common import yamlload
 from aitk_common.status import problem_fields
+from aitk_common.yamlload import DocumentError, Limits
 
 MAX_CONFIG_BYTES = 256 * 1024
 
@@ -38,22 +39,19 @@ class Checked:
     warnings: list[str]
 
 
+# The web form's rule over the one bounded loader (aitk_common.yamlload): a smaller
+# text than a file may be, and no aliases at all (an alias bomb expands a few hundred
+# bytes into gigabytes; a form never needs one).
+FORM_LIMITS = Limits(max_bytes=MAX_CONFIG_BYTES, aliases=False)
+
+
 def load_yaml(text: str) -> object:
-    """Bounded parse: YAML aliases are refused (an alias bomb expands a few hundred bytes
-    into gigabytes), and so are an oversized text and deep nesting (the trainer's bounded
-    loader)."""
-    if len(text.encode("utf-8")) > MAX_CONFIG_BYTES:
-        raise ValueError(f"the config is larger than {MAX_CONFIG_BYTES // 1024} KiB")
+    """The page's YAML as data; ValueError with one line when it is not a config."""
     try:
-        if any(isinstance(t, yaml.AliasToken) for t in yaml.scan(text)):
-            raise ValueError("YAML aliases (*name) are not accepted here; write the values out")
-        return load_bounded(text, "<web ui>")
-    except yaml.YAMLError as exc:
-        raise ValueError(f"not valid YAML: {' '.join(str(exc).split())}") from None
-    except ConfigError as exc:
-        raise ValueError(exc.problems[0]) from None
-    except RecursionError:
-        raise ValueError("nested too deeply to be a job config") from None
+        return yamlload.load_yaml(text, FORM_LIMITS)
+    except DocumentError as exc:
+        raise ValueError(f"the config is {exc}" if exc.limit and "KiB" in str(exc)
+                         else str(exc)) from None
 
 
 # What the trainer would fill in from its environment (aitk.config.loading.substitute).

@@ -13,9 +13,9 @@ from __future__ import annotations
 
 import signal
 from dataclasses import dataclass
-from typing import Any
 
-from aitk_common.jobstates import ENDED, JobState
+from aitk_common.jobstates import JobState
+from aitk_common.status import Status
 
 # How a process the stop signal ended reports it: POSIX -SIGTERM / -SIGINT (or a shell's
 # 128+N), Windows STATUS_CONTROL_C_EXIT for a CTRL_BREAK the child did not handle.
@@ -38,14 +38,13 @@ def signal_name(returncode: int) -> str:
         return f"signal {-returncode}"
 
 
-def ended(pid: int, returncode: int | None, status: dict[str, Any] | None,
+def ended(pid: int, returncode: int | None, status: Status | None,
           stop_requested: bool = False) -> Ended:
     """The end of a job whose process `pid` is gone. `returncode` is known only for a
     child of this server (Popen); a job adopted after a restart has only its status.
     `stop_requested`: the job was `stopping` (the user asked it to stop)."""
-    ours = status is not None and status.get("pid") == pid
-    if ours and status and status.get("phase") in {s.value for s in ENDED}:
-        return Ended(JobState(status["phase"]), status.get("exit_code"), status.get("error"))
+    if status is not None and status.pid == pid and status.phase.final:
+        return Ended(JobState(status.phase.value), status.exit_code, status.error)
     code = 128 - returncode if returncode is not None and returncode < 0 else returncode
     if stop_requested and returncode in _STOP_CODES:
         return Ended(JobState.STOPPED, code, None)

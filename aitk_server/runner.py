@@ -22,11 +22,12 @@ import sys
 import threading
 import time
 from pathlib import Path
-from typing import Any
 
 from aitk_common import procs
+from aitk_common import status as status_file
 from aitk_common.files import atomic_write_text
 from aitk_common.jobstates import ACTIVE, STARTABLE, JobState
+from aitk_common.status import Status, StatusFormatError
 from aitk_server.db import Database, JobRow
 from aitk_server.reconcile import ended
 
@@ -37,12 +38,13 @@ class Conflict(Exception):
     """The job's state does not allow what was asked (the API answers 409)."""
 
 
-def read_status(path: Path) -> dict[str, Any] | None:
+def read_status(path: Path) -> Status | None:
+    """The trainer's status (aitk_common.status owns the format); None when there is
+    none yet or it cannot be read (a half-provisioned folder, a foreign file)."""
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError, RecursionError):
+        return status_file.read_status(path)
+    except (OSError, StatusFormatError):
         return None
-    return data if isinstance(data, dict) else None
 
 
 def is_our_trainer(job: JobRow, config: Path) -> bool:
@@ -89,7 +91,7 @@ class Runner:
     def log_path(self, job_id: int) -> Path:
         return self.job_dir(job_id) / "log.txt"
 
-    def status(self, job_id: int) -> dict[str, Any] | None:
+    def status(self, job_id: int) -> Status | None:
         return read_status(self.status_path(job_id))
 
     def _get(self, job_id: int) -> JobRow:

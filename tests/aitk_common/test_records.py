@@ -38,7 +38,7 @@ def test_the_manager_reads_the_run_record_the_trainer_writes(tmp_path: Path) -> 
     path = records.write_run_record(tmp_path, records.RunRecord(
         os.getpid(), "job", "c.yml", records.utc_now()))
     job = read_record(path)
-    assert job is not None and (job.pid, job.name, job.config) == (os.getpid(), "job", "c.yml")
+    assert job is not None and (job.pid, job.name, job.run.config) == (os.getpid(), "job", "c.yml")
 
 
 def test_the_lock_holder_round_trips_and_anything_else_is_unknown(tmp_path: Path) -> None:

@@ -4,10 +4,12 @@ chosen step until a signal arrives, so no test races the trainer's speed)."""
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 
 import pytest
 from starlette.testclient import TestClient
 
+from aitk_common.status import Phase, Status
 from aitk_server.app import create_app
 from aitk_server.reconcile import ended
 from tests.aitk_server.conftest import (
@@ -112,10 +114,10 @@ def _pid(settings, job_id: int) -> int:
 
 
 def test_how_a_job_ended_when_its_process_is_gone():
-    final = {"pid": 7, "phase": "stopped", "exit_code": 130, "error": None}
+    final = Status(pid=7, phase=Phase.STOPPED, exit_code=130)
     assert ended(7, None, final).state == "stopped"
-    assert ended(7, None, {**final, "pid": 8}).state == "failed"  # another run's file
-    assert ended(7, None, {"pid": 7, "phase": "training"}).state == "failed"
-    killed = ended(7, -9, {"pid": 7, "phase": "training"})
+    assert ended(7, None, replace(final, pid=8)).state == "failed"  # another run's file
+    assert ended(7, None, Status(pid=7, phase=Phase.TRAINING)).state == "failed"
+    killed = ended(7, -9, Status(pid=7, phase=Phase.TRAINING))
     assert (killed.state, killed.exit_code) == ("failed", 137) and "SIGKILL" in killed.error
     assert ended(7, 0, None).state == "finished" and ended(7, 130, None).state == "stopped"
