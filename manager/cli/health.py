@@ -19,7 +19,8 @@ def doctor(as_json: JsonFlag = False) -> None:
 
 
 @app.command(context_settings={"allow_extra_args": True, "ignore_unknown_options": True},
-             options_metavar="[--listen] [--port N] [--no-browser] | --example | CONFIG ...")
+             options_metavar="[--listen] [--port N] [--no-browser] [--allowed-host NAME] "
+             "| --example | CONFIG ...")
 def launch(
     ctx: typer.Context,
     listen: Annotated[bool, typer.Option(
@@ -30,6 +31,9 @@ def launch(
         show_default=False)] = None,
     no_browser: Annotated[bool, typer.Option(
         "--no-browser", help="Web UI: do not open a browser.")] = False,
+    allowed_host: Annotated[list[str] | None, typer.Option(
+        "--allowed-host", help="Web UI: also answer to this host name (repeatable; e.g. "
+        "a reverse proxy's).", show_default=False)] = None,
     example: Annotated[bool, typer.Option(
         "--example", help="Run the bundled example job in this terminal.")] = False,
 ) -> None:
@@ -40,7 +44,7 @@ def launch(
     from manager.commands import launch as cmd
 
     options = cmd.choose(tuple(ctx.args), example=example, listen=listen, port=port,
-                         no_browser=no_browser)
+                         no_browser=no_browser, allowed_hosts=tuple(allowed_host or ()))
     raise _Exit(cmd.run(options))
 
 

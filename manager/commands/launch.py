@@ -1,4 +1,5 @@
-"""`manager launch [--listen] [--port N] [--no-browser] | --example | CONFIG ...`.
+"""`manager launch [--listen] [--port N] [--no-browser] [--allowed-host NAME] | --example |
+CONFIG ...`.
 
 Without configs it serves the web UI (`.venv`'s Python `-m aitk_server`: 127.0.0.1:8675
 or the next free port; a second launch says where the running one is). With configs the
@@ -66,15 +67,18 @@ def say(message: str) -> None:
 
 
 def choose(args: tuple[str, ...], *, example: bool = False, listen: bool = False,
-           port: int | None = None, no_browser: bool = False) -> Options:
+           port: int | None = None, no_browser: bool = False,
+           allowed_hosts: tuple[str, ...] = ()) -> Options:
     """`launch`'s flags and free arguments -> what to run. The UI's flags do not go with
     a job (it runs in the terminal)."""
     ui = [*(["--listen"] if listen else []), *(["--port", str(port)] if port is not None
                                                else []),
-          *(["--no-browser"] if no_browser else [])]
+          *(["--no-browser"] if no_browser else []),
+          *(arg for name in allowed_hosts for arg in ("--allowed-host", name))]
     if ui and (example or args):
-        raise errors.UsageError("--listen, --port and --no-browser are for the web UI (launch "
-                                "without a config); they do not go with --example or CONFIG")
+        raise errors.UsageError("--listen, --port, --no-browser and --allowed-host are for "
+                                "the web UI (launch without a config); they do not go with "
+                                "--example or CONFIG")
     if port is not None and not 0 <= port < 65536:
         raise errors.UsageError(f"launch --port needs a port number (0-65535), got {port}")
     if example:

@@ -105,7 +105,9 @@ sys.exit(0)
 @pytest.mark.parametrize(("args", "server_args"), [
     ((), []), (("--listen", "--port", "9000", "--no-browser"),
                ["--listen", "--port", "9000", "--no-browser"]),
-    (("--port=0",), ["--port", "0"])])
+    (("--port=0",), ["--port", "0"]),
+    (("--allowed-host", "box.lan", "--allowed-host=proxy"),
+     ["--allowed-host", "box.lan", "--allowed-host", "proxy"])])
 def test_without_configs_serves_the_web_ui(healthy, trainer, run_cli, args, server_args):
     (healthy.root / "aitk_server").mkdir()
     (healthy.root / "aitk_server" / "__init__.py").write_text("")
@@ -118,7 +120,8 @@ def test_without_configs_serves_the_web_ui(healthy, trainer, run_cli, args, serv
 
 
 @pytest.mark.parametrize("args", [("--port", "http"), ("--port", "70000"),
-                                  ("--listen", "job.yaml"), ("--example", "--no-browser")])
+                                  ("--listen", "job.yaml"), ("--example", "--no-browser"),
+                                  ("--allowed-host", "box.lan", "job.yaml")])
 def test_bad_ui_flags_are_usage_errors(healthy, trainer, run_cli, args):
     code, _, err = run_cli("launch", *args)
     assert code == 2 and "--port" in err and "Traceback" not in err
