@@ -7,7 +7,7 @@ from typing import Annotated
 
 import typer
 
-from manager.cli import CpuFlag, JsonFlag, _finish, app
+from manager.cli.base import CpuFlag, JsonFlag, _finish, app
 
 
 @app.command()

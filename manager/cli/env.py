@@ -12,7 +12,7 @@ from typing import Annotated
 
 import typer
 
-from manager.cli import CpuFlag, DryRunFlag, JsonFlag, _Exit, _finish, app
+from manager.cli.base import CpuFlag, DryRunFlag, JsonFlag, _Exit, _finish, app
 from manager.output import Result
 
 ForceFlag = Annotated[bool, typer.Option(

@@ -7,7 +7,7 @@ from typing import Annotated
 
 import typer
 
-from manager.cli import JsonFlag, _Exit, _finish, app
+from manager.cli.base import JsonFlag, _Exit, _finish, app
 
 
 @app.command()

@@ -6,7 +6,7 @@ from typing import Annotated
 
 import typer
 
-from manager.cli import CpuFlag, DryRunFlag, JsonFlag, _finish, app
+from manager.cli.base import CpuFlag, DryRunFlag, JsonFlag, _finish, app
 
 AutoFlag = Annotated[bool, typer.Option(
     "--auto", help="For launchers: warn instead of failing, skip the pull, still sync.")]

@@ -6,7 +6,7 @@ from typing import Annotated
 
 import typer
 
-from manager.cli import JsonFlag, _finish, app
+from manager.cli.base import JsonFlag, _finish, app
 from manager.output import Result
 
 
