@@ -17,9 +17,14 @@ substrings of module paths), optional `lokr_factor`. For LoRA `dropout` is peft'
 `module_dropout` (the whole adapter of a layer skipped with that probability).
 
 Targets are the nn.Linear layers (quantized ones included) under the model's
-`lora_block_prefixes`, filtered by those patterns. A fresh adapter is the identity
-(LoRA B and one LoKr factor start at zero). Keys: see aitk.adapters.keys; the model's
-`convert_lora_weights_before_save/load` map internal <-> public names.
+`lora_block_prefixes`, filtered by those patterns. With `train_text_encoder` (the
+job's `train.train_text_encoder`) the same kind of adapter also goes on the Linear
+layers under `text_encoder_lora_prefixes` of each part the model's
+`text_encoder_parts()` names (same rank, alpha and filters), and the model is told
+(`train_text_encoders()`). A fresh adapter is the identity (LoRA B and one LoKr factor
+start at zero). Keys: see aitk.adapters.keys; a text encoder's internal names are its
+part name + its peft names (`text_encoder.encoder.layers.0.mlp.fc1.lora_A.weight`); the
+model's `convert_lora_weights_before_save/load` map internal <-> public names.
 """
 
 from __future__ import annotations
@@ -76,10 +81,42 @@ def select_targets(module: nn.Module, prefixes: Iterable[str],
     return names
 
 
+def text_encoders_to_train(model: BaseModel, cfg: Any) -> dict[str, nn.Module]:
+    """The text encoders the adapter also trains: none unless `cfg.train_text_encoder`,
+    then every part the model names (an arch that names none refuses)."""
+    if not getattr(cfg, "train_text_encoder", False):
+        return {}
+    parts = model.text_encoder_parts()
+    if not parts:
+        raise AdapterError(f"train.train_text_encoder: arch {model.arch!r} trains its "
+                           "denoiser only (no text-encoder LoRA); remove the setting")
+    return parts
+
+
+def _adapter_config(network_type: str, targets: list[str], rank: int, alpha: float,
+                    dropout: float, cfg: Any, model: BaseModel) -> Any:
+    """peft's config for one part's targets."""
+    if network_type == "lora":
+        from aitk.adapters.lora import lora_config
+
+        return lora_config(targets, rank, alpha, dropout)
+    if model.use_old_lokr_format:
+        raise AdapterError(f"arch {model.arch!r} uses the old LoKr format, which "
+                           f"this trainer does not write")
+    from aitk.adapters.lokr import lokr_config
+
+    return lokr_config(targets, rank, alpha, dropout,
+                       int(getattr(cfg, "lokr_factor", -1) or -1))
+
+
 class AdapterNetwork:
     def __init__(self, module: nn.Module, network_type: str, rank: int, alpha: float,
-                 target_modules: list[str], arch: str) -> None:
+                 target_modules: list[str], arch: str,
+                 text_encoders: dict[str, nn.Module] | None = None) -> None:
         self.module = module
+        # Part name -> text encoder with its own adapter; their internal keys carry the
+        # part name as a prefix.
+        self.text_encoders = dict(text_encoders or {})
         self.type = network_type
         self.rank = rank
         self.alpha = alpha
@@ -106,51 +143,89 @@ class AdapterNetwork:
         dropout = float(getattr(cfg, "dropout", None) or 0.0)
         kwargs = dict(getattr(cfg, "network_kwargs", None) or {})
         module = model.get_model_to_train()
-        if any(isinstance(m, BaseTunerLayer) for m in module.modules()):
+        encoders = text_encoders_to_train(model, cfg)
+        if any(isinstance(m, BaseTunerLayer) for part in (module, *encoders.values())
+               for m in part.modules()):
             raise AdapterError("this model already has an adapter attached; load a fresh "
                                "model for another network")
-        targets = select_targets(module, model.lora_block_prefixes,
-                                 kwargs.get("only_if_contains") or (),
-                                 kwargs.get("ignore_if_contains") or ())
+        only = kwargs.get("only_if_contains") or ()
+        ignore = kwargs.get("ignore_if_contains") or ()
+        targets = select_targets(module, model.lora_block_prefixes, only, ignore)
         if not targets:
             raise AdapterError(
                 f"no Linear layers under {list(model.lora_block_prefixes)} match "
                 f"network_kwargs {kwargs}; check only_if_contains / ignore_if_contains")
-        if network_type == "lora":
-            from aitk.adapters.lora import lora_config
-
-            config = lora_config(targets, rank, alpha, dropout)
-        else:
-            if model.use_old_lokr_format:
-                raise AdapterError(f"arch {model.arch!r} uses the old LoKr format, which "
-                                   f"this trainer does not write")
-            from aitk.adapters.lokr import lokr_config
-
-            config = lokr_config(targets, rank, alpha, dropout,
-                                 int(getattr(cfg, "lokr_factor", -1) or -1))
-        inject_adapter_in_model(config, module, adapter_name=ADAPTER_NAME)
-        net = cls(module, network_type, rank, alpha, targets, model.arch)
+        clash = [t for t in targets if t.split(".", 1)[0] in encoders]
+        if clash:  # a denoiser path that reads as a text encoder's internal key
+            raise AdapterError(f"{model.arch}: denoiser layer {clash[0]!r} starts with a "
+                               "text encoder's part name")
+        parts = [(module, targets)]
+        for name, encoder in encoders.items():
+            found = select_targets(encoder, model.text_encoder_lora_prefixes, only, ignore)
+            if not found:
+                raise AdapterError(
+                    f"no Linear layers of {name} under "
+                    f"{list(model.text_encoder_lora_prefixes)} match network_kwargs "
+                    f"{kwargs}; check only_if_contains / ignore_if_contains, or turn off "
+                    "train.train_text_encoder")
+            parts.append((encoder, found))
+        for part, found in parts:
+            config = _adapter_config(network_type, found, rank, alpha, dropout, cfg, model)
+            inject_adapter_in_model(config, part, adapter_name=ADAPTER_NAME)
+        net = cls(module, network_type, rank, alpha, targets, model.arch, encoders)
         net._model = model
         for p in net.trainable_parameters():
             p.data = p.data.to(dtype)
+        if encoders:
+            model.train_text_encoders()
         return net
 
     # ---- parameters ------------------------------------------------------------------
-    def _layers(self) -> list[BaseTunerLayer]:
-        return [m for m in self.module.modules() if isinstance(m, BaseTunerLayer)]
+    def trained_parts(self) -> list[nn.Module]:
+        """The modules that carry this adapter: the denoiser, then any text encoders."""
+        return [self.module, *self.text_encoders.values()]
 
-    def trainable_parameters(self) -> list[nn.Parameter]:
-        return [p for layer in self._layers() for name, p in layer.named_parameters()
+    def _layers(self, parts: Iterable[nn.Module] | None = None) -> list[BaseTunerLayer]:
+        return [m for part in (self.trained_parts() if parts is None else parts)
+                for m in part.modules() if isinstance(m, BaseTunerLayer)]
+
+    def trainable_parameters(self, parts: Iterable[nn.Module] | None = None
+                             ) -> list[nn.Parameter]:
+        return [p for layer in self._layers(parts) for name, p in layer.named_parameters()
                 if ADAPTER_NAME in name.split(".") and "base_layer" not in name]
+
+    def text_encoder_parameters(self) -> list[nn.Parameter]:
+        """The text encoders' adapter weights (their own learning rate)."""
+        return self.trainable_parameters(self.text_encoders.values())
+
+    def _peft_state(self) -> dict[str, torch.Tensor]:
+        """peft's state dicts of every part, a text encoder's keys under its name."""
+        sd = dict(get_peft_model_state_dict(self.module, adapter_name=ADAPTER_NAME))
+        for name, encoder in self.text_encoders.items():
+            sd.update({f"{name}.{k}": v for k, v in
+                       get_peft_model_state_dict(encoder, adapter_name=ADAPTER_NAME).items()})
+        return sd
+
+    def _set_peft_state(self, state_dict: Mapping[str, torch.Tensor]) -> None:
+        own: dict[str, torch.Tensor] = {}
+        encoders: dict[str, dict[str, torch.Tensor]] = {n: {} for n in self.text_encoders}
+        for key, value in state_dict.items():
+            part, _, rest = key.partition(".")
+            if part in encoders:
+                encoders[part][rest] = value
+            else:
+                own[key] = value
+        set_peft_model_state_dict(self.module, own, adapter_name=ADAPTER_NAME)
+        for name, encoder in self.text_encoders.items():
+            set_peft_model_state_dict(encoder, encoders[name], adapter_name=ADAPTER_NAME)
 
     def state_dict(self) -> dict[str, torch.Tensor]:
         """Adapter weights in internal names (detached copies), for checkpoints."""
-        sd = get_peft_model_state_dict(self.module, adapter_name=ADAPTER_NAME)
-        return {k: v.detach().clone() for k, v in sd.items()}
+        return {k: v.detach().clone() for k, v in self._peft_state().items()}
 
     def load_state_dict(self, state_dict: Mapping[str, torch.Tensor]) -> None:
         """Load internal-name weights; every adapter weight must be present, no extras."""
-        expected = set(get_peft_model_state_dict(self.module, adapter_name=ADAPTER_NAME))
+        expected = set(self._peft_state())
         given = set(state_dict)
         if given != expected:
             missing, extra = sorted(expected - given), sorted(given - expected)
@@ -158,7 +233,7 @@ class AdapterNetwork:
                 f"adapter weights do not fit this network ({self.type}, rank {self.rank}): "
                 f"{len(missing)} missing (e.g. {missing[:3]}), "
                 f"{len(extra)} unexpected (e.g. {extra[:3]})")
-        current = get_peft_model_state_dict(self.module, adapter_name=ADAPTER_NAME)
+        current = self._peft_state()
         bad = [k for k in expected if tuple(current[k].shape) != tuple(state_dict[k].shape)]
         if bad:
             raise AdapterError(f"adapter weight shapes differ (e.g. {bad[0]}: file "
@@ -166,7 +241,7 @@ class AdapterNetwork:
                                f"{tuple(current[bad[0]].shape)})")
         dtypes = {k: v.dtype for k, v in current.items()}
         cast = {k: v.to(dtypes[k]) for k, v in state_dict.items()}
-        set_peft_model_state_dict(self.module, cast, adapter_name=ADAPTER_NAME)
+        self._set_peft_state(cast)
 
     # ---- files -----------------------------------------------------------------------
     def save_file(self, path: str | Path, metadata: Mapping[str, str] | None = None,

@@ -12,6 +12,7 @@ checked before anything loads, every problem listed at once.
 - `model.model_kwargs` fit the arch's typed knobs (aitk.models.description);
 - differential output preservation has a trigger word to replace in every dataset it
   applies to.
+- `train.train_text_encoder` is asked only of an arch with a text-encoder LoRA.
 
 The schema and the arch were checked by `load_config` already. `run.py` calls this
 before `run_job`; `run.py --check` runs only this.
@@ -218,8 +219,30 @@ def _preservation(where: str, proc: ProcessConfig, loaded: LoadedConfig) -> list
     return list({f.path: f for f in out}.values())  # once per field
 
 
-CHECKS: tuple[PreflightCheck, ...] = (_device, _optimizer, _model, _model_kwargs, _datasets,
-                                      _sample_controls, _output, _quantize, _preservation)
+def _text_encoder(where: str, proc: ProcessConfig, loaded: LoadedConfig) -> list[Finding]:
+    """Text encoders train only where the arch has a text-encoder LoRA (its
+    description); a text-encoder rate without them is unused. The `noise_scheduler` is
+    the arch's fact checked at load (aitk.config.archfit)."""
+    from aitk.models import catalog
+
+    arch, tr = proc.model.arch, proc.train
+    if arch not in catalog.builtin_archs():
+        return []
+    out = []
+    if tr.train_text_encoder and not catalog.trains_text_encoders(arch):
+        out.append(error(f"{where}.train.train_text_encoder", f"arch {arch} trains its "
+                         "denoiser only (it has no text-encoder LoRA)",
+                         "remove train_text_encoder", "train_text_encoder"))
+    if tr.text_encoder_lr is not None and not tr.train_text_encoder:
+        out.append(warning(f"{where}.train.text_encoder_lr", "no text encoder trains "
+                           "(train_text_encoder is off): this rate is not used",
+                           "remove it, or set train_text_encoder: true", "train_text_encoder"))
+    return out
+
+
+CHECKS: tuple[PreflightCheck, ...] = (_device, _optimizer, _model, _model_kwargs,
+                                      _text_encoder, _datasets, _sample_controls, _output,
+                                      _quantize, _preservation)
 
 
 def preflight(loaded: LoadedConfig) -> list[Finding]:

@@ -166,6 +166,11 @@ class TrainConfig(_Strict):
     gradient_accumulation: PositiveInt = 1
     gradient_accumulation_steps: PositiveInt = 1  # upstream's legacy name
     lr: Annotated[float, Field(gt=0.0)] = 1e-4
+    # A LoRA on the text encoder(s) too, for the archs whose description names their
+    # text-encoder keys (sd1, sd2, sdxl); the preflight refuses it for the others. Its
+    # rate is `text_encoder_lr` (unset: `lr`), on the same schedule.
+    train_text_encoder: bool = False
+    text_encoder_lr: Annotated[float, Field(gt=0.0)] | None = None
     optimizer: Literal["adamw", "adamw8bit"] = "adamw"
     optimizer_params: OptimizerParams = OptimizerParams()
     lr_scheduler: Literal["constant", "constant_with_warmup", "linear", "cosine"] = "constant"
@@ -312,6 +317,19 @@ class ProcessConfig(_Strict):
     train: TrainConfig = TrainConfig()
     model: ModelConfig
     datasets: Annotated[list[DatasetConfig], Field(min_length=1)]
+
+    @model_validator(mode="after")
+    def _trained_text_encoder_is_live(self) -> ProcessConfig:
+        cached = [name for name, on in (
+            ("train.cache_text_embeddings", self.train.cache_text_embeddings),
+            ("train.unload_text_encoder", self.train.unload_text_encoder),
+            *((f"datasets[{i}].cache_text_embeddings", ds.cache_text_embeddings)
+              for i, ds in enumerate(self.datasets))) if on]
+        if self.train.train_text_encoder and cached:
+            raise ValueError(f"train.train_text_encoder embeds every caption live with the "
+                             f"text encoders' LoRA, so their embeddings cannot be cached; "
+                             f"turn off {', '.join(cached)}")
+        return self
 
 
 # Filesystems allow 255 bytes a name; the longest one a run writes is the temp file of a

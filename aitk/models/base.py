@@ -48,7 +48,11 @@ The trainer calls these hooks in this order:
    (aitk.diffusion.ddpm, SDXL). `self.train_config` then holds the job's `train:` section for
    model-specific knobs (e.g. Flux's guidance `cfg_scale`).
    LoRA/LoKr (aitk.adapters) attach to the nn.Linear layers of
-   `get_model_to_train()` whose path starts with one of `lora_block_prefixes`.
+   `get_model_to_train()` whose path starts with one of `lora_block_prefixes`; with
+   `train.train_text_encoder` also to those of each part `text_encoder_parts()` names
+   under `text_encoder_lora_prefixes` (the network then calls
+   `train_text_encoders()`, and `get_prompt_embeds` must run under
+   `self.text_encoder_grad()` so the embeddings carry the LoRA's gradients).
 4. Previews: `generate_images(configs, prompt_embeds=None)` (implemented here) embeds
    each distinct prompt once with `get_prompt_embeds()`, calls
    `get_generation_pipeline()` once and `generate_single_image(pipeline, config,
@@ -169,6 +173,10 @@ class BaseModel:
     # starts with one of these; override for networks that name their blocks otherwise.
     lora_block_prefixes: ClassVar[tuple[str, ...]] = (
         "blocks.", "transformer_blocks.", "single_transformer_blocks.", "layers.")
+    # Text-encoder LoRA (`train.train_text_encoder`): the Linear layers under these paths
+    # of each part text_encoder_parts() names; an arch with no such parts trains its
+    # denoiser only.
+    text_encoder_lora_prefixes: ClassVar[tuple[str, ...]] = ()
 
     def __init__(self, model_config: ModelSettings, device: torch.device | str = "cpu",
                  dtype: torch.dtype = torch.float32) -> None:
@@ -187,6 +195,9 @@ class BaseModel:
         # `do_guidance_loss`: the guidance a guidance-distilled model's embedding gets
         # during the passes of one step (per item), instead of `train.cfg_scale`.
         self.guidance_override: torch.Tensor | None = None
+        # True once a text-encoder adapter trains (train_text_encoders): embeddings keep
+        # their gradients, and the trained encoders stay on the device under low_vram.
+        self.text_encoder_trains = False
 
     # `transformer` and `unet` are aliases of `model`, as model authors expect.
     @property
@@ -259,10 +270,13 @@ class BaseModel:
         """With `low_vram`, the given parts (None: one the model lacks) visit the device
         inside the block and go back to the CPU after it, even on error; otherwise they
         already live on the device and nothing moves."""
+        # A text encoder that trains stays put: its LoRA's gradients are computed on the
+        # device after the forward pass, where a visit would have moved it away.
+        resident = self.text_encoder_parts().values() if self.text_encoder_trains else ()
         with contextlib.ExitStack() as stack:
             if self.low_vram:
                 for module in modules:
-                    if module is not None:
+                    if module is not None and not any(module is r for r in resident):
                         stack.enter_context(visiting(module, self.device))
             yield
 
@@ -443,7 +457,8 @@ class BaseModel:
             return []
         known = dict(prompt_embeds or {})
         texts = [t for c in configs for t in (c.prompt, c.negative_prompt)]
-        modules = [m for m in (self.model, self.vae, self.text_encoder) if m is not None]
+        modules = [m for m in (self.model, self.vae, self.text_encoder,
+                               *self.text_encoder_parts().values()) if m is not None]
         modes = [(sub, sub.training) for m in modules for sub in m.modules()]
         try:
             for m in modules:
@@ -550,3 +565,21 @@ class BaseModel:
     def unload_text_encoder(self) -> None:
         """Free the text encoder once text embeddings are cached."""
         self.text_encoder = None
+
+    # ---- text-encoder LoRA (`train.train_text_encoder`) ------------------------------
+    def text_encoder_parts(self) -> dict[str, nn.Module]:
+        """The text encoders this arch can train, by subfolder (`text_encoder`,
+        `text_encoder_2`); none by default. An arch that names them embeds prompts
+        under `text_encoder_grad()` and names their LoRA keys in its key conversion."""
+        return {}
+
+    def text_encoder_grad(self) -> contextlib.AbstractContextManager[Any]:
+        """The grad mode of a text-encoder pass: off, unless a text encoder trains."""
+        return contextlib.nullcontext() if self.text_encoder_trains else torch.no_grad()
+
+    def train_text_encoders(self) -> None:
+        """Called once their adapter is attached: prompts are embedded with gradients
+        from now on (live, never cached), and the encoders live on the device."""
+        self.text_encoder_trains = True
+        for module in self.text_encoder_parts().values():
+            module.to(self.device)

@@ -85,6 +85,12 @@ def noise_schedulers(arch: str) -> tuple[str, ...]:
     return schedule.noise_schedulers
 
 
+def trains_text_encoders(arch: str) -> bool:
+    """Whether `arch` has a text-encoder LoRA (`train.train_text_encoder`)."""
+    lora = description(arch).lora
+    return lora is not None and bool(lora.text_encoders)
+
+
 def size_multiple(arch: str) -> int:
     """Image sides (and bucket resolutions) of `arch` are multiples of this."""
     multiple = description(arch).size_multiple

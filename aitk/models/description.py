@@ -116,7 +116,8 @@ class KeyStyle(str, Enum):
 
 
 class ModuleNames(str, Enum):
-    DIFFUSERS = "diffusers"  # the diffusers model's module paths
+    # the diffusers model's module paths (transformers' for a text encoder)
+    DIFFUSERS = "diffusers"
     ORIGINAL = "original"  # the model authors' checkpoint names (BFL's, Wan's): ComfyUI's
 
 
@@ -136,6 +137,9 @@ class Lora:
     reads: tuple[LoraKeys, ...] = ()  # read back besides `writes`
     loaders: tuple[str, ...] = ()  # what loads the written file, proven by the arch's tests
     files: tuple[str, ...] = ("",)  # file-name suffixes of one LoRA (one file per expert)
+    # With `train.train_text_encoder`: each text encoder's keys in the same file, in the
+    # order of the model's text_encoder_parts(); empty: the arch trains its denoiser only.
+    text_encoders: tuple[LoraKeys, ...] = ()
 
 
 @dataclass(frozen=True)

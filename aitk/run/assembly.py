@@ -86,8 +86,23 @@ def create_network(model: Any, proc: ProcessConfig) -> Any:
     # The adapter reads upstream's names; hand it the resolved rank/alpha aliases.
     spec = SimpleNamespace(type=net.type, linear=net.dim, linear_alpha=net.scale_alpha,
                            dropout=net.dropout or 0.0, lokr_factor=net.lokr_factor,
-                           network_kwargs=net.network_kwargs.model_dump(exclude_none=True))
+                           network_kwargs=net.network_kwargs.model_dump(exclude_none=True),
+                           train_text_encoder=proc.train.train_text_encoder)
     return AdapterNetwork.attach(model, spec)
+
+
+def parameter_groups(network: Any, proc: ProcessConfig) -> list[dict[str, Any]]:
+    """The optimizer's groups: the denoiser's adapter at `lr`, a text encoder's at
+    `text_encoder_lr` (as a scale of `lr`, so both follow the one LR schedule)."""
+    tr = proc.train
+    encoders = {id(p) for p in network.text_encoder_parameters()}
+    groups: list[dict[str, Any]] = [
+        {"params": [p for p in network.trainable_parameters() if id(p) not in encoders]}]
+    if encoders:
+        rate = tr.text_encoder_lr if tr.text_encoder_lr is not None else tr.lr
+        groups.append({"params": network.text_encoder_parameters(),
+                       "lr_scale": rate / tr.lr})
+    return groups
 
 
 def enable_gradient_checkpointing(module: torch.nn.Module) -> None:
@@ -143,7 +158,7 @@ class Trainable:
     optimizer and LR schedule, and the batch source (its order is resumed too)."""
 
     network: Any
-    module: torch.nn.Module  # the model part the adapter sits on (train/eval switch)
+    module: torch.nn.Module  # the denoiser the adapter sits on (see network.trained_parts())
     params: list[torch.nn.Parameter]
     optimizer: torch.optim.Optimizer
     schedule: Schedule
@@ -188,8 +203,8 @@ def attach_adapter(proc: ProcessConfig, model: Any, items: list[Item],
         enable_gradient_checkpointing(module)
     params = list(network.trainable_parameters())
     opt = tr.optimizer_params
-    optimizer = build_optimizer(tr.optimizer, params, tr.lr, opt.weight_decay, opt.betas,
-                                opt.eps)
+    optimizer = build_optimizer(tr.optimizer, parameter_groups(network, proc), tr.lr,
+                                opt.weight_decay, opt.betas, opt.eps)
     schedule = Schedule(tr.lr, tr.steps, tr.lr_scheduler,
                         tr.lr_scheduler_params.warmup_steps, tr.lr_scheduler_params.eta_min)
     data = BatchSource(items, tr.batch_size, tr.seed, latents, model.encode_images, embeds,

@@ -128,12 +128,15 @@ def text_embeddings(proc: ProcessConfig, model: Any, items: list[Item],
     With `cache_text_embeddings` (or `unload_text_encoder`), every caption the run can
     use (the empty one for caption dropout, the preview prompts, each item's `extra`
     captions) is embedded up front and the text encoder is unloaded; otherwise captions
-    are embedded per batch. Entries are keyed by caption text, so a preservation caption
-    follows its class word."""
+    are embedded per batch (with their graph while a text encoder's LoRA trains: the
+    schema refuses caching with it). Entries are keyed by caption text, so a
+    preservation caption follows its class word."""
     tr = proc.train
     wanted = tr.cache_text_embeddings or tr.unload_text_encoder
     if not (wanted or any(ds.cache_text_embeddings for ds in proc.datasets)):
         def embed(captions: list[str]) -> Any:
+            if model.text_encoder_trains:  # the text encoders' LoRA learns from this loss
+                return model.get_prompt_embeds(captions)
             with torch.no_grad():
                 return model.get_prompt_embeds(captions).detach()
 

@@ -7,8 +7,9 @@ scheduler state: the LR at step k is the same whether or not the run was interru
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 
@@ -45,14 +46,24 @@ def lr_at(step: int, sched: Schedule) -> float:
     return sched.eta_min + (sched.lr - sched.eta_min) * factor
 
 
-def build_optimizer(name: str, params: Iterable[torch.nn.Parameter], lr: float,
-                    weight_decay: float, betas: tuple[float, float],
+ParamGroup = dict[str, Any]  # torch's param group; `lr_scale`: its rate over the base LR
+
+
+def build_optimizer(name: str, params: Iterable[torch.nn.Parameter] | Sequence[ParamGroup],
+                    lr: float, weight_decay: float, betas: tuple[float, float],
                     eps: float) -> torch.optim.Optimizer:
-    params = [p for p in params if p.requires_grad]
-    if not params:
+    """`params`: the parameters, or groups of them (dicts with `params` and an optional
+    `lr_scale`, which set_lr applies at every step)."""
+    given = list(params)
+    raw = given if given and isinstance(given[0], dict) else [{"params": given}]
+    groups = [{**g, "params": [p for p in g["params"] if p.requires_grad]} for g in raw]
+    groups = [g for g in groups if g["params"]]
+    if not groups:
         raise ValueError("nothing to train: the adapter has no trainable parameters")
+    for group in groups:
+        group["lr"] = lr * group.get("lr_scale", 1.0)
     if name == "adamw":
-        return torch.optim.AdamW(params, lr=lr, weight_decay=weight_decay, betas=betas,
+        return torch.optim.AdamW(groups, lr=lr, weight_decay=weight_decay, betas=betas,
                                  eps=eps)
     if name == "adamw8bit":
         try:
@@ -61,11 +72,13 @@ def build_optimizer(name: str, params: Iterable[torch.nn.Parameter], lr: float,
             raise OptimizerUnavailable(
                 "optimizer adamw8bit needs bitsandbytes, which is not installed here; "
                 "use `optimizer: adamw` or install bitsandbytes") from None
-        return bnb.optim.AdamW8bit(params, lr=lr, weight_decay=weight_decay, betas=betas,
+        return bnb.optim.AdamW8bit(groups, lr=lr, weight_decay=weight_decay, betas=betas,
                                    eps=eps)
     raise ValueError(f"unknown optimizer {name!r}; use adamw or adamw8bit")
 
 
 def set_lr(optimizer: torch.optim.Optimizer, lr: float) -> None:
+    """The step's rate on every group, times the group's `lr_scale` (the text encoders'
+    `text_encoder_lr / lr`)."""
     for group in optimizer.param_groups:
-        group["lr"] = lr
+        group["lr"] = lr * group.get("lr_scale", 1.0)

@@ -188,7 +188,8 @@ def train_from(p: Process, model: Any, trainable: Trainable, inputs: Inputs,
     from aitk.run.sampling import Previews
 
     tr, main = p.proc.train, p.main
-    trainable.module.train()  # adapter dropout active; previews switch to eval and back
+    for part in trainable.network.trained_parts():
+        part.train()  # adapter dropout active; previews switch to eval and back
     p.status.phase("training", step=start, total_steps=tr.steps)
     metrics = Metrics(p.out_dir / "loss_log.jsonl" if main else None, tr.steps, start,
                       p.name, stream=p.stream, status=p.status)

@@ -38,11 +38,14 @@ SDXL = ArchDescription(
     capabilities=Capabilities(),
     schedule=Schedule("ddpm", DDPM_SCHEDULERS),
     model_kwargs=SDXLKwargs,
-    # kohya over diffusers' UNet module names: ComfyUI, A1111/Forge and diffusers read it.
+    # kohya over diffusers' UNet module names: ComfyUI, A1111/Forge and diffusers read it;
+    # the text encoders' LoRA (train_text_encoder) as kohya's lora_te1_ / lora_te2_.
     lora=Lora(LoraKeys("lora_unet_", ModuleNames.DIFFUSERS, KeyStyle.KOHYA),
               (LoraKeys("unet.", ModuleNames.DIFFUSERS, KeyStyle.PEFT),
                LoraKeys("diffusion_model.", ModuleNames.DIFFUSERS, KeyStyle.PEFT)),
-              ("diffusers StableDiffusionXLPipeline.load_lora_weights", "ComfyUI")),
+              ("diffusers StableDiffusionXLPipeline.load_lora_weights", "ComfyUI"),
+              text_encoders=(LoraKeys("lora_te1_", ModuleNames.DIFFUSERS, KeyStyle.KOHYA),
+                             LoraKeys("lora_te2_", ModuleNames.DIFFUSERS, KeyStyle.KOHYA))),
     variants=(Variant("base", "SDXL base 1.0", ("stabilityai/stable-diffusion-xl-base-1.0",),
                       (Part("unet", PartRole.DENOISER, 2_567_463_684, blocks=6,
                             block_params=2_147_026_240),  # 3 down + 3 up blocks

@@ -16,10 +16,11 @@
 download of the hub's full-precision files).
 
 Prompt embeds per item: `text_embeds` (77, 768 + 1280) and `pooled_embeds` (1, 1280).
-Training: DDPM noise (aitk.diffusion.ddpm) with the scheduler config's prediction type
-(`model.is_v_pred` overrides it), integer steps 0..999 passed to the UNet as they are,
-Min-SNR weighting from `train.min_snr_gamma`. The UNet's added conditioning `time_ids`
-= original size, crop top-left, target size, all (height, width), from the batch.
+Training: what the UNet archs share (aitk.models.unet: DDPM noise with the scheduler
+config's prediction type, `model.is_v_pred` overriding it, Min-SNR, kohya LoRA files
+with `lora_te1_`/`lora_te2_` for the text encoders' LoRA). The UNet's added conditioning
+`time_ids` = original size, crop top-left, target size, all (height, width), from the
+batch.
 """
 
 from __future__ import annotations
@@ -27,23 +28,25 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import torch
 from PIL import Image
 from torch import nn
 
-from aitk.diffusion.noise import NoiseSchedule, NoiseSettings
 from aitk.errors import ModelLoadError
-from aitk.models import kl_latents
-from aitk.models.base import BaseModel, GenerateImageConfig
+from aitk.models.base import GenerateImageConfig
 from aitk.models.prompt_embeds import AdvancedPromptEmbeds
+from aitk.models.sdxl.lora_keys import LAYOUT
+from aitk.models.unet import (
+    TE_QUANT_EXCLUDE,
+    UNET_QUANT_EXCLUDE,
+    UNetModel,
+    attention_prefixes,
+    prediction_overrides,
+    tensor_to_pil,
+)
 
 PARTS = ("unet", "vae", "text_encoder", "text_encoder_2", "tokenizer", "tokenizer_2",
          "scheduler")
-# Kept in float by quantization: the input/time/added-condition embedders and the output.
-UNET_QUANT_EXCLUDE = ("conv_in", "time_embedding*", "add_embedding*", "conv_norm_out",
-                      "conv_out")
-TE_QUANT_EXCLUDE = ("*embeddings*", "text_projection")
 MESSAGE_NAME = "SDXL"  # how load errors name this arch, as they always have
 
 Size = tuple[int, int]  # (height, width), the order SDXL's time ids use
@@ -67,12 +70,10 @@ def batch_time_ids(batch: Any, target_size: Size, count: int) -> torch.Tensor:
                          for o, c in zip(originals, crops, strict=True)])
 
 
-class SDXLModel(BaseModel):
+class SDXLModel(UNetModel):
     arch = "sdxl"
-    use_old_lokr_format = False
-    # The UNet's transformer blocks; load_model narrows these to the attention
-    # (Transformer2DModel) modules inside them, as kohya and upstream train.
-    lora_block_prefixes = ("down_blocks.", "mid_block.", "up_blocks.")
+    text_encoder_subfolders = ("text_encoder", "text_encoder_2")
+    kohya_layout = LAYOUT
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
@@ -111,11 +112,8 @@ class SDXLModel(BaseModel):
         tokenizer_2 = part(CLIPTokenizer, "tokenizer_2")
         # The VAE stays float32: SDXL's VAE overflows in float16.
         vae = part(AutoencoderKL, "vae", torch_dtype=torch.float32, **weights)
-        v_pred = getattr(self.model_config, "is_v_pred", None)
-        overrides = {} if v_pred is None else {
-            "prediction_type": "v_prediction" if v_pred else "epsilon"}
         scheduler = load_scheduler(name, MESSAGE_NAME, diffusers.EulerDiscreteScheduler,
-                                   **overrides)
+                                   **prediction_overrides(self.model_config))
 
         freeze(unet, text_encoder, text_encoder_2, vae)
         self.model, self.vae, self.noise_scheduler = unet, vae, scheduler
@@ -136,33 +134,18 @@ class SDXLModel(BaseModel):
             self.quantize_text_encoder(te, exclude=TE_QUANT_EXCLUDE)
 
     # ---- 2. encoders ---------------------------------------------------------------
-    @property
-    def vae_scale_factor(self) -> int:
-        return 2 ** (len(self.vae.config.block_out_channels) - 1)
-
-    def encode_images(self, images: torch.Tensor) -> torch.Tensor:
-        """(B, 3, H, W) in [-1, 1] -> latents (B, 4, H/8, W/8) * scaling_factor.
-
-        The distribution's mean, not a sample: cached latents are then deterministic.
-        """
-        with self.on_device(self.vae):
-            latents = kl_latents.encode(self.vae, images, self.device)
-        return latents.to(self.device, self.dtype)
-
-    def decode_latents(self, latents: torch.Tensor) -> torch.Tensor:
-        with self.on_device(self.vae):
-            return kl_latents.decode(self.vae, latents, self.device)
-
     def get_prompt_embeds(self, prompts: list[str],
                           control_images: list[torch.Tensor] | None = None
                           ) -> AdvancedPromptEmbeds:
         """Per prompt: both encoders' penultimate states over the padded 77 tokens,
-        concatenated (77, D1 + D2), and encoder 2's projected pooled embedding (1, P)."""
+        concatenated (77, D1 + D2), and encoder 2's projected pooled embedding (1, P);
+        with gradients while the text encoders' LoRA trains."""
         if self.text_encoder is None or self.text_encoder_2 is None:
             raise ModelLoadError("the text encoders are unloaded (text embeddings cached)")
         states = []
         pooled = None
-        with torch.no_grad(), self.on_device(self.text_encoder, self.text_encoder_2):
+        with self.text_encoder_grad(), self.on_device(self.text_encoder,
+                                                       self.text_encoder_2):
             for tokenizer, encoder in ((self.tokenizer, self.text_encoder),
                                        (self.tokenizer_2, self.text_encoder_2)):
                 ids = tokenizer(list(prompts), padding="max_length", truncation=True,
@@ -181,12 +164,6 @@ class SDXLModel(BaseModel):
         self.text_encoder = self.text_encoder_2 = None
 
     # ---- 3. train step -------------------------------------------------------------
-    def make_training_schedule(self, settings: NoiseSettings) -> NoiseSchedule:
-        from aitk.diffusion.ddpm import DDPMSchedule
-
-        # The loaded scheduler already carries `is_v_pred`'s override.
-        return DDPMSchedule.from_config(self.noise_scheduler.config, settings)
-
     def get_noise_prediction(self, latent_model_input: torch.Tensor, timestep: torch.Tensor,
                              text_embeddings: AdvancedPromptEmbeds, batch: Any = None,
                              **kwargs: Any) -> torch.Tensor:
@@ -196,10 +173,7 @@ class SDXLModel(BaseModel):
         pooled = torch.cat(embeds["pooled_embeds"])
         f = self.vae_scale_factor
         ids = batch_time_ids(batch, (h * f, w * f), b).to(self.device, self.dtype)
-        t = torch.as_tensor(timestep, device=self.device).reshape(-1)
-        if t.numel() == 1:
-            t = t.expand(b)
-        # DDPM steps 0..999 (999 = noise) are already the UNet's own timesteps.
+        t = self.unet_timesteps(timestep, b, self.device)
         return self.model(latent_model_input.to(self.device, self.dtype), t,
                           encoder_hidden_states=context,
                           added_cond_kwargs={"text_embeds": pooled, "time_ids": ids},
@@ -238,49 +212,9 @@ class SDXLModel(BaseModel):
         # Decoded here in float32: the pipeline would hand bf16 latents to the fp32 VAE.
         return tensor_to_pil(self.decode_latents(latents)[0])
 
-    # ---- 5. saving -----------------------------------------------------------------
-    def convert_lora_weights_before_save(self, state_dict: dict[str, torch.Tensor]
-                                         ) -> dict[str, torch.Tensor]:
-        from aitk.models.sdxl.lora_keys import to_kohya
-
-        return to_kohya(state_dict)
-
-    def convert_lora_weights_before_load(self, state_dict: dict[str, torch.Tensor]
-                                         ) -> dict[str, torch.Tensor]:
-        from aitk.models.sdxl.lora_keys import from_files
-
-        names = [n for n, _ in self.get_model_to_train().named_modules()]
-        return from_files(state_dict, names)
-
-    # ---- properties the trainer reads ----------------------------------------------
-    def get_bucket_divisibility(self) -> int:
-        """VAE factor x the UNet's downsampling (each down block but the last halves
-        the latent): SDXL 8 x 4 = 32 px."""
-        return self.vae_scale_factor * 2 ** (len(self.model.config.down_block_types) - 1)
-
-
-def attention_prefixes(unet: nn.Module) -> tuple[str, ...]:
-    """`down_blocks.1.attentions.`, `mid_block.attentions.`, ...: the transformer
-    modules of the UNet's blocks, whose Linear layers (attention, feed-forward, the
-    linear in/out projections) LoRA trains."""
-    prefixes = []
-    for name, _ in unet.named_modules():
-        parts = name.split(".")
-        if parts[-1] == "attentions" and parts[0] in ("down_blocks", "mid_block",
-                                                      "up_blocks"):
-            prefixes.append(name + ".")
-    return tuple(prefixes)
-
 
 def pipeline_embeds(embeds: AdvancedPromptEmbeds, device: torch.device, dtype: torch.dtype
                     ) -> tuple[torch.Tensor, torch.Tensor]:
     """One item's embeds as the pipeline takes them: (1, 77, D) and (1, P)."""
     one = embeds.select([0]).to(device, dtype)
     return one["text_embeds"][0][None], one["pooled_embeds"][0]
-
-
-def tensor_to_pil(pixels: torch.Tensor) -> Image.Image:
-    """(3, H, W) in [-1, 1] -> RGB PIL image."""
-    arr = ((pixels.float().clamp(-1, 1) + 1.0) * 127.5).round().to(torch.uint8)
-    return Image.fromarray(np.ascontiguousarray(arr.permute(1, 2, 0).cpu().numpy()), "RGB")
-

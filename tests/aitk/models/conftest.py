@@ -39,6 +39,7 @@ class NetCfg:
     linear_alpha: float = 4.0
     dropout: float = 0.0
     network_kwargs: dict[str, Any] = field(default_factory=dict)
+    train_text_encoder: bool = False  # the job's train.train_text_encoder
 
 
 @pytest.fixture(scope="module")
