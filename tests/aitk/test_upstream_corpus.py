@@ -10,11 +10,13 @@ from pathlib import Path
 import pytest
 import yaml
 
+from aitk.audit.preflight import preflight
 from aitk.cli.run import main as run_main
 from aitk.config import upstream_keys
 from aitk.config.loading import load_config, parse_job
 from aitk.config.schema import TrainConfig
 from aitk.errors import ConfigError
+from aitk.findings import Level
 from aitk.models import catalog
 from tests.aitk.aitk_testing import run_py, write_image
 from tests.aitk.upstream_corpus import CORPUS, RUNS, corpus_entry
@@ -137,6 +139,17 @@ def test_the_ui_jobs_loss_switches_train_without_a_warning(dataset):
         proc["train"].update(switch)
         assert parse_job(config, "job.yml", env={},
                          check_arch=lambda a: None).warnings == loaded.warnings
+
+
+@pytest.mark.parametrize("name", ["ui_sdxl", "ui_sd15", "sdxl", "sd15_legacy", "sd2"])
+def test_ddpm_jobs_list_only_this_machines_problems(name, dataset):
+    """Upstream's DDPM jobs (its web UI's SDXL and SD 1.5 forms write `noise_scheduler:
+    ddpm`) pass the preflight but for what this machine lacks (CUDA, bitsandbytes)."""
+    config, _ = corpus_entry(name, str(dataset))
+    loaded = parse_job(config, "job.yml", env={})
+    assert loaded.job.config.process[0].train.noise_scheduler == "ddpm"
+    errors = [f for f in preflight(loaded) if f.level is Level.ERROR]
+    assert {f.code for f in errors} <= {"device", "optimizer"}, errors
 
 
 def test_unsupported_arch_stops_before_any_other_problem(tmp_path, dataset, capsys):

@@ -110,6 +110,16 @@ def _ui_job(arch: str, name_or_path: str, **model: Any) -> dict[str, Any]:
             "meta": {"name": "[name]", "version": "1.0"}}
 
 
+def _ui_ddpm_job(arch: str, name_or_path: str, **sample: Any) -> dict[str, Any]:
+    """The web UI's job for a DDPM arch: its per-arch defaults (options.tsx) switch the
+    noise scheduler and sampler to ddpm, the guidance to 6 and quantization off."""
+    job = _ui_job(arch, name_or_path, quantize=False, quantize_te=False)
+    proc = job["config"]["process"][0]
+    proc["train"]["noise_scheduler"] = "ddpm"
+    proc["sample"].update({"sampler": "ddpm", "guidance_scale": 6, **sample})
+    return job
+
+
 def _refused(job: str, process: list[dict[str, Any]], **config: Any) -> dict[str, Any]:
     return {"job": job, "config": {"name": "other", "process": process, **config}}
 
@@ -164,9 +174,14 @@ CORPUS: dict[str, tuple[dict[str, Any], str]] = {
                         "model_kwargs": {"invert_inpaint_mask_chance": 0.5}},
                        train={"timestep_type": "shift"}), RUNS),
     "sd15_legacy": (_trainer({"name_or_path": "runwayml/stable-diffusion-v1-5",
-                              "is_v_pred": False}), RUNS),
+                              "is_v_pred": False}, train={"noise_scheduler": "ddpm"},
+                             sample=_sample(sampler="ddpm", width=512, height=512)), RUNS),
+    "sd2": (_trainer({"name_or_path": "stabilityai/stable-diffusion-2-1", "is_v2": True,
+                      "is_v_pred": True}, train={"noise_scheduler": "ddpm"},
+                     sample=_sample(sampler="ddpm", width=768, height=768)), RUNS),
     "sdxl": (_trainer({"name_or_path": "stabilityai/stable-diffusion-xl-base-1.0",
-                       "is_xl": True}, train={"noise_scheduler": "ddpm"}), RUNS),
+                       "is_xl": True}, train={"noise_scheduler": "ddpm"},
+                      sample=_sample(sampler="ddpm")), RUNS),
     "full_fine_tune": (_trainer({"name_or_path": "ostris/Flex.1-alpha", "is_flux": True},
                                 network=False, train={"lr": 1e-5}),
                        "config.process[0]: a full fine-tune (no `network` section) is not "
@@ -195,9 +210,9 @@ CORPUS: dict[str, tuple[dict[str, Any], str]] = {
     "ui_qwen_image": (_ui_job("qwen_image", "Qwen/Qwen-Image"), RUNS),
     "ui_flux2_klein": (_ui_job("flux2_klein_4b", "black-forest-labs/FLUX.2-klein-base-4B"),
                        RUNS),
-    # Upstream's UI writes the SDXL job with its own schedule name.
-    "ui_sdxl": (_with_train(_ui_job("sdxl", "stabilityai/stable-diffusion-xl-base-1.0"),
-                            noise_scheduler="ddpm"), RUNS),
+    "ui_sdxl": (_ui_ddpm_job("sdxl", "stabilityai/stable-diffusion-xl-base-1.0"), RUNS),
+    "ui_sd15": (_ui_ddpm_job("sd15", "stable-diffusion-v1-5/stable-diffusion-v1-5",
+                             width=512, height=512), RUNS),
     "ui_wan22": (_ui_job("wan22_14b:t2v", "ai-toolkit/Wan2.2-T2V-A14B-Diffusers-bf16"),
                  RUNS),
 }

@@ -17,6 +17,7 @@ from safetensors.torch import load_file
 
 from aitk.adapters import AdapterNetwork
 from aitk.data.batch import DataBatch
+from aitk.errors import AdapterError
 from aitk.models import base, catalog
 from aitk.models.base import BaseModel
 from aitk.models.description import ArchDescription, ArchKwargs, KeyStyle, ModuleNames, PartRole
@@ -31,7 +32,9 @@ ARCHS = [d.name for d in catalog.descriptions()]
 EXAMPLES = Path(__file__).resolve().parents[3] / "config" / "examples"
 MODELS_DIR = Path(__file__).resolve().parents[3] / "aitk" / "models"
 # Tiny models smaller in what sets the size multiple: checked on the real configs.
-TINY_SHRINKS_SIZE = {"sdxl": "the tiny VAE and UNet have 2 levels each (real: 4 and 3)"}
+TINY_SHRINKS_SIZE = {"sdxl": "the tiny VAE and UNet have 2 levels each (real: 4 and 3)",
+                     **{arch: "the tiny VAE and UNet have 2 levels each (real: 4 and 4)"
+                        for arch in ("sd1", "sd2")}}
 # As the tiny example configs load them: references at the training size, not ~1 MP.
 TINY_KWARGS = {"qwen_image_edit_plus": {"match_target_res": True}}
 
@@ -230,6 +233,29 @@ def test_saved_lora_has_the_layout_the_description_says(arch: str, loaded,
             assert modules - known, "these are diffusers names"
         if keys.style is KeyStyle.KOHYA:
             assert not any("." in m for m in modules)
+
+
+@pytest.mark.parametrize("arch", ARCHS)
+def test_text_encoder_lora_is_what_the_description_says(arch: str, loaded,
+                                                        tmp_path: Path) -> None:
+    """An arch whose description names text-encoder keys trains one adapter per text
+    encoder part and writes each under its layout's prefix; any other refuses
+    `train_text_encoder` when the adapter attaches."""
+    lora = catalog.description(arch).lora
+    model = loaded(arch)
+    cfg = NetCfg(linear=4, linear_alpha=8, train_text_encoder=True)
+    assert catalog.trains_text_encoders(arch) == bool(lora.text_encoders)
+    if not lora.text_encoders:
+        with pytest.raises(AdapterError, match="trains its denoiser only"):
+            AdapterNetwork.attach(model, cfg)
+        return
+    assert len(model.text_encoder_parts()) == len(lora.text_encoders)
+    AdapterNetwork.attach(model, cfg).save_file(tmp_path / "lora.safetensors")
+    keys = set(load_file(tmp_path / "lora.safetensors"))
+    prefixes = [lora.writes.prefix, *(k.prefix for k in lora.text_encoders)]
+    for prefix in prefixes:
+        assert any(k.startswith(prefix) for k in keys), prefix
+    assert all(any(k.startswith(p) for p in prefixes) for k in keys)
 
 
 @pytest.mark.parametrize("arch", [a for a in ARCHS
