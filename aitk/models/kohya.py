@@ -20,6 +20,9 @@ Internal names (aitk.adapters.network): the UNet's module paths as they are, a t
 encoder's under its part name (`text_encoder.text_model.encoder.layers.0...`), which is
 also the `text_encoder.` / `text_encoder_2.` layout diffusers' `save_lora_weights` writes.
 
+LoKr factors keep their names (`.lokr_w1`, `.lokr_w2_a`, ...) after the same module names,
+the LyCORIS layout ComfyUI reads.
+
 Read: kohya's layout; diffusers' (`unet.` / `text_encoder.` / `text_encoder_2.` + module
 names, `lora_A`/`lora_B` or `lora_down`/`lora_up`; a module without `.alpha` has alpha =
 rank, diffusers' reading); aitk's older `diffusion_model.` + UNet names.
@@ -45,13 +48,16 @@ CLIP_LORA_PREFIXES = ("text_model.encoder.layers.", "encoder.layers.")
 # The files name them as transformers 4 did, whatever is installed.
 CLIP_ROOT = "text_model."
 
+# LoKr factors keep peft's names, which are LyCORIS's (ComfyUI reads them so).
+_LOKR = (".lokr_w1", ".lokr_w1_a", ".lokr_w1_b", ".lokr_w2", ".lokr_w2_a", ".lokr_w2_b",
+         ".lokr_t2")
 _SUFFIXES = {  # file suffix -> internal suffix
     ".lora_down.weight": ".lora_A.weight", ".lora_up.weight": ".lora_B.weight",
     ".lora_A.weight": ".lora_A.weight", ".lora_B.weight": ".lora_B.weight",
-    ALPHA_SUFFIX: ALPHA_SUFFIX,
+    ALPHA_SUFFIX: ALPHA_SUFFIX, **{s: s for s in _LOKR},
 }
 _TO_KOHYA = {".lora_A.weight": ".lora_down.weight", ".lora_B.weight": ".lora_up.weight",
-             ALPHA_SUFFIX: ALPHA_SUFFIX}
+             ALPHA_SUFFIX: ALPHA_SUFFIX, **{s: s for s in _LOKR}}
 
 
 @dataclass(frozen=True)
@@ -82,8 +88,8 @@ def _split(key: str) -> tuple[str, str]:
     for suffix in _SUFFIXES:
         if key.endswith(suffix):
             return key[: -len(suffix)], suffix
-    raise AdapterKeyError(f"adapter key {key!r} is not a LoRA weight or alpha "
-                          "(lora_A/lora_B, lora_down/lora_up, alpha)")
+    raise AdapterKeyError(f"adapter key {key!r} is not a LoRA or LoKr weight or alpha "
+                          "(lora_A/lora_B, lora_down/lora_up, lokr_w1/w2..., alpha)")
 
 
 def to_kohya(state_dict: Mapping[str, torch.Tensor], layout: KohyaLayout
@@ -93,7 +99,7 @@ def to_kohya(state_dict: Mapping[str, torch.Tensor], layout: KohyaLayout
     for key, value in state_dict.items():
         module, suffix = _split(key)
         if suffix not in _TO_KOHYA:
-            raise AdapterKeyError(f"{key!r}: only LoRA weights have a kohya name")
+            raise AdapterKeyError(f"{key!r}: only LoRA and LoKr weights have a kohya name")
         prefix, path = layout.prefix_of(module)
         out[prefix + path.replace(".", "_") + _TO_KOHYA[suffix]] = value
     return out

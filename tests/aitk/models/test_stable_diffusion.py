@@ -272,6 +272,24 @@ def test_every_key_is_one_comfyui_maps(arch: str, folder: Path, tmp_path: Path) 
         "diffusion_model.middle_block.1.transformer_blocks.0.ff.net.2.weight"
 
 
+def test_a_lokr_file_keeps_the_lycoris_names_and_reads_back(arch: str, folder: Path,
+                                                           tmp_path: Path) -> None:
+    model = make(arch, folder)
+    net = AdapterNetwork.attach(model, NetCfg(type="lokr", linear=4, linear_alpha=2))
+    randomise(net, seed=0, scale=0.2)
+    batch = batch_of(model)
+    trained = predict(model, batch)
+    net.save_file(tmp_path / "lokr.safetensors")
+    keys = set(load_file(tmp_path / "lokr.safetensors"))
+    module = "lora_unet_down_blocks_0_attentions_0_transformer_blocks_0_attn1_to_q"
+    assert f"{module}.alpha" in keys and any(k.startswith(f"{module}.lokr_w") for k in keys)
+    assert all(k.startswith("lora_unet_") for k in keys)
+    fresh = make(arch, folder)
+    AdapterNetwork.attach(fresh, NetCfg(type="lokr", linear=4, linear_alpha=2)).load_file(
+        tmp_path / "lokr.safetensors")
+    assert torch.equal(predict(fresh, batch), trained)
+
+
 # ---- end to end: a real job, SIGINT, resume, interop ----------------------------------
 def sd_job(root: Path, arch: str, folder: Path, name: str) -> Path:
     return write_lora_job(root, name, arch, folder, train={
