@@ -22,6 +22,8 @@ def problems_for(arch: str, **train: object) -> list[str]:
 
 
 @pytest.mark.parametrize("arch, name", [("sdxl", "ddpm"), ("sdxl", "euler"),
+                                        ("sd1", "ddpm"), ("sd15", "euler_a"),
+                                        ("sd2", "ddim"),
                                         ("flux", "flowmatch"), ("wan21", "flowmatch")])
 def test_each_arch_takes_its_own_schedule_names(arch, name):
     assert problems_for(arch, noise_scheduler=name) == []
@@ -37,3 +39,4 @@ def test_a_schedule_the_arch_does_not_train_with_is_one_line_naming_its_own():
 
 def test_unset_is_the_archs_own():
     assert problems_for("sdxl") == [] and problems_for("flux") == []
+    assert problems_for("sd2") == []

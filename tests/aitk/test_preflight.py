@@ -148,31 +148,6 @@ def test_check_reports_every_config_even_after_a_failure(tmp_path, capsys):
     assert "job: 'extract'" in err and "check passed: example_lora" in err
 
 
-def test_noise_scheduler_must_be_one_of_the_archs_own(tmp_path, capsys):
-    """A DDPM arch takes upstream's DDPM-family names (ddpm, euler_a, ...), a flow-matching
-    one `flowmatch`; another name is one line naming the arch's; unset is its own."""
-    where = "config.process[0].train.noise_scheduler"
-    cases = {("example", "ddpm"): "arch example trains with flow matching, which 'ddpm' "
-                                  "is not; its names: flowmatch",
-             ("sdxl", "flowmatch"): "arch sdxl trains with DDPM noise, which 'flowmatch' "
-                                    "is not; its names: ddpm, ddim, pndm",
-             ("sd1", "ddpm"): None, ("sd15", "euler_a"): None, ("example", None): None,
-             ("sd2", None): None}
-    for (arch, name), expected in cases.items():
-        train = {} if name is None else {"noise_scheduler": name}
-        loaded = _loaded(tmp_path, model={"arch": arch, "name_or_path": str(tmp_path)},
-                         train=train)
-        found = {f.path: f for f in preflight(loaded) if f.level is Level.ERROR}
-        if expected is None:
-            assert where not in found, (arch, name)
-        else:
-            assert found[where].message.startswith(expected), found[where].message
-    loaded = _loaded(tmp_path, train={"noise_scheduler": "ddpm"})
-    assert run_main([str(loaded.source), "--check"]) == 2
-    err = capsys.readouterr().err.strip().splitlines()
-    assert len(err) == 1 and where in err[0]
-
-
 def test_text_encoder_lr_without_a_training_text_encoder_is_a_warning(tmp_path):
     loaded = _loaded(tmp_path, model={"arch": "sd1", "name_or_path": str(tmp_path)},
                      train={"text_encoder_lr": 1e-5})

@@ -55,11 +55,6 @@ def _trainer(model: dict[str, Any], *, network: dict[str, Any] | None = None,
             "meta": {"name": "[name]", "version": "1.0"}}
 
 
-def _with_train(config: dict[str, Any], **train: Any) -> dict[str, Any]:
-    config["config"]["process"][0]["train"].update(train)
-    return config
-
-
 def _ui_job(arch: str, name_or_path: str, **model: Any) -> dict[str, Any]:
     """What the upstream web UI writes for a new job (its defaults)."""
     proc = {
