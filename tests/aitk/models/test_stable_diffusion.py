@@ -25,6 +25,7 @@ from safetensors.torch import load_file, save_file
 from aitk.adapters import AdapterNetwork
 from aitk.config.loading import load_config
 from aitk.data.batch import DataBatch
+from aitk.diffusion import losses as losses_module
 from aitk.errors import EXIT_INPUT, EXIT_INTERRUPTED, EXIT_OK, ModelLoadError
 from aitk.models.base import GenerateImageConfig
 from aitk.models.registry import load_model
@@ -175,13 +176,13 @@ def test_ddpm_targets_in_a_real_training_step_and_lora_trains(
     net = AdapterNetwork.attach(model, NET)
     batch = batch_of(model)
     seen: dict[str, torch.Tensor] = {}
-    real_loss = train_module.diffusion_loss
+    real_loss = losses_module.diffusion_loss
 
-    def spy(pred, target, weights=None):
+    def spy(kind, pred, target, *args, **kwargs):
         seen["target"] = target
-        return real_loss(pred, target, weights)
+        return real_loss(kind, pred, target, *args, **kwargs)
 
-    monkeypatch.setattr(train_module, "diffusion_loss", spy)
+    monkeypatch.setattr(losses_module, "diffusion_loss", spy)
     compute_loss(model, batch, step_generator(3, 0, 0))
     gen = step_generator(3, 0, 0)  # the same draws, by hand
     clean = batch.latents
