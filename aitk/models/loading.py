@@ -107,6 +107,21 @@ def load_scheduler(name_or_path: str, arch: str, default: Any, **overrides: Any)
     return cls.from_config(config, **overrides)
 
 
+def hub_file(repo_id: str, filename: str, arch: str, what: str) -> Path:
+    """One file of a hub repo (`hf_hub_download`, which honours HF_HOME, HF_TOKEN and
+    HF_HUB_OFFLINE): its local path, or one ModelLoadError line naming `what` (the
+    config key that asked for it) and the fix."""
+    from huggingface_hub import hf_hub_download
+    from huggingface_hub.errors import HfHubHTTPError, LocalEntryNotFoundError
+
+    try:
+        return Path(hf_hub_download(repo_id, filename))
+    except (HfHubHTTPError, LocalEntryNotFoundError, OSError, ValueError) as exc:
+        detail = " ".join(str(exc).split())[:300] or type(exc).__name__
+        raise ModelLoadError(f"cannot load the {arch} {what} {filename} from hub id "
+                             f"{repo_id!r}: {detail}; {HUB_FIX}") from None
+
+
 class _ConfigOnly:
     """Adapts `load_config` to load_part's `from_pretrained` call."""
 

@@ -14,10 +14,10 @@
   schnell has none and gets no guidance.
 - Training schedule: flow matching with the shift read from the model's scheduler
   config (dynamic, 0.5..1.15 over 256..4096 image tokens of 2x2 patches).
-- `model.assistant_lora_path` (schnell): a LoRA file merged into the frozen transformer
-  weights before quantization and before the trained adapter attaches, so training runs
-  on the de-distilled model; it stays merged for previews. The saved LoRA holds only the
-  trained adapter.
+- `model.assistant_lora_path` (schnell): a LoRA file (local, or on the hub:
+  aitk.models.assistant) merged into the frozen transformer weights before quantization
+  and before the trained adapter attaches, so training runs on the de-distilled model;
+  it stays merged for previews. The saved LoRA holds only the trained adapter.
 - LoRA files: `transformer.` + diffusers module names with `.alpha` (what diffusers'
   `FluxPipeline.load_lora_weights` and ComfyUI read); the older `diffusion_model.`
   layout is read back too.
@@ -37,7 +37,7 @@ from typing import Any, ClassVar
 import torch
 from torch import nn
 
-from aitk.adapters.keys import from_public_keys, split_alphas
+from aitk.adapters.keys import from_public_keys
 from aitk.diffusion.noise import NoiseSchedule, NoiseSettings
 from aitk.errors import ModelLoadError
 from aitk.models import kl_latents
@@ -92,7 +92,9 @@ class FluxModel(BaseModel):
         freeze(transformer, text_encoder, text_encoder_2, vae)
         assistant = getattr(cfg, "assistant_lora_path", None)
         if assistant:
-            merge_lora_file(transformer, Path(assistant).expanduser())
+            from aitk.models.assistant import merge_assistant
+
+            merge_assistant(transformer, str(assistant), "Flux")
         self.quantize_transformer(transformer, exclude=TRANSFORMER_QUANT_EXCLUDE)
         self.quantize_text_encoder(text_encoder_2)
         self.place_loaded([transformer], idle=[text_encoder, text_encoder_2, vae])
@@ -313,40 +315,3 @@ def guidance_bypassed(transformer: nn.Module, enabled: bool) -> Iterator[None]:
         yield
     finally:
         del embed.forward
-
-
-# ---- assistant LoRA ------------------------------------------------------------------------
-def merge_lora_file(transformer: nn.Module, path: Path) -> int:
-    """Merge a LoRA file (`transformer.` or `diffusion_model.` + diffusers names, or
-    kohya-style up/down suffixes) into the float weights: W += B @ A * alpha / rank.
-    Returns the number of layers changed."""
-    from safetensors.torch import load_file
-
-    from aitk.errors import AdapterKeyError
-
-    if not path.is_file():
-        raise ModelLoadError(f"assistant_lora_path {path} does not exist")
-    try:
-        weights, alphas = split_alphas(from_public_keys(load_file(str(path))))
-    except (AdapterKeyError, OSError, ValueError) as exc:
-        raise ModelLoadError(f"assistant LoRA {path} cannot be read: {exc}") from None
-    modules = dict(transformer.named_modules())
-    merged = 0
-    for key, down in weights.items():
-        if not key.endswith(".lora_A.weight"):
-            continue
-        name = key[: -len(".lora_A.weight")]
-        up = weights.get(f"{name}.lora_B.weight")
-        layer = modules.get(name)
-        if up is None or not isinstance(layer, nn.Linear):
-            raise ModelLoadError(f"assistant LoRA {path}: {name} is not a Linear layer of "
-                                 "this Flux transformer (is it a Flux LoRA?)")
-        rank = down.shape[0]
-        scale = alphas.get(name, float(rank)) / rank
-        with torch.no_grad():
-            delta = (up.float() @ down.float()) * scale
-            layer.weight.add_(delta.to(layer.weight.dtype))
-        merged += 1
-    if not merged:
-        raise ModelLoadError(f"assistant LoRA {path} holds no LoRA weights")
-    return merged
