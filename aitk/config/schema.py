@@ -243,7 +243,12 @@ class ModelConfig(_Strict):
     qtype: Literal[QTYPES] = "qfloat8"  # type: ignore[valid-type]
     qtype_te: Literal[QTYPES] = "qfloat8"  # type: ignore[valid-type]
     low_vram: bool = False  # keep idle parts (text encoders, VAE) on the CPU
-    assistant_lora_path: str | None = None  # Flux schnell: the de-distillation LoRA
+    # Step-distilled models (Flux schnell, Z-Image Turbo, Krea 2 Turbo): the
+    # de-distillation LoRA merged into the frozen base (aitk.models.assistant).
+    assistant_lora_path: str | None = None
+    # Where the parts `name_or_path` lacks come from (text encoder, tokenizer, VAE,
+    # scheduler): Z-Image De-Turbo ships only its transformer.
+    extras_name_or_path: str | None = None
     # DDPM archs (sdxl): true = v-prediction, false = epsilon; unset = the model's
     # scheduler config says.
     is_v_pred: bool | None = None

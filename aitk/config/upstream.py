@@ -3,8 +3,8 @@ and which keys it drops.
 
 - `refusal`: a job aitk does not run at all (another job or process type, a full
   fine-tune) is one line, not a list of the keys that belong to it;
-- `upstream_form`: upstream's derivations (`model.arch` from the `is_*` flags, `locon`
-  is a LoRA, `training_seed`);
+- `upstream_form`: upstream's derivations (`model.arch` from the `is_*` flags or with
+  its `:tag` dropped, the tagged variant's defaults, `locon` is a LoRA, `training_seed`);
 - `screen_keys`: a key upstream accepts but aitk does not act on is dropped (a warning,
   once, when its value would change what upstream does); any other unknown key is an
   error suggesting the nearest valid one.
@@ -59,7 +59,8 @@ def refusal(data: Any) -> str | None:
 
 def upstream_form(data: Any) -> Any:
     """Upstream's derivations, applied before validation: `model.arch` from the `is_*`
-    flags (or with its `:tag` dropped, `flex1` -> `flux`), a `locon` network is a LoRA
+    flags (or with its `:tag` dropped, `flex1` -> `flux`; a tag naming a variant fills in
+    that variant's defaults), a `locon` network is a LoRA
     (its conv part is warned about as `network.conv`), and `training_seed` (process or
     config level) seeds the run when `train.seed` is not set."""
     if not isinstance(data, dict):
@@ -71,7 +72,10 @@ def upstream_form(data: Any) -> Any:
             continue
         model = proc.get("model")
         if isinstance(model, dict) and isinstance(model.get("arch"), str | None):
+            tag = upstream_keys.arch_tag(model)
             model["arch"] = upstream_keys.derive_arch(model)  # any other type: a schema error
+            if tag is not None:
+                apply_tag_defaults(proc, model["arch"], tag)
         network = proc.get("network")
         if isinstance(network, dict) and network.get("type") == "locon":
             network["type"] = "lora"
@@ -81,6 +85,28 @@ def upstream_form(data: Any) -> Any:
             train["seed"] = seed
     section.pop("training_seed", None)
     return data
+
+
+def apply_tag_defaults(proc: dict[str, Any], arch: str, tag: str) -> None:
+    """`arch: NAME:TAG` naming one of the arch's variants: that variant's `tag_defaults`
+    (what upstream's web UI fills in for the choice: the training adapter of a turbo
+    model, its sampling steps) go into the process where it leaves them unset. A tag
+    that names no variant is dropped, as upstream's trainer drops every tag."""
+    from aitk.errors import UnknownArchError
+    from aitk.models import catalog
+
+    try:
+        variants = catalog.description(arch).variants
+    except UnknownArchError:
+        return  # reported by the arch check
+    variant = next((v for v in variants if v.tag == tag), None)
+    for path, value in variant.tag_defaults if variant else ():
+        *sections, key = path.split(".")
+        target: Any = proc
+        for name in sections:
+            target = target.setdefault(name, {}) if isinstance(target, dict) else None
+        if isinstance(target, dict) and key not in target:
+            target[key] = copy.deepcopy(value)
 
 
 def _nested_model(annotation: Any) -> type[BaseModel] | None:

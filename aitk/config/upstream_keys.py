@@ -351,3 +351,12 @@ def derive_arch(model: Mapping[str, Any]) -> str:
         if model.get(flag):
             return name
     return DEFAULT_ARCH
+
+
+def arch_tag(model: Mapping[str, Any]) -> str | None:
+    """The `:tag` of `model.arch` (`zimage:turbo` -> `turbo`), None without one. Upstream's
+    trainer drops it; its web UI picks a variant's defaults by it (see tag_defaults)."""
+    arch = model.get("arch")
+    if isinstance(arch, str) and ":" in arch:
+        return arch.split(":", 1)[1] or None
+    return None

@@ -68,6 +68,10 @@ class Variant:
     summary: str
     repos: tuple[str, ...]  # hub ids (the first one's configs gave the counts)
     parts: tuple[Part, ...]
+    # What `arch: NAME:TAG` fills in where the job leaves it unset, as upstream's web UI
+    # does for that choice: (dotted path under the process, value), e.g.
+    # ("model.assistant_lora_path", "owner/repo/adapter.safetensors").
+    tag_defaults: tuple[tuple[str, Any], ...] = ()
 
     @property
     def params(self) -> int | None:

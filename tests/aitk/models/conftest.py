@@ -26,6 +26,7 @@ class ModelCfg:
     qtype_te: str = "qfloat8"
     low_vram: bool = False
     assistant_lora_path: str | None = None
+    extras_name_or_path: str | None = None
     is_v_pred: bool | None = None
     model_kwargs: dict[str, Any] = field(default_factory=dict)
 
