@@ -115,6 +115,18 @@ def _ui_ddpm_job(arch: str, name_or_path: str, **sample: Any) -> dict[str, Any]:
     return job
 
 
+def _ui_choice(arch: str, name_or_path: str, *, model: dict[str, Any] | None = None,
+               train: dict[str, Any] | None = None,
+               sample: dict[str, Any] | None = None) -> dict[str, Any]:
+    """`_ui_job` after picking a model in the web UI's list: the choice's defaults
+    (upstream's ui/src/app/jobs/new/options.tsx) over the new job's."""
+    config = _ui_job(arch, name_or_path, **(model or {}))
+    proc = config["config"]["process"][0]
+    proc["train"].update(train or {})
+    proc["sample"].update(sample or {})
+    return config
+
+
 def _refused(job: str, process: list[dict[str, Any]], **config: Any) -> dict[str, Any]:
     return {"job": job, "config": {"name": "other", "process": process, **config}}
 
@@ -208,6 +220,17 @@ CORPUS: dict[str, tuple[dict[str, Any], str]] = {
     "ui_sdxl": (_ui_ddpm_job("sdxl", "stabilityai/stable-diffusion-xl-base-1.0"), RUNS),
     "ui_sd15": (_ui_ddpm_job("sd15", "stable-diffusion-v1-5/stable-diffusion-v1-5",
                              width=512, height=512), RUNS),
+    "ui_zimage_turbo": (_ui_choice(
+        "zimage:turbo", "Tongyi-MAI/Z-Image-Turbo",
+        model={"low_vram": True, "assistant_lora_path": "ostris/zimage_turbo_training_adapter/"
+               "zimage_turbo_training_adapter_v2.safetensors"},
+        train={"timestep_type": "weighted"},
+        sample={"guidance_scale": 1, "sample_steps": 9}), RUNS),
+    "ui_zimage_deturbo": (_ui_choice(
+        "zimage:deturbo", "ostris/Z-Image-De-Turbo",
+        model={"low_vram": True, "extras_name_or_path": "Tongyi-MAI/Z-Image-Turbo"},
+        train={"timestep_type": "weighted"},
+        sample={"guidance_scale": 3, "sample_steps": 25}), RUNS),
     "ui_wan22": (_ui_job("wan22_14b:t2v", "ai-toolkit/Wan2.2-T2V-A14B-Diffusers-bf16"),
                  RUNS),
 }

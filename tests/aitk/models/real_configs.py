@@ -116,6 +116,22 @@ FLUX2_VAE = RealPart("diffusers", "AutoencoderKLFlux2", {},
 QWEN3 = {"vocab_size": 151936, "num_hidden_layers": 36, "num_attention_heads": 32,
          "num_key_value_heads": 8, "head_dim": 128, "max_position_embeddings": 40960}
 
+# Z-Image: the transformer config upstream ai-toolkit writes out for single-file loads
+# (extensions_built_in/diffusion_models/z_image/z_image_l2p_model.py ZIMAGE_DEFAULT_CONFIG,
+# Tongyi-MAI/Z-Image-Turbo transformer/config.json; diffusers' class defaults but for
+# axes_lens, which shapes no weight); Qwen3-4B as klein-4B's; FLUX.1's VAE.
+ZIMAGE_TRANSFORMER = RealPart("diffusers", "ZImageTransformer2DModel", {
+    "all_patch_size": [2], "all_f_patch_size": [1], "in_channels": 16, "dim": 3840,
+    "n_layers": 30, "n_refiner_layers": 2, "n_heads": 30, "n_kv_heads": 30,
+    "norm_eps": 1e-5, "qk_norm": True, "cap_feat_dim": 2560, "siglip_feat_dim": None,
+    "rope_theta": 256.0, "t_scale": 1000.0, "axes_dims": [32, 48, 48],
+    "axes_lens": [1536, 512, 512]},
+    "Tongyi-MAI/Z-Image-Turbo transformer/config.json (upstream's ZIMAGE_DEFAULT_CONFIG)")
+QWEN3_4B = RealPart("transformers", "Qwen3Model", {
+    **QWEN3, "hidden_size": 2560, "intermediate_size": 9728, "tie_word_embeddings": True},
+    "Qwen/Qwen3-4B config.json (Z-Image text_encoder)")
+ZIMAGE = {"transformer": ZIMAGE_TRANSFORMER, "text_encoder": QWEN3_4B, "vae": FLUX_VAE}
+
 # Wan: huggingface/diffusers scripts/convert_wan_to_diffusers.py (get_transformer_config);
 # the 2.1 VAE is AutoencoderKLWan() with its defaults, the text encoder google/umt5-xxl,
 # the 2.1 i2v image encoder laion/CLIP-ViT-H-14-laion2B-s32B-b79K's vision tower.
@@ -299,4 +315,6 @@ REAL_PARTS: dict[tuple[str, str], RealPart] = {
                                        "Wan-AI/Wan2.1-I2V-14B-480P-Diffusers")
        for part, real in (("text_encoder", UMT5_XXL), ("vae", WAN_VAE))},
     **{("aitk/models/example/base", k): v for k, v in _example_base().items()},
+    **{(repo, k): v for repo in ("Tongyi-MAI/Z-Image-Turbo", "Tongyi-MAI/Z-Image",
+                                 "ostris/Z-Image-De-Turbo") for k, v in ZIMAGE.items()},
 }
