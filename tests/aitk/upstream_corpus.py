@@ -220,6 +220,10 @@ CORPUS: dict[str, tuple[dict[str, Any], str]] = {
     "ui_sdxl": (_ui_ddpm_job("sdxl", "stabilityai/stable-diffusion-xl-base-1.0"), RUNS),
     "ui_sd15": (_ui_ddpm_job("sd15", "stable-diffusion-v1-5/stable-diffusion-v1-5",
                              width=512, height=512), RUNS),
+    "ui_flux2": (_ui_choice(
+        "flux2", "black-forest-labs/FLUX.2-dev",
+        model={"low_vram": True, "model_kwargs": {"match_target_res": False}},
+        train={"timestep_type": "weighted"}), RUNS),
     "ui_zimage_turbo": (_ui_choice(
         "zimage:turbo", "Tongyi-MAI/Z-Image-Turbo",
         model={"low_vram": True, "assistant_lora_path": "ostris/zimage_turbo_training_adapter/"

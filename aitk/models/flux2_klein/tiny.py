@@ -53,14 +53,56 @@ class TinySizes:
     vae_channels: tuple[int, ...] = (8, 16, 16, 16)  # 4 levels: scale factor 8
 
 
+def tiny_flux2_vae(sizes: TinySizes = TinySizes()):
+    """AutoencoderKLFlux2 at tiny width, its BatchNorm with running statistics as a
+    trained VAE has them (so the normalisation is really exercised)."""
+    from diffusers import AutoencoderKLFlux2
+
+    n = len(sizes.vae_channels)
+    vae = AutoencoderKLFlux2(
+        latent_channels=sizes.latent_channels, block_out_channels=sizes.vae_channels,
+        down_block_types=("DownEncoderBlock2D",) * n,
+        up_block_types=("UpDecoderBlock2D",) * n, layers_per_block=1,
+        norm_num_groups=8, sample_size=64)
+    with torch.no_grad():
+        vae.bn.running_mean.normal_(0.0, 0.3)
+        vae.bn.running_var.uniform_(0.5, 2.0)
+    return vae
+
+
+def tiny_flux2_transformer(sizes: TinySizes = TinySizes(), text_width: int = 96,
+                           guidance_embeds: bool = False):
+    """Flux2Transformer2DModel at tiny width reading `text_width`-wide prompt rows, its
+    zero-initialised modulation and output layers made random (so LoRA gradients are
+    not all zero)."""
+    from diffusers import Flux2Transformer2DModel
+
+    transformer = Flux2Transformer2DModel(
+        patch_size=1, in_channels=sizes.latent_channels * 4,
+        num_layers=sizes.double_layers, num_single_layers=sizes.single_layers,
+        attention_head_dim=sizes.head_dim, num_attention_heads=sizes.heads,
+        joint_attention_dim=text_width, timestep_guidance_channels=32,
+        axes_dims_rope=(4, 4, 4, 4), guidance_embeds=guidance_embeds)
+    with torch.no_grad():
+        for name, p in transformer.named_parameters():
+            if "modulation" in name or "norm_out" in name or "proj_out" in name:
+                p.normal_(0.0, 0.05)
+    return transformer
+
+
+def tiny_flux2_scheduler():
+    """FLUX.2's scheduler config: dynamic exponential shift (the pipelines set mu)."""
+    from diffusers import FlowMatchEulerDiscreteScheduler
+
+    return FlowMatchEulerDiscreteScheduler(
+        num_train_timesteps=1000, shift=3.0, use_dynamic_shifting=True, base_shift=0.5,
+        max_shift=1.15, base_image_seq_len=256, max_image_seq_len=4096,
+        time_shift_type="exponential")
+
+
 def build_tiny_flux2_klein(target: Path, seed: int = 0, sizes: TinySizes = TinySizes(),
                            is_distilled: bool = False) -> Path:
-    from diffusers import (
-        AutoencoderKLFlux2,
-        FlowMatchEulerDiscreteScheduler,
-        Flux2KleinPipeline,
-        Flux2Transformer2DModel,
-    )
+    from diffusers import Flux2KleinPipeline
     from transformers import AutoTokenizer, Qwen3Config, Qwen3ForCausalLM
 
     target = Path(target)
@@ -77,30 +119,10 @@ def build_tiny_flux2_klein(target: Path, seed: int = 0, sizes: TinySizes = TinyS
             num_attention_heads=2, num_key_value_heads=1, head_dim=sizes.text_dim // 2,
             max_position_embeddings=1024, bos_token_id=eos, eos_token_id=eos,
             pad_token_id=eos, tie_word_embeddings=True))
-        n = len(sizes.vae_channels)
-        vae = AutoencoderKLFlux2(
-            latent_channels=sizes.latent_channels, block_out_channels=sizes.vae_channels,
-            down_block_types=("DownEncoderBlock2D",) * n,
-            up_block_types=("UpDecoderBlock2D",) * n, layers_per_block=1,
-            norm_num_groups=8, sample_size=64)
-        with torch.no_grad():  # running statistics as a trained VAE has them
-            vae.bn.running_mean.normal_(0.0, 0.3)
-            vae.bn.running_var.uniform_(0.5, 2.0)
-        transformer = Flux2Transformer2DModel(
-            patch_size=1, in_channels=sizes.latent_channels * 4,
-            num_layers=sizes.double_layers, num_single_layers=sizes.single_layers,
-            attention_head_dim=sizes.head_dim, num_attention_heads=sizes.heads,
-            joint_attention_dim=sizes.text_dim * 3, timestep_guidance_channels=32,
-            axes_dims_rope=(4, 4, 4, 4), guidance_embeds=False)
-        with torch.no_grad():  # random modulation/output, so LoRA gradients are not all zero
-            for name, p in transformer.named_parameters():
-                if "modulation" in name or "norm_out" in name or "proj_out" in name:
-                    p.normal_(0.0, 0.05)
-        scheduler = FlowMatchEulerDiscreteScheduler(
-            num_train_timesteps=1000, shift=3.0, use_dynamic_shifting=True, base_shift=0.5,
-            max_shift=1.15, base_image_seq_len=256, max_image_seq_len=4096,
-            time_shift_type="exponential")
-        Flux2KleinPipeline(scheduler=scheduler, vae=vae, text_encoder=text_encoder,
-                           tokenizer=tokenizer, transformer=transformer,
+        vae = tiny_flux2_vae(sizes)
+        transformer = tiny_flux2_transformer(sizes, text_width=sizes.text_dim * 3)
+        Flux2KleinPipeline(scheduler=tiny_flux2_scheduler(), vae=vae,
+                           text_encoder=text_encoder, tokenizer=tokenizer,
+                           transformer=transformer,
                            is_distilled=is_distilled).save_pretrained(tmp)
     return target

@@ -116,6 +116,27 @@ FLUX2_VAE = RealPart("diffusers", "AutoencoderKLFlux2", {},
 QWEN3 = {"vocab_size": 151936, "num_hidden_layers": 36, "num_attention_heads": 32,
          "num_key_value_heads": 8, "head_dim": 128, "max_position_embeddings": 40960}
 
+# FLUX.2 [dev]: diffusers convert_flux2_to_diffusers.py get_flux2_transformer_config
+# "flux2-dev" (= Flux2Transformer2DModel's defaults, guidance embedding on); Mistral Small
+# 3.1 24B: transformers' Mistral3Config defaults ("similar to
+# mistralai/Mistral-Small-3.1-24B-Instruct-2503"), its LM head untied (24.01B in all).
+FLUX2_DEV = {
+    "transformer": RealPart("diffusers", "Flux2Transformer2DModel", {
+        "patch_size": 1, "in_channels": 128, "num_layers": 8, "num_single_layers": 48,
+        "attention_head_dim": 128, "num_attention_heads": 48, "joint_attention_dim": 15360,
+        "timestep_guidance_channels": 256, "mlp_ratio": 3.0,
+        "axes_dims_rope": [32, 32, 32, 32], "rope_theta": 2000, "eps": 1e-6,
+        "guidance_embeds": True}, "diffusers convert_flux2_to_diffusers.py flux2-dev"),
+    "text_encoder": RealPart("transformers", "Mistral3ForConditionalGeneration", {
+        "tie_word_embeddings": False,
+        "text_config": {"model_type": "mistral", "vocab_size": 131072, "hidden_size": 5120,
+                        "intermediate_size": 32768, "num_hidden_layers": 40,
+                        "num_attention_heads": 32, "num_key_value_heads": 8, "head_dim": 128,
+                        "max_position_embeddings": 131072, "tie_word_embeddings": False}},
+        "transformers Mistral3Config defaults (Mistral-Small-3.1-24B-Instruct-2503)"),
+    "vae": FLUX2_VAE,
+}
+
 # Z-Image: the transformer config upstream ai-toolkit writes out for single-file loads
 # (extensions_built_in/diffusion_models/z_image/z_image_l2p_model.py ZIMAGE_DEFAULT_CONFIG,
 # Tongyi-MAI/Z-Image-Turbo transformer/config.json; diffusers' class defaults but for
@@ -315,6 +336,7 @@ REAL_PARTS: dict[tuple[str, str], RealPart] = {
                                        "Wan-AI/Wan2.1-I2V-14B-480P-Diffusers")
        for part, real in (("text_encoder", UMT5_XXL), ("vae", WAN_VAE))},
     **{("aitk/models/example/base", k): v for k, v in _example_base().items()},
+    **{("black-forest-labs/FLUX.2-dev", k): v for k, v in FLUX2_DEV.items()},
     **{(repo, k): v for repo in ("Tongyi-MAI/Z-Image-Turbo", "Tongyi-MAI/Z-Image",
                                  "ostris/Z-Image-De-Turbo") for k, v in ZIMAGE.items()},
 }

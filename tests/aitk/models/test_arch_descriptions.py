@@ -306,7 +306,8 @@ class Watched:
 
 
 # What reads a knob beyond loading, the schedule and a prompt's embedding.
-MORE_READS = {"qwen_image_edit_plus": lambda m: m.control_size((32, 32), (32, 32))}
+MORE_READS = {"qwen_image_edit_plus": lambda m: m.control_size((32, 32), (32, 32)),
+              "flux2": lambda m: m.reference_size((32, 32), (32, 32))}
 
 
 @pytest.mark.parametrize("arch", ARCHS)

@@ -29,11 +29,24 @@ def _trim_klein_layers(module: nn.Module) -> None:
     keep_text_layers(module, max(TEXT_LAYERS) + 1)
 
 
+def _mistral_language_model_to_layer_31(module: nn.Module) -> None:
+    """What flux2 loads of Mistral3ForConditionalGeneration: the language model, cut
+    after layer 31 (one past the deepest read), without the vision side or LM head."""
+    from aitk.models.flux2.model import TEXT_LAYERS
+    from aitk.models.flux2_klein.model import keep_text_layers
+
+    module.model.vision_tower = None
+    module.model.multi_modal_projector = None
+    module.lm_head = None
+    keep_text_layers(module.model.language_model, max(TEXT_LAYERS) + 1)
+
+
 # (arch, subfolder) -> what the arch's loader does to the part after loading it.
 TRIMS: dict[tuple[str, str], Callable[[nn.Module], None]] = {
     ("qwen_image", "text_encoder"): _trim_qwen_vision,
     **{(arch, "text_encoder"): _trim_klein_layers
        for arch in ("flux2_klein_4b", "flux2_klein_9b", "flux2_klein")},
+    ("flux2", "text_encoder"): _mistral_language_model_to_layer_31,
 }
 
 
