@@ -144,6 +144,9 @@ class Lora:
     # With `train.train_text_encoder`: each text encoder's keys in the same file, in the
     # order of the model's text_encoder_parts(); empty: the arch trains its denoiser only.
     text_encoders: tuple[LoraKeys, ...] = ()
+    # The file carries `<module>.alpha` keys; False: alpha is folded into the up weights
+    # (for loaders that refuse any other key, e.g. diffusers' Krea2Pipeline).
+    alpha_keys: bool = True
 
 
 @dataclass(frozen=True)
@@ -233,7 +236,8 @@ class ArchDescription:
             "model_kwargs": list(knob_names(self.model_kwargs)),
             "lora": None if lora is None else {
                 "writes": str(lora.writes), "reads": [str(k) for k in lora.reads],
-                "loaders": list(lora.loaders), "files": list(lora.files)},
+                "loaders": list(lora.loaders), "files": list(lora.files),
+                "alpha_keys": lora.alpha_keys},
             "variants": [{"tag": v.tag, "summary": v.summary, "repos": list(v.repos),
                           "params": v.params} for v in self.variants],
             "defaults": None if self.defaults is None else {

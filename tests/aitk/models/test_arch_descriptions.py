@@ -221,6 +221,7 @@ def test_saved_lora_has_the_layout_the_description_says(arch: str, loaded,
     kohya_paths = {p.replace(".", "_") for p in paths}
     for suffix in lora.files:
         weights = load_file(tmp_path / f"lora{suffix}.safetensors")
+        assert any(k.endswith(".alpha") for k in weights) == lora.alpha_keys
         modules = set()
         for key in weights:
             assert key.startswith(keys.prefix) and key.endswith(suffixes), key

@@ -41,12 +41,18 @@ def _mistral_language_model_to_layer_31(module: nn.Module) -> None:
     keep_text_layers(module.model.language_model, max(TEXT_LAYERS) + 1)
 
 
+def _drop_qwen3_vl_vision(module: nn.Module) -> None:
+    """What krea2 loads of Qwen3VLModel: the language model, no vision tower."""
+    module.visual = None
+
+
 # (arch, subfolder) -> what the arch's loader does to the part after loading it.
 TRIMS: dict[tuple[str, str], Callable[[nn.Module], None]] = {
     ("qwen_image", "text_encoder"): _trim_qwen_vision,
     **{(arch, "text_encoder"): _trim_klein_layers
        for arch in ("flux2_klein_4b", "flux2_klein_9b", "flux2_klein")},
     ("flux2", "text_encoder"): _mistral_language_model_to_layer_31,
+    ("krea2", "text_encoder"): _drop_qwen3_vl_vision,
 }
 
 
