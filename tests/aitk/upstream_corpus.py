@@ -235,6 +235,14 @@ CORPUS: dict[str, tuple[dict[str, Any], str]] = {
         model={"low_vram": True, "extras_name_or_path": "Tongyi-MAI/Z-Image-Turbo"},
         train={"timestep_type": "weighted"},
         sample={"guidance_scale": 3, "sample_steps": 25}), RUNS),
+    "ui_krea2": (_ui_choice("krea2", "krea/Krea-2-Raw", model={"low_vram": True},
+                            train={"timestep_type": "linear"}), RUNS),
+    "ui_krea2_turbo": (_ui_choice(
+        "krea2:turbo", "krea/Krea-2-Turbo",
+        model={"low_vram": True, "assistant_lora_path": "ostris/krea2_turbo_training_adapter/"
+               "krea2_turbo_training_adapter_v1.safetensors"},
+        train={"timestep_type": "linear"},
+        sample={"guidance_scale": 1, "sample_steps": 9}), RUNS),
     "ui_wan22": (_ui_job("wan22_14b:t2v", "ai-toolkit/Wan2.2-T2V-A14B-Diffusers-bf16"),
                  RUNS),
 }
