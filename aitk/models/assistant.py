@@ -16,6 +16,19 @@ exact on float weights, and it works on quantized ones, whose weights cannot be 
 Where the file is: a local `.safetensors` path, a hub file `owner/repo/file.safetensors`
 (Z-Image's and Krea 2's adapters, as upstream's web UI writes them), or a hub repo
 `owner/repo` holding `pytorch_lora_weights.safetensors` (upstream's schnell adapter).
+
+Use (an arch's `load_model`, before quantizing):
+
+    deltas = merge_assistant(transformer, spec, "Z-Image")   # {module path: LoraDelta}
+    ...
+    with removed(transformer, deltas):                        # previews without it
+        ...
+
+`to_internal` maps a file's keys to the module paths of `transformer` when the file is
+not in `diffusion_model.`/`transformer.` + diffusers names (Krea 2's adapter is in
+Krea's own names). The lower-level pieces (`resolve_adapter_file`, `read_lora_file`,
+`merge`) are for other frozen-merge uses of a LoRA file; every failure is one
+ModelLoadError line.
 """
 
 from __future__ import annotations
@@ -30,6 +43,9 @@ from torch import nn
 
 from aitk.adapters.keys import ALPHA_SUFFIX, from_public_keys
 from aitk.errors import AdapterKeyError, ModelLoadError
+
+__all__ = ["LoraDelta", "merge", "merge_assistant", "read_lora_file", "removed",
+           "resolve_adapter_file"]
 
 DOWN, UP = ".lora_A.weight", ".lora_B.weight"
 HUB_REPO_FILE = "pytorch_lora_weights.safetensors"  # what an `owner/repo` adapter holds
