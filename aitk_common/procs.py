@@ -234,14 +234,19 @@ def signal_group(pid: int, signum: int) -> bool:
 
 
 def kill_group(pid: int) -> None:
-    """End the group now (POSIX: SIGKILL to the group; Windows: terminate the child)."""
+    """End the group now (POSIX: SIGKILL to the group; Windows: the child's whole tree
+    with taskkill /T, which has no group signal, then TerminateProcess on the child)."""
     try:
         if os.name == "nt":
-            os.kill(pid, signal.SIGTERM)  # TerminateProcess
+            import subprocess
+
+            subprocess.run(["taskkill", "/F", "/T", "/PID", str(pid)], timeout=30,
+                           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=False)
+            os.kill(pid, signal.SIGTERM)  # TerminateProcess, if taskkill could not
         else:
             os.killpg(pid, signal.SIGKILL)
-    except (ProcessLookupError, PermissionError, OSError):
-        pass  # already gone
+    except (ProcessLookupError, PermissionError, OSError, ValueError):
+        pass  # already gone (or taskkill missing/slow: TerminateProcess was the fallback)
 
 
 def reap_group(pgid: int, grace_s: float) -> None:

@@ -7,15 +7,16 @@ drops what makes installers write elsewhere or import foreign packages.
 from __future__ import annotations
 
 import os
-import signal
 from collections import deque
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, TextIO
 
+from aitk_common import procs
+
 if TYPE_CHECKING:  # imported by each runner below: the many modules that import this
-    import subprocess  # one for clean_env or a type never start a process at all
+    pass  # one for clean_env or a type never start a process at all
 
 # Removed from every child's environment (see design notes: installs broken by these).
 HOSTILE_ENV = frozenset(
@@ -118,36 +119,24 @@ def _run_group(args: tuple[str, ...], env: Mapping[str, str], cwd: Path | None,
     import subprocess
 
     pipe = subprocess.PIPE if capture else None
-    group = ({"start_new_session": True} if os.name != "nt"
-             else {"creationflags": subprocess.CREATE_NEW_PROCESS_GROUP})
     try:
         proc = subprocess.Popen(args, env=dict(env), cwd=cwd, stdin=subprocess.DEVNULL,
                                 stdout=pipe, stderr=pipe, text=True, encoding="utf-8",
-                                errors="replace", **group)
+                                errors="replace", **procs.group_options())
     except OSError as exc:
         return Completed(args, 127, "", str(exc))
     try:
         out, err = proc.communicate(timeout=timeout)
     except subprocess.TimeoutExpired:
-        _kill_group(proc)
+        procs.kill_group(proc.pid)
         out, err = proc.communicate()
         return Completed(args, -1, out or "", err or "", timed_out=True)
     except BaseException:  # Ctrl+C: the group does not get our SIGINT; take it down too
-        _kill_group(proc)
+        procs.kill_group(proc.pid)
         proc.wait()
         raise
     return Completed(args, proc.returncode, out or "", err or "")
 
-
-def _kill_group(proc: subprocess.Popen[str]) -> None:
-    if os.name == "nt":
-        run(["taskkill", "/F", "/T", "/PID", str(proc.pid)], timeout=30)
-        proc.kill()
-        return
-    try:
-        os.killpg(proc.pid, signal.SIGKILL)
-    except ProcessLookupError:
-        pass
 
 def _run_echoed(args: tuple[str, ...], env: dict[str, str], cwd: Path | None,
                 echo: TextIO, keep: int = 200) -> Completed:
