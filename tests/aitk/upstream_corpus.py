@@ -127,6 +127,15 @@ def _ui_choice(arch: str, name_or_path: str, *, model: dict[str, Any] | None = N
     return config
 
 
+def _ui_video(config: dict[str, Any], **sections: dict[str, Any]) -> dict[str, Any]:
+    """A UI job with a video arch's form defaults merged in (`datasets` into the first
+    dataset): what upstream's options.tsx switches on when the arch is picked."""
+    proc = config["config"]["process"][0]
+    for section, values in sections.items():
+        (proc["datasets"][0] if section == "datasets" else proc[section]).update(values)
+    return config
+
+
 def _refused(job: str, process: list[dict[str, Any]], **config: Any) -> dict[str, Any]:
     return {"job": job, "config": {"name": "other", "process": process, **config}}
 
@@ -245,6 +254,13 @@ CORPUS: dict[str, tuple[dict[str, Any], str]] = {
         sample={"guidance_scale": 1, "sample_steps": 9}), RUNS),
     "ui_wan22": (_ui_job("wan22_14b:t2v", "ai-toolkit/Wan2.2-T2V-A14B-Diffusers-bf16"),
                  RUNS),
+    # options.tsx `wan22_5b`: 121 frames at 24 fps, `weighted` timesteps, do_i2v on.
+    "ui_wan22_5b": (_ui_video(_ui_job("wan22_5b", "Wan-AI/Wan2.2-TI2V-5B-Diffusers",
+                                      low_vram=True),
+                              sample={"num_frames": 121, "fps": 24, "width": 768,
+                                      "height": 768},
+                              train={"timestep_type": "weighted"},
+                              datasets={"do_i2v": True, "fps": 24}), RUNS),
 }
 
 

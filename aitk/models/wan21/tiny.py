@@ -111,21 +111,14 @@ def tiny_transformer(sizes: WanSizes, variant: WanVariant):
 
 def build_tiny_wan(target: Path, variant: WanVariant = WAN21, seed: int = 0,
                    sizes: WanSizes = WanSizes(), overwrite: bool = False) -> Path:
-    from diffusers import AutoencoderKLWan, UniPCMultistepScheduler
-    from transformers import ByT5Tokenizer, UMT5Config, UMT5EncoderModel
+    from diffusers import AutoencoderKLWan
 
     target = Path(target)
     if target.exists() and any(target.iterdir()) and not overwrite:
         raise FileExistsError(f"{target} exists and is not empty")
     with staged_dir(target) as tmp:
         torch.manual_seed(seed)
-        ByT5Tokenizer(model_max_length=TEXT_LEN).save_pretrained(tmp / "tokenizer")
-        UMT5EncoderModel(UMT5Config(
-            vocab_size=384, d_model=sizes.text_dim, d_kv=sizes.text_dim // 4,
-            d_ff=sizes.text_dim * 2, num_layers=sizes.text_layers, num_heads=4,
-            relative_attention_num_buckets=8, relative_attention_max_distance=32,
-            dropout_rate=0.0, feed_forward_proj="gated-gelu", is_encoder_decoder=False,
-            use_cache=False)).save_pretrained(tmp / "text_encoder")
+        save_tiny_text_encoder(tmp, sizes)
         AutoencoderKLWan(
             base_dim=sizes.vae_base_dim, z_dim=sizes.z_dim, dim_mult=[1, 2, 2, 2],
             num_res_blocks=1, temperal_downsample=[False, True, True],
@@ -145,10 +138,31 @@ def build_tiny_wan(target: Path, variant: WanVariant = WAN21, seed: int = 0,
             CLIPImageProcessor(size={"shortest_edge": 32},
                                crop_size={"height": 32, "width": 32}
                                ).save_pretrained(tmp / "image_processor")
-        UniPCMultistepScheduler(
-            num_train_timesteps=1000, prediction_type="flow_prediction", use_flow_sigmas=True,
-            flow_shift=3.0, solver_order=2, predict_x0=True, solver_type="bh2",
-            lower_order_final=True, final_sigmas_type="zero",
-        ).save_pretrained(tmp / "scheduler")
+        save_scheduler(tmp, flow_shift=3.0)
         (tmp / "model_index.json").write_text(json.dumps(model_index(variant), indent=2))
     return target
+
+
+# ---- the parts every Wan folder shares (Wan 2.2 5B's tiny builder calls these too) -------
+def save_tiny_text_encoder(folder: Path, sizes: WanSizes) -> None:
+    """tokenizer/ (ByT5) and text_encoder/ (a 1-layer UMT5) under `folder`."""
+    from transformers import ByT5Tokenizer, UMT5Config, UMT5EncoderModel
+
+    ByT5Tokenizer(model_max_length=TEXT_LEN).save_pretrained(folder / "tokenizer")
+    UMT5EncoderModel(UMT5Config(
+        vocab_size=384, d_model=sizes.text_dim, d_kv=sizes.text_dim // 4,
+        d_ff=sizes.text_dim * 2, num_layers=sizes.text_layers, num_heads=4,
+        relative_attention_num_buckets=8, relative_attention_max_distance=32,
+        dropout_rate=0.0, feed_forward_proj="gated-gelu", is_encoder_decoder=False,
+        use_cache=False)).save_pretrained(folder / "text_encoder")
+
+
+def save_scheduler(folder: Path, flow_shift: float) -> None:
+    """scheduler/: UniPC with flow sigmas, as the Wan-AI diffusers repos ship it."""
+    from diffusers import UniPCMultistepScheduler
+
+    UniPCMultistepScheduler(
+        num_train_timesteps=1000, prediction_type="flow_prediction", use_flow_sigmas=True,
+        flow_shift=flow_shift, solver_order=2, predict_x0=True, solver_type="bh2",
+        lower_order_final=True, final_sigmas_type="zero",
+    ).save_pretrained(folder / "scheduler")
