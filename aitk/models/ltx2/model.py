@@ -33,7 +33,9 @@ Conventions at this arch's edges (aitk.models.base):
   alpha is written (both loaders then apply scale 1: the same delta).
 - Previews: LTX2Pipeline with embeds only, classifier-free guidance only (no
   spatio-temporal or modality guidance), frames as a list; the soundtrack the pipeline
-  makes is dropped (aitk writes previews as frames).
+  makes is dropped (aitk writes previews as frames). A sample with `ctrl_img` is image
+  to video (LTX2ImageToVideoPipeline: the picture, resized to the sample size, is the
+  first latent frame), as upstream previews it.
 """
 
 from __future__ import annotations
@@ -54,6 +56,7 @@ from aitk.models.loading import freeze, load_part, load_scheduler
 from aitk.models.ltx2.lora_keys import from_ltx2_keys, to_ltx2_keys
 from aitk.models.ltx2.tiny import TEXT_LEN, build_tiny_ltx2
 from aitk.models.prompt_embeds import AdvancedPromptEmbeds
+from aitk.models.wan21.model import preview_first_frame
 
 FRAME_RATE = 24.0  # LTX-2's native rate: the video RoPE's time axis and the audio length
 # Kept in the float dtype by quantization: the embedders, modulation and output heads.
@@ -218,14 +221,31 @@ class LTX2Model(BaseModel):
         pipeline.set_progress_bar_config(disable=True)
         return pipeline
 
+    def first_frame_pipeline(self, pipeline: Any) -> Any:
+        """Image to video (upstream's previews with `ctrl_img`): LTX2ImageToVideoPipeline
+        on the same parts, which holds the picture's latents as the first latent frame."""
+        from diffusers import LTX2ImageToVideoPipeline
+
+        i2v = LTX2ImageToVideoPipeline(
+            scheduler=pipeline.scheduler, vae=self.vae, audio_vae=self.audio_vae,
+            text_encoder=None, tokenizer=None, connectors=self.connectors,
+            transformer=self.model, vocoder=self.vocoder)
+        i2v.set_progress_bar_config(disable=True)
+        return i2v
+
     def generate_single_image(self, pipeline: Any, gen_config: GenerateImageConfig,
                               conditional_embeds: AdvancedPromptEmbeds,
                               unconditional_embeds: AdvancedPromptEmbeds,
                               generator: torch.Generator) -> Any:
         self.check_sample_size(gen_config, "LTX-2's VAE compresses 32x")
+        inputs: dict[str, Any] = {}
+        if gen_config.ctrl_img:
+            pipeline = self.first_frame_pipeline(pipeline)
+            inputs["image"] = preview_first_frame(gen_config)
         with self.preview_devices():
             return run_pipeline(pipeline, gen_config, conditional_embeds,
-                                unconditional_embeds, generator, self.device, self.dtype)
+                                unconditional_embeds, generator, self.device, self.dtype,
+                                **inputs)
 
     @contextlib.contextmanager
     def preview_devices(self) -> Iterator[None]:
@@ -268,10 +288,12 @@ def padded_prompt(embeds: AdvancedPromptEmbeds, device: torch.device, dtype: tor
 
 def run_pipeline(pipeline: Any, gen_config: GenerateImageConfig,
                  conditional: AdvancedPromptEmbeds, unconditional: AdvancedPromptEmbeds,
-                 generator: torch.Generator, device: torch.device, dtype: torch.dtype) -> Any:
-    """One preview from diffusers' LTX2Pipeline called with embeds only, plain
-    classifier-free guidance (LTX-2.0's behaviour: no cross-modal timestep), at the
-    sample's fps: the list of PIL frames, or one image when num_frames == 1."""
+                 generator: torch.Generator, device: torch.device, dtype: torch.dtype,
+                 **inputs: Any) -> Any:
+    """One preview from diffusers' LTX2Pipeline (or LTX2ImageToVideoPipeline, with
+    `image=`) called with embeds only, plain classifier-free guidance (LTX-2.0's
+    behaviour: no cross-modal timestep), at the sample's fps: the list of PIL frames, or
+    one image when num_frames == 1."""
     embeds, mask = padded_prompt(conditional, device, dtype)
     neg, neg_mask = padded_prompt(unconditional, device, dtype)
     frames = pipeline(
@@ -283,5 +305,5 @@ def run_pipeline(pipeline: Any, gen_config: GenerateImageConfig,
         audio_guidance_scale=gen_config.guidance_scale, guidance_rescale=0.0,
         audio_guidance_rescale=0.0, stg_scale=0.0, audio_stg_scale=0.0, modality_scale=1.0,
         audio_modality_scale=1.0, spatio_temporal_guidance_blocks=None,
-        use_cross_timestep=False, generator=generator, output_type="pil").frames[0]
+        use_cross_timestep=False, generator=generator, output_type="pil", **inputs).frames[0]
     return list(frames) if gen_config.num_frames > 1 else frames[0]

@@ -164,6 +164,42 @@ def test_previews_are_frames_and_one_frame_is_an_image(model: LTX2Model) -> None
         model.generate_images([GenerateImageConfig(prompt="x", width=48, height=SIDE)])
 
 
+def test_ctrl_img_previews_start_the_clip_from_the_picture(model: LTX2Model,
+                                                          tmp_path: Path) -> None:
+    """LTX2ImageToVideoPipeline: every transformer call sees the picture's normalised
+    latents as latent frame 0 (the clip starts from it), and another picture another clip."""
+    red, green = tmp_path / "red.png", tmp_path / "green.png"
+    Image.new("RGB", (SIDE, SIDE), (220, 30, 30)).save(red)
+    Image.new("RGB", (SIDE, SIDE), (30, 220, 30)).save(green)
+    seen: list[torch.Tensor] = []
+    hook = model.model.register_forward_pre_hook(
+        lambda _m, _a, kw: seen.append(kw["hidden_states"].clone()), with_kwargs=True)
+
+    def clip(picture: Path | None) -> np.ndarray:
+        gen = GenerateImageConfig(prompt="a cat", width=SIDE, height=SIDE, sample_steps=2,
+                                  num_frames=FRAMES, guidance_scale=1.0, fps=8, seed=3,
+                                  ctrl_img=str(picture) if picture else None)
+        return frames_array(model.generate_images([gen])[0])
+
+    try:
+        from_red = clip(red)
+    finally:
+        hook.remove()
+    pixels = torch.tensor(np.asarray(Image.open(red)), dtype=torch.float32)
+    first = model.encode_images(pixels.permute(2, 0, 1)[None] / 127.5 - 1)
+    tokens = (SIDE // 32) ** 2  # latent frame 0's tokens lead the packed sequence
+    packed_first = first[:, :, 0].flatten(2).transpose(1, 2)
+    assert len(seen) == 2
+    for hidden in seen:
+        # The pipeline encodes the picture on its own path (measured: within 1.1e-3 of
+        # encode_images); the other tokens are unit noise, far outside this tolerance.
+        assert torch.allclose(hidden[:, :tokens], packed_first, atol=5e-3)
+        assert (hidden[:, tokens:] - first[:, :, 0].flatten(2).transpose(1, 2)
+                ).abs().max() > 0.5
+    assert np.abs(from_red - clip(green)).max() > 4 / 255
+    assert np.abs(from_red - clip(None)).max() > 4 / 255
+
+
 # ---- the job: files, Ctrl+C and exact resume ------------------------------------------
 @pytest.fixture(scope="module")
 def trained(tmp_path_factory: pytest.TempPathFactory, ltx_dir: Path) -> Path:
