@@ -267,9 +267,6 @@ class LTX2Model(BaseModel):
         """VAE 32 x patch 1."""
         return self.vae.spatial_compression_ratio * self.model.config.patch_size
 
-    def unload_text_encoder(self) -> None:
-        self.text_encoder = None
-
 
 # ---- shared helpers (the trainer and the interop tests call the same ones) ------------
 def padded_prompt(embeds: AdvancedPromptEmbeds, device: torch.device, dtype: torch.dtype
