@@ -15,6 +15,10 @@ anything else failed). `errors` holds a bad config's problems as data:
 file). `started` and `updated` are Unix times. The file is replaced atomically, so a
 reader never sees half of one.
 
+`python -m aitk caption` writes the same file (when `$AITK_STATUS_FILE` is set): phase
+loading, then captioning with `step`/`total_steps` counting files and `message` naming
+the last one; `name` is "caption: FOLDER".
+
 Where: `$AITK_STATUS_FILE` when set (the server gives each job its own), else
 `training_folder/NAME/status.json`.
 """
@@ -43,6 +47,7 @@ class Phase(str, Enum):
     TRAINING = "training"
     SAMPLING = "sampling"
     SAVING = "saving"
+    CAPTIONING = "captioning"  # `python -m aitk caption`: step/total_steps count files
     FINISHED = "finished"
     STOPPED = "stopped"
     FAILED = "failed"

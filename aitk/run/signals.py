@@ -35,18 +35,19 @@ class StopFlag:
     an interrupted save leaves only a temp folder, removed at the next start.
     """
 
-    def __init__(self, say: Callable[[str], None] = lambda m: print(m, file=sys.stderr)
-                 ) -> None:
+    def __init__(self, say: Callable[[str], None] = lambda m: print(m, file=sys.stderr),
+                 notice: str = "stopping after this step and saving a checkpoint") -> None:
         self.requested = False
         self.say = say
+        self.notice = notice  # what the first signal does (`aitk caption` says its own)
 
     def handle(self, signum: int, frame: Any) -> None:
         if self.requested:
             raise KeyboardInterrupt
         self.requested = True
         try:  # after SIGHUP the terminal may be gone: saving matters more than saying so
-            self.say(f"\n{signal.Signals(signum).name}: stopping after this step and "
-                     "saving a checkpoint; press Ctrl+C again to stop at once")
+            self.say(f"\n{signal.Signals(signum).name}: {self.notice}; press Ctrl+C again "
+                     "to stop at once")
         except (OSError, ValueError):
             pass
 
