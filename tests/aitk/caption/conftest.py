@@ -1,5 +1,5 @@
-"""The tiny random Qwen2.5-VL (aitk.caption.tiny), built once per session in a folder
-whose path has a space, and a small dataset folder for each test."""
+"""The tiny random Qwen2.5-VL and Qwen3-VL (aitk.caption.tiny), each built once per
+session in a folder whose path has a space, and a small dataset folder for each test."""
 
 from __future__ import annotations
 
@@ -13,7 +13,14 @@ from tests.aitk.aitk_testing import write_image
 
 @pytest.fixture(scope="session")
 def tiny_vlm(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Qwen2.5-VL, the default model's family."""
     return build_tiny_vlm(tmp_path_factory.mktemp("caption models") / "tiny vlm")
+
+
+@pytest.fixture(scope="session")
+def tiny_qwen3_vl(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return build_tiny_vlm(tmp_path_factory.mktemp("caption models") / "tiny qwen3 vl",
+                          family="qwen3_vl")
 
 
 @pytest.fixture

@@ -56,6 +56,14 @@ def test_captions_only_the_files_without_one_and_keeps_the_rest(
     assert {p: p.stat().st_mtime_ns for p in dataset.glob("*.txt")} == before
 
 
+def test_a_qwen3_vl_model_captions_through_the_same_command(
+        dataset: Path, tiny_qwen3_vl: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert caption(dataset, tiny_qwen3_vl, "--trigger", "ohwx") == 0
+    assert sorted(captions(dataset)) == ["a.txt", "b.txt", "c.txt"]
+    assert captions(dataset)["c.txt"].startswith("ohwx")
+    assert "captioned 2/2: c.jpg" in capsys.readouterr().out
+
+
 def test_overwrite_captions_every_file_again(dataset: Path, tiny_vlm: Path) -> None:
     (dataset / "a.txt").write_text("old caption")
     assert caption(dataset, tiny_vlm, "--overwrite") == 0
