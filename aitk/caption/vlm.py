@@ -147,10 +147,12 @@ class Captioner:
             tokenizer = AutoTokenizer.from_pretrained(where)
             image_processor = AutoImageProcessor.from_pretrained(where, backend="pil")
             model_class = getattr(transformers, self.family.model_class)
-            self.model = model_class.from_pretrained(where, dtype=_dtype(device))
+            # Straight onto the device: a 7B model never sits whole in RAM first.
+            self.model = model_class.from_pretrained(where, dtype=_dtype(device),
+                                                     device_map=device)
         except (OSError, ValueError, KeyError) as exc:
             raise _load_error(source, exc) from None
-        self.model.to(device).eval()
+        self.model.eval()
         self.tokenizer, self.device, self.max_new_tokens = tokenizer, device, max_new_tokens
         self.inputs = VisionTextInputs(tokenizer, image_processor)
         self.text = chat_text(self.family, prompt)

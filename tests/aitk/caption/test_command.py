@@ -259,3 +259,15 @@ def test_ctrl_c_stops_the_command_after_the_current_file(tmp_path: Path,
     assert "stopping after the current file" in err and "Traceback" not in err
     final = read_status(tmp_path / "status.json")
     assert final is not None and (final.phase, final.exit_code) == (Phase.STOPPED, 130)
+
+
+@pytest.mark.skipif(not hasattr(os, "geteuid") or os.geteuid() == 0,
+                    reason="root writes anywhere; permissions need another user")
+def test_a_read_only_dataset_is_refused_before_the_model_loads(
+        dataset: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    dataset.chmod(0o555)
+    try:
+        assert main([str(dataset), "--model", str(dataset / "no such model")]) == 2
+    finally:
+        dataset.chmod(0o755)
+    assert "is not writable" in capsys.readouterr().err
