@@ -8,7 +8,9 @@ Adding an arch is its folder plus its folder name here.
 ARCH_FOLDERS: tuple[str, ...] = (
     "example", "chroma", "flux", "flux2", "flux2_klein", "flux_kontext", "krea2",
     "ltx2",
-    "prx_pixel", "qwen_image", "qwen_image_edit", "sdxl", "stable_diffusion", "wan21",
+    "prx_pixel", "qwen_image", "qwen_image_edit",
+    "sd3",
+    "sdxl", "stable_diffusion", "wan21",
     "wan22",
     "wan22_5b",
     "zimage",
