@@ -191,6 +191,17 @@ def test_diffusers_load_lora_weights_reproduces_the_trainer_preview(sd3_dir: Pat
     assert_loaded_lora_reproduces(ours, pipe, lora, theirs)
 
 
+def test_bf16_model_previews_through_the_float32_vae(sd3_dir: Path) -> None:
+    """The transformer and text encoders in bf16, the VAE in float32 (as loaded): the
+    pipeline's latents are decoded by the model's own float32 decode."""
+    model = SD3Model(model_cfg("sd3", sd3_dir), dtype=torch.bfloat16)
+    model.load_model()
+    assert model.vae.dtype == torch.float32 and model.model.dtype == torch.bfloat16
+    [image] = model.generate_images([GenerateImageConfig("a red circle", width=32,
+                                                         height=32, sample_steps=2)])
+    assert image.size == (32, 32)
+
+
 # ComfyUI's SD3 LoRA map (comfy/lora.py `model_lora_keys_unet`, SD3 branch): a key
 # `transformer.<diffusers name>` targets the MMDiT weight comfy.utils.mmdit_to_diffusers
 # pairs with `<diffusers name>.weight`, in joint block i. q/k/v are row slices of one
