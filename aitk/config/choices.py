@@ -7,7 +7,7 @@ from __future__ import annotations
 
 # train.timestep_type (aitk.diffusion.timesteps documents each one).
 TIMESTEP_TYPES = ("sigmoid", "logit_normal", "linear", "uniform", "weighted", "shift",
-                  "flux_shift", "lognorm_blend", "next_sample")
+                  "flux_shift", "lumina2_shift", "lognorm_blend", "next_sample")
 # train.content_or_style: which end of the noise range timesteps lean to (upstream's
 # names; the web form calls them Balanced, High Noise, Low Noise).
 TIMESTEP_BIASES = ("balanced", "content", "style")

@@ -13,7 +13,7 @@ timesteps t = 1000 s, where 1000 is pure noise.
 - `weighted`: s ~ U(0, 1), and each item's loss is weighted by a bell curve over s
   (peak at 0.5, mean weight 1), the same emphasis as `sigmoid` without skipping the
   ends of the range.
-- `shift`, `flux_shift`: s ~ U(0, 1), then shifted the way the model's own sampler
+- `shift`, `flux_shift`, `lumina2_shift`: s ~ U(0, 1), then shifted the way the model's own sampler
   shifts its schedule (`FlowShift`): resolution-dependent for models with dynamic
   shifting (Flux, Qwen-Image), by the model's fixed `shift` otherwise. Training then
   spends its steps on the noise levels the sampler will visit.
@@ -41,7 +41,7 @@ import torch
 
 from aitk.config.choices import TIMESTEP_BIASES, TIMESTEP_TYPES
 
-SHIFTED_TYPES = ("shift", "flux_shift")
+SHIFTED_TYPES = ("shift", "flux_shift", "lumina2_shift")  # upstream: three names, one rule
 # lognorm_blend: the log-normal's sigma, its share of the mixture, and the divisor M.
 BLEND_SIGMA, BLEND_SHARE = 1.0 / 3.0, 0.75
 BLEND_MAX = math.exp(3.0 * BLEND_SIGMA)

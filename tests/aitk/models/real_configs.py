@@ -289,6 +289,23 @@ SD2_TEXT = RealPart("transformers", "CLIPTextModel", {
 SD_VAE = RealPart("diffusers", "AutoencoderKL", {**SDXL_VAE.config, "sample_size": 512,
                                                  "scaling_factor": 0.18215},
                   "kohya-ss/sd-scripts library/model_util.py create_vae_diffusers_config")
+# Lumina-Image 2.0: transformer/config.json of Alpha-VLLM/Lumina-Image-2.0 (diffusers'
+# Lumina2Transformer2DModel defaults are this model, but for the caption width: Gemma 2
+# 2B's 2304) and google/gemma-2-2b's config.json (its text_encoder); FLUX.1's VAE.
+LUMINA2 = {
+    "transformer": RealPart("diffusers", "Lumina2Transformer2DModel", {
+        "sample_size": 128, "patch_size": 2, "in_channels": 16, "hidden_size": 2304,
+        "num_layers": 26, "num_refiner_layers": 2, "num_attention_heads": 24,
+        "num_kv_heads": 8, "multiple_of": 256, "ffn_dim_multiplier": None,
+        "norm_eps": 1e-5, "axes_dim_rope": [32, 32, 32], "axes_lens": [300, 512, 512],
+        "cap_feat_dim": 2304}, "Alpha-VLLM/Lumina-Image-2.0 transformer/config.json"),
+    "text_encoder": RealPart("transformers", "Gemma2Model", {
+        "vocab_size": 256000, "hidden_size": 2304, "intermediate_size": 9216,
+        "num_hidden_layers": 26, "num_attention_heads": 8, "num_key_value_heads": 4,
+        "head_dim": 256}, "google/gemma-2-2b config.json (Lumina-Image-2.0 text_encoder)"),
+    "vae": FLUX_VAE,
+}
+
 # SD 3.5: transformer/config.json of stabilityai/stable-diffusion-3.5-large and -medium
 # (diffusers' convert_sd3_to_diffusers.py derives them from the checkpoints; e.g. as
 # tenstorrent/tt-forge-models writes both out). The text encoders are CLIP-L and bigG
@@ -406,6 +423,7 @@ REAL_PARTS: dict[tuple[str, str], RealPart] = {
     # Kontext dev has FLUX.1 dev's shapes (guidance embedding included).
     **{("black-forest-labs/FLUX.1-Kontext-dev", k): v for k, v in
        {**FLUX1, "transformer": _flux1(True)}.items()},
+    **{("Alpha-VLLM/Lumina-Image-2.0", k): v for k, v in LUMINA2.items()},
     ("lodestones/Chroma1-HD", "transformer"): RealPart(
         "diffusers", "ChromaTransformer2DModel", {
             "patch_size": 1, "in_channels": 64, "num_layers": 19, "num_single_layers": 38,
