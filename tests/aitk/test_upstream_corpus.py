@@ -154,12 +154,13 @@ def test_ddpm_jobs_list_only_this_machines_problems(name, dataset):
 
 def test_unsupported_arch_stops_before_any_other_problem(tmp_path, dataset, capsys):
     config, _ = corpus_entry("hidream", str(dataset))
+    config["config"]["process"][0]["model"]["arch"] = "omnigen2"  # upstream's, not aitk's
     config["config"]["process"][0]["train"]["stpes"] = 5  # would be an error too
-    assert "hidream" not in catalog.builtin_archs()
-    code = run_main([str(_write(tmp_path, "hidream", config)), "--check"])
+    assert "omnigen2" not in catalog.builtin_archs()
+    code = run_main([str(_write(tmp_path, "omnigen2", config)), "--check"])
     err = capsys.readouterr().err
     assert code == 2 and len(err.strip().splitlines()) == 1
-    assert "arch 'hidream' is not supported yet" in err
+    assert "arch 'omnigen2' is not supported yet" in err
 
 
 def test_refusals_through_the_real_run_py(tmp_path, dataset):

@@ -223,7 +223,10 @@ CORPUS: dict[str, tuple[dict[str, Any], str]] = {
         "config.process[0].type: process type 'concept_slider' (concept slider training) "
         "is not supported by aitk"),
     "ui_flex1": (_ui_job("flex1", "ostris/Flex.1-alpha"), RUNS),
-    "ui_lumina2": (_ui_job("lumina2", "Alpha-VLLM/Lumina-Image-2.0", quantize=False), RUNS),
+    "ui_hidream": (_ui_choice("hidream", "HiDream-ai/HiDream-I1-Full",
+                              train={"lr": 0.0002, "timestep_type": "shift"}), RUNS),
+    "ui_lumina2": (_ui_choice("lumina2", "Alpha-VLLM/Lumina-Image-2.0",
+                              model={"quantize": False}), RUNS),
     "ui_qwen_image": (_ui_job("qwen_image", "Qwen/Qwen-Image"), RUNS),
     "ui_flux2_klein": (_ui_job("flux2_klein_4b", "black-forest-labs/FLUX.2-klein-base-4B"),
                        RUNS),

@@ -6,7 +6,7 @@ Adding an arch is its folder plus its folder name here.
 """
 
 ARCH_FOLDERS: tuple[str, ...] = (
-    "example", "chroma", "flux", "flux2", "flux2_klein", "flux_kontext", "krea2",
+    "example", "chroma", "flux", "flux2", "flux2_klein", "flux_kontext", "hidream", "krea2",
     "ltx2",
     "lumina2",
     "prx_pixel", "qwen_image", "qwen_image_edit",

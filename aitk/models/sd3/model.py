@@ -17,7 +17,7 @@ text_encoder_3/ tokenizer_3/ vae/ scheduler/`.
 - Training schedule: flow matching, target `noise - clean`, with the fixed shift of the
   model's scheduler config (3.0) for `timestep_type: shift`.
 - LoRA files: `transformer.` + diffusers module names, alpha folded into `lora_B`
-  (see `fold_alphas`), which diffusers' `StableDiffusion3Pipeline.load_lora_weights`
+  (aitk.models.sd3.lora_keys), which diffusers' `StableDiffusion3Pipeline.load_lora_weights`
   and ComfyUI both read; `diffusion_model.` files and files with `.alpha` read back.
 - `low_vram`: the text encoders stay on the CPU except while embedding, the VAE except
   while encoding/decoding.
@@ -30,12 +30,13 @@ from typing import Any
 
 import torch
 
-from aitk.adapters.keys import ALPHA_SUFFIX, from_public_keys
+from aitk.adapters.keys import from_public_keys
 from aitk.diffusion.noise import NoiseSchedule, NoiseSettings
 from aitk.errors import ModelLoadError
 from aitk.models import kl_latents
 from aitk.models.base import BaseModel, GenerateImageConfig
 from aitk.models.prompt_embeds import AdvancedPromptEmbeds
+from aitk.models.sd3.lora_keys import fold_alphas, unfolded_alphas
 
 PARTS = ("transformer", "text_encoder", "tokenizer", "text_encoder_2", "tokenizer_2",
          "text_encoder_3", "tokenizer_3", "vae", "scheduler")
@@ -47,36 +48,6 @@ TRANSFORMER_QUANT_EXCLUDE = ("pos_embed", "pos_embed.*", "context_embedder",
                              "norm_out.*", "proj_out")
 TE_QUANT_EXCLUDE = ("*embeddings*", "text_projection")
 T5_TOKENS = 256  # StableDiffusion3Pipeline's max_sequence_length default, upstream's too
-LORA_UP, LORA_DOWN = ".lora_B.weight", ".lora_A.weight"
-
-
-def fold_alphas(state_dict: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
-    """LoRA modules' `alpha` folded into their up weights (B * alpha / rank), the alpha
-    entries dropped: the delta B @ A * alpha / rank is unchanged and a reader that
-    applies scale 1 without an alpha (diffusers, ComfyUI) gets it. Modules of other
-    adapter kinds (LoKr) keep their alpha."""
-    out = dict(state_dict)
-    for key in [k for k in state_dict if k.endswith(ALPHA_SUFFIX)]:
-        module = key[: -len(ALPHA_SUFFIX)]
-        up, down = module + LORA_UP, module + LORA_DOWN
-        if up in out and down in out:
-            rank = out[down].shape[0]
-            alpha = float(out.pop(key))
-            out[up] = (out[up].float() * (alpha / rank)).to(out[up].dtype)
-    return out
-
-
-def unfolded_alphas(state_dict: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
-    """The inverse reading: a LoRA module without an alpha has alpha = rank (scale 1),
-    which the adapter then rescales to its own alpha."""
-    out = dict(state_dict)
-    for key in [k for k in state_dict if k.endswith(LORA_DOWN)]:
-        module = key[: -len(LORA_DOWN)]
-        out.setdefault(module + ALPHA_SUFFIX,
-                       torch.tensor(float(state_dict[key].shape[0])))
-    return out
-
-
 class SD3Model(BaseModel):
     arch = "sd3"
     use_old_lokr_format = False

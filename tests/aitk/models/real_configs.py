@@ -289,6 +289,26 @@ SD2_TEXT = RealPart("transformers", "CLIPTextModel", {
 SD_VAE = RealPart("diffusers", "AutoencoderKL", {**SDXL_VAE.config, "sample_size": 512,
                                                  "scaling_factor": 0.18215},
                   "kohya-ss/sd-scripts library/model_util.py create_vae_diffusers_config")
+# HiDream-I1 (Full, Dev and Fast share the shapes): transformer/config.json as diffusers'
+# convert_hidream_to_diffusers.py writes it; Llama 3.1 8B Instruct's config.json (the
+# base LlamaModel aitk loads as text_encoder_4); T5-XXL and FLUX.1's VAE as above.
+HIDREAM = {
+    "transformer": RealPart("diffusers", "HiDreamImageTransformer2DModel", {
+        "patch_size": 2, "in_channels": 16, "out_channels": 16, "num_layers": 16,
+        "num_single_layers": 32, "attention_head_dim": 128, "num_attention_heads": 20,
+        "caption_channels": [4096, 4096], "text_emb_dim": 2048, "num_routed_experts": 4,
+        "num_activated_experts": 2, "axes_dims_rope": [64, 32, 32],
+        "max_resolution": [128, 128], "llama_layers": [*range(32), *[31] * 16]},
+        "HiDream-ai/HiDream-I1-Full transformer/config.json (diffusers' conversion script)"),
+    "text_encoder_3": T5_XXL,
+    "text_encoder_4": RealPart("transformers", "LlamaModel", {
+        "vocab_size": 128256, "hidden_size": 4096, "intermediate_size": 14336,
+        "num_hidden_layers": 32, "num_attention_heads": 32, "num_key_value_heads": 8,
+        "max_position_embeddings": 131072, "tie_word_embeddings": False},
+        "meta-llama/Llama-3.1-8B-Instruct config.json (HiDream's text_encoder_4)"),
+    "vae": FLUX_VAE,
+}
+
 # Lumina-Image 2.0: transformer/config.json of Alpha-VLLM/Lumina-Image-2.0 (diffusers'
 # Lumina2Transformer2DModel defaults are this model, but for the caption width: Gemma 2
 # 2B's 2304) and google/gemma-2-2b's config.json (its text_encoder); FLUX.1's VAE.
@@ -423,6 +443,8 @@ REAL_PARTS: dict[tuple[str, str], RealPart] = {
     # Kontext dev has FLUX.1 dev's shapes (guidance embedding included).
     **{("black-forest-labs/FLUX.1-Kontext-dev", k): v for k, v in
        {**FLUX1, "transformer": _flux1(True)}.items()},
+    **{(f"HiDream-ai/HiDream-I1-{tag}", k): v for tag in ("Full", "Dev", "Fast")
+       for k, v in HIDREAM.items()},
     **{("Alpha-VLLM/Lumina-Image-2.0", k): v for k, v in LUMINA2.items()},
     ("lodestones/Chroma1-HD", "transformer"): RealPart(
         "diffusers", "ChromaTransformer2DModel", {

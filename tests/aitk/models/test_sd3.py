@@ -17,7 +17,8 @@ from safetensors.torch import load_file, save_file
 from aitk.adapters import AdapterNetwork
 from aitk.cli.run import main as cli_main
 from aitk.models.base import GenerateImageConfig
-from aitk.models.sd3.model import SD3Model, fold_alphas
+from aitk.models.sd3.lora_keys import fold_alphas
+from aitk.models.sd3.model import SD3Model
 from tests.aitk.models.arch_checks import (
     ALPHA,
     STEPS,
