@@ -27,6 +27,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from aitk.audit.dataset import DatasetOptions, audit_dataset
+from aitk.config import optimizers
 from aitk.config.loading import LoadedConfig
 from aitk.config.schema import ProcessConfig
 from aitk.findings import Finding, Level, error, info, warning
@@ -64,10 +65,13 @@ def _device(where: str, proc: ProcessConfig, loaded: LoadedConfig) -> list[Findi
 
 
 def _optimizer(where: str, proc: ProcessConfig, loaded: LoadedConfig) -> list[Finding]:
-    if proc.train.optimizer == "adamw8bit" and importlib.util.find_spec("bitsandbytes") \
-            is None:
-        return [error(f"{where}.train.optimizer", "adamw8bit needs bitsandbytes, which is "
-                      "not installed", "use `optimizer: adamw` or install bitsandbytes",
+    spec = optimizers.OPTIMIZERS[proc.train.optimizer]
+    missing = optimizers.missing_packages(spec)
+    if missing:
+        names = " and ".join(p.name for p in missing)
+        return [error(f"{where}.train.optimizer", f"{spec.name} needs {names}, which "
+                      f"{'is' if len(missing) == 1 else 'are'} not installed",
+                      "run `python -m manager sync`, or use `optimizer: adamw`",
                       "optimizer")]
     return []
 

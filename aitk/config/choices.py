@@ -15,3 +15,6 @@ TIMESTEP_BIASES = ("balanced", "content", "style")
 LOSS_TYPES = ("mse", "mae", "pseudo_huber", "wavelet", "stepped")
 # model.qtype / model.qtype_te: optimum-quanto weight types (aitk.models.quantize).
 QTYPES = ("qfloat8", "qint8", "qint4")
+# train.lr_scheduler (aitk.run.optim.lr_at computes each one from the step alone).
+LR_SCHEDULERS = ("constant", "constant_with_warmup", "linear", "cosine",
+                 "cosine_with_restarts", "step")

@@ -24,13 +24,24 @@ from typing import Annotated, Any, Literal
 from pydantic import (
     AfterValidator,
     BaseModel,
+    BeforeValidator,
     ConfigDict,
     Field,
     ValidationError,
+    ValidationInfo,
+    create_model,
+    field_validator,
     model_validator,
 )
 
-from aitk.config.choices import LOSS_TYPES, QTYPES, TIMESTEP_BIASES, TIMESTEP_TYPES
+from aitk.config import optimizers
+from aitk.config.choices import (
+    LOSS_TYPES,
+    LR_SCHEDULERS,
+    QTYPES,
+    TIMESTEP_BIASES,
+    TIMESTEP_TYPES,
+)
 
 
 class _Strict(BaseModel):
@@ -126,15 +137,30 @@ class SampleConfig(_Strict):
         return [SampleItem(prompt=p) for p in self.prompts]
 
 
-class OptimizerParams(_Strict):
-    weight_decay: float = 0.01
-    betas: tuple[float, float] = (0.9, 0.999)
-    eps: float = 1e-8
+def _optimizer_name(value: Any) -> Any:
+    """Upstream's spellings (any case, `prodigyopt`, `adamw8`) -> aitk's names."""
+    return optimizers.canonical(value) if isinstance(value, str) else value
+
+
+def _params_model(name: str) -> type[BaseModel]:
+    """The pydantic model of one optimizer's `optimizer_params` (aitk.config.optimizers)."""
+    spec = optimizers.OPTIMIZERS[name]
+    fields: dict[str, Any] = {key: (kind | None, None) for key, kind in spec.params.items()}
+    return create_model(f"{name}_params", __config__=ConfigDict(extra="forbid"), **fields)
 
 
 class LRSchedulerParams(_Strict):
     warmup_steps: Annotated[int, Field(ge=0)] = 0
-    eta_min: Annotated[float, Field(ge=0.0)] = 0.0  # floor of linear/cosine decay
+    eta_min: Annotated[float, Field(ge=0.0)] = 0.0  # floor of the decay (and restarts)
+    # cosine_with_restarts: the first cycle's length in steps (torch's CosineAnnealing-
+    # WarmRestarts `T_0`; upstream's `total_iters`), each next cycle T_mult times longer.
+    # Unset: one cycle over the whole run (upstream's default).
+    T_0: PositiveInt | None = None  # noqa: N815 - torch's and upstream's name
+    total_iters: PositiveInt | None = None
+    T_mult: PositiveInt = 1  # noqa: N815
+    # step: the LR is multiplied by gamma every step_size steps (torch's StepLR).
+    step_size: PositiveInt | None = None
+    gamma: Annotated[float, Field(gt=0.0)] = 0.1
 
 
 class EMAConfig(_Strict):
@@ -171,9 +197,11 @@ class TrainConfig(_Strict):
     # rate is `text_encoder_lr` (unset: `lr`), on the same schedule.
     train_text_encoder: bool = False
     text_encoder_lr: Annotated[float, Field(gt=0.0)] | None = None
-    optimizer: Literal["adamw", "adamw8bit"] = "adamw"
-    optimizer_params: OptimizerParams = OptimizerParams()
-    lr_scheduler: Literal["constant", "constant_with_warmup", "linear", "cosine"] = "constant"
+    # aitk.config.optimizers lists them, with the packages they need and their settings.
+    optimizer: Annotated[Literal[optimizers.NAMES],  # type: ignore[valid-type]
+                         BeforeValidator(_optimizer_name)] = "adamw"
+    optimizer_params: dict[str, Any] = {}
+    lr_scheduler: Literal[LR_SCHEDULERS] = "constant"  # type: ignore[valid-type]
     lr_scheduler_params: LRSchedulerParams = LRSchedulerParams()
     max_grad_norm: Annotated[float, Field(ge=0.0)] = 1.0
     dtype: Literal["fp32", "float32", "bf16", "bfloat16"] = "fp32"
@@ -215,6 +243,40 @@ class TrainConfig(_Strict):
     skip_first_sample: bool = False
     disable_sampling: bool = False
     seed: int = 42
+
+    @field_validator("optimizer_params")
+    @classmethod
+    def _known_optimizer_params(cls, value: dict[str, Any], info: ValidationInfo
+                                ) -> dict[str, Any]:
+        """Each optimizer's own settings, checked by name and type; unset ones are left to
+        aitk.config.optimizers' defaults."""
+        name = info.data.get("optimizer")
+        if name is None:  # the optimizer itself is wrong: that error says it
+            return value
+        valid = optimizers.OPTIMIZERS[name].params
+        unknown = sorted(k for k in value if k not in valid)
+        if unknown:
+            raise ValueError(f"{', '.join(map(repr, unknown))} "
+                             f"{'is not a setting' if len(unknown) == 1 else 'are not settings'}"
+                             f" of optimizer {name}; its settings: {', '.join(valid)}")
+        try:
+            checked = _params_model(name).model_validate(value)
+        except ValidationError as exc:
+            first = exc.errors()[0]
+            raise ValueError(f"{'.'.join(map(str, first['loc']))}: {first['msg'].lower()} "
+                             f"(got {first.get('input')!r})") from None
+        return checked.model_dump(exclude_none=True)
+
+    @model_validator(mode="after")
+    def _schedule_settings(self) -> TrainConfig:
+        if self.lr_scheduler == "step" and self.lr_scheduler_params.step_size is None:
+            raise ValueError("lr_scheduler step needs lr_scheduler_params.step_size (the LR "
+                             "is multiplied by gamma every step_size steps)")
+        p = self.lr_scheduler_params
+        if p.T_0 is not None and p.total_iters is not None and p.T_0 != p.total_iters:
+            raise ValueError("lr_scheduler_params: set T_0 or total_iters (the same "
+                             "setting), not both")
+        return self
 
     @model_validator(mode="after")
     def _one_accumulation_key(self) -> TrainConfig:
@@ -372,7 +434,6 @@ SECTION_NAMES: dict[type[BaseModel], str] = {
     JobConfig: "job", JobSection: "config", ProcessConfig: "process",
     NetworkConfig: "network", NetworkKwargs: "network.network_kwargs", SaveConfig: "save",
     SampleConfig: "sample", SampleItem: "sample.samples", TrainConfig: "train",
-    OptimizerParams: "train.optimizer_params",
     LRSchedulerParams: "train.lr_scheduler_params", EMAConfig: "train.ema_config",
     ValidationConfig: "train.validation_config",
     ValidationItem: "train.validation_config.validation_items", ModelConfig: "model",

@@ -22,7 +22,7 @@ from aitk.data.batches import BatchSource
 from aitk.data.dataset import Item, scan_folder
 from aitk.errors import DatasetError, DeviceUnavailable, ModelError
 from aitk.run.ema import AdapterEMA
-from aitk.run.optim import Schedule, build_optimizer
+from aitk.run.optim import Schedule, build_optimizer, schedule_from_config
 
 TRAIN_DTYPES = {"fp32": torch.float32, "float32": torch.float32,
                 "bf16": torch.bfloat16, "bfloat16": torch.bfloat16}
@@ -202,11 +202,9 @@ def attach_adapter(proc: ProcessConfig, model: Any, items: list[Item],
     if tr.gradient_checkpointing:
         enable_gradient_checkpointing(module)
     params = list(network.trainable_parameters())
-    opt = tr.optimizer_params
     optimizer = build_optimizer(tr.optimizer, parameter_groups(network, proc), tr.lr,
-                                opt.weight_decay, opt.betas, opt.eps)
-    schedule = Schedule(tr.lr, tr.steps, tr.lr_scheduler,
-                        tr.lr_scheduler_params.warmup_steps, tr.lr_scheduler_params.eta_min)
+                                tr.optimizer_params)
+    schedule = schedule_from_config(tr)
     data = BatchSource(items, tr.batch_size, tr.seed, latents, model.encode_images, embeds,
                        control_embeds)
     ema = AdapterEMA(params, tr.ema_config.ema_decay) if tr.ema_config.use_ema else None
