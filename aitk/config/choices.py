@@ -18,3 +18,5 @@ QTYPES = ("qfloat8", "qint8", "qint4")
 # train.lr_scheduler (aitk.run.optim.lr_at computes each one from the step alone).
 LR_SCHEDULERS = ("constant", "constant_with_warmup", "linear", "cosine",
                  "cosine_with_restarts", "step")
+# datasets[].augments (aitk.data.augment implements each one).
+AUGMENTS = ("ColorJitter", "RandomEqualize")

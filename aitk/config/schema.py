@@ -36,6 +36,7 @@ from pydantic import (
 
 from aitk.config import optimizers
 from aitk.config.choices import (
+    AUGMENTS,
     LOSS_TYPES,
     LR_SCHEDULERS,
     QTYPES,
@@ -220,6 +221,8 @@ class TrainConfig(_Strict):
     # Multi-expert models (wan22_14b): train one expert for this many micro-batches,
     # then the other (upstream's key).
     switch_boundary_every: PositiveInt = 1
+    # Regularization datasets (`datasets[].is_reg`): how much their loss counts.
+    reg_weight: Annotated[float, Field(ge=0.0)] = 1.0
     loss_type: Literal[LOSS_TYPES] = "mse"  # type: ignore[valid-type]
     # Extra loss terms (aitk.run.objectives), each as upstream.
     diff_output_preservation: bool = False
@@ -357,6 +360,29 @@ class DatasetConfig(_Strict):
     # on with train.diff_output_preservation too; its class word wins over train's.
     diff_output_preservation: bool = False
     diff_output_preservation_class: str = ""
+    # Video archs: each video's own length at `fps` (snapped to 4k+1) instead of
+    # num_frames; `trim_auto_frame_count_tail` takes the frames from the start at fps
+    # and drops the few left over (false: spread over the whole clip).
+    auto_frame_count: bool = False
+    trim_auto_frame_count_tail: bool = True
+    # Batches come from one dataset at a time (as upstream); unset: train.batch_size.
+    batch_size: PositiveInt | None = None
+    # Regularization (aitk.data.batches): its own batch order, every other step, loss
+    # times train.reg_weight, the trigger word not added; prior_reg: trained toward the
+    # base model's own prediction.
+    is_reg: bool = False
+    prior_reg: bool = False
+    loss_multiplier: Annotated[float, Field(ge=0.0)] = 1.0
+    # Augmentation (aitk.data.augment): mirrored copies, and random transforms per draw.
+    flip_x: bool = False
+    flip_y: bool = False
+    augments: list[Literal[AUGMENTS]] = []  # type: ignore[valid-type]
+    # Caption changes per draw (aitk.data.captions).
+    shuffle_tokens: bool = False
+    keep_tokens: Annotated[int, Field(ge=0)] = 0
+    token_dropout_rate: Probability = 0.0
+    random_triggers: list[str] | str = []  # a list, or a text file with one per line
+    random_triggers_max: PositiveInt = 1
 
     @property
     def control_paths(self) -> list[str]:

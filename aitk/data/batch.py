@@ -28,6 +28,9 @@ class DataBatch:
     items:    the dataset items (aitk.data.dataset.Item) the batch was made from.
     mask:     loss masks (B, 1, H, W) in [0, 1] at the bucket (aitk.data.masks); None when
               no dataset has masks.
+    loss_weights: per item, how much its loss counts (a dataset's `loss_multiplier`,
+    times `train.reg_weight` for a regularization dataset); None: all 1.
+    prior_reg: a `prior_reg` dataset's batch: the target is the base model's prediction.
     """
 
     captions: list[str]
@@ -41,6 +44,15 @@ class DataBatch:
     crop_coords_top_left: list[tuple[int, int]] | None = None
     items: list[Any] = field(default_factory=list)
     mask: torch.Tensor | None = None
+    loss_weights: list[float] | None = None
+    prior_reg: bool = False
+
+    def weigh(self, weights: torch.Tensor | None) -> torch.Tensor | None:
+        """Per-item loss weights (B,): the schedule's `weights` times `loss_weights`."""
+        if self.loss_weights is None:
+            return weights
+        mine = torch.tensor(self.loss_weights, dtype=torch.float32)
+        return mine if weights is None else weights.float() * mine.to(weights.device)
 
     def __len__(self) -> int:
         return len(self.captions)

@@ -10,13 +10,15 @@ from __future__ import annotations
 
 import math
 from collections import defaultdict
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 Size = tuple[int, int]  # (width, height)
-# What batches together: (width, height, frames); frames 0 for an image arch. The third
-# value leaves the order of image datasets as it was (it is the same for all items).
+# What batches together: (dataset, width, height, frames); frames 0 for an image arch.
+# The dataset index comes first and the frames last, so one image dataset keeps the
+# order it had before either was added (they are the same for all its items).
 Group = tuple[int, ...]
+BatchSize = int | Callable[[Group], int]  # one for all, or per group (per dataset)
 
 
 def bucket_for(width: int, height: int, resolution: int, divisibility: int) -> Size | None:
@@ -49,38 +51,43 @@ def resize_crop(width: int, height: int, bucket: Size) -> ResizeCrop:
     return ResizeCrop(rw, rh, (rw - bw) // 2, (rh - bh) // 2, bw, bh)
 
 
-def epoch_batches(buckets: Sequence[Group], batch_size: int, seed: int,
-                  epoch: int) -> list[list[int]]:
-    """Indices grouped into same-bucket batches, shuffled by (seed, epoch)."""
+def epoch_batches(buckets: Sequence[Group], batch_size: BatchSize, seed: int,
+                  epoch: int, stream: int = 0) -> list[list[int]]:
+    """Indices grouped into same-bucket batches, shuffled by (seed, epoch); `stream`
+    keeps a second order (the regularization datasets') apart from the first."""
     import numpy as np  # here, not at the top: `run.py --check` sizes buckets without it
 
-    rng = np.random.default_rng([seed, epoch])
+    rng = np.random.default_rng([seed, epoch] + ([stream] if stream else []))
     groups: dict[Group, list[int]] = defaultdict(list)
     for index, bucket in enumerate(buckets):
         groups[bucket].append(index)
     batches: list[list[int]] = []
     for bucket in sorted(groups):
         members = [groups[bucket][i] for i in rng.permutation(len(groups[bucket]))]
-        batches += [members[i:i + batch_size] for i in range(0, len(members), batch_size)]
+        size = batch_size(bucket) if callable(batch_size) else batch_size
+        batches += [members[i:i + size] for i in range(0, len(members), size)]
     return [batches[i] for i in rng.permutation(len(batches))]
 
 
 class BatchSampler:
     """Endless batches over epochs; `position` (epoch, index) is all its state."""
 
-    def __init__(self, buckets: Sequence[Group], batch_size: int, seed: int) -> None:
+    def __init__(self, buckets: Sequence[Group], batch_size: BatchSize, seed: int,
+                 stream: int = 0) -> None:
         if not buckets:
             raise ValueError("no items to sample")
         self.buckets = list(buckets)
         self.batch_size = batch_size
         self.seed = seed
+        self.stream = stream
         self.epoch = 0
         self.index = 0
         self._order: list[list[int]] | None = None
 
     def _current(self) -> list[list[int]]:
         if self._order is None:
-            self._order = epoch_batches(self.buckets, self.batch_size, self.seed, self.epoch)
+            self._order = epoch_batches(self.buckets, self.batch_size, self.seed, self.epoch,
+                                        self.stream)
         return self._order
 
     def next(self) -> tuple[int, int, list[int]]:

@@ -22,6 +22,7 @@ import os
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import asdict
 from pathlib import Path
+from typing import Any
 
 import torch
 from safetensors.torch import load_file, save
@@ -56,6 +57,8 @@ def latent_key(item: Item, content_sha256: str, model_identity: str,
               "model": model_identity, "space": space_version}
     if item.frames is not None:  # absent for images: their existing entries stay valid
         fields["frames"] = list(item.frames)
+    if any(item.flips):  # likewise absent for an unflipped item
+        fields["flip"] = list(item.flips)
     return _digest(fields)
 
 
@@ -79,8 +82,7 @@ class LatentCache:
         self.space = space_version
         self.folder = folder
         self.report = report
-        self._memory: dict[tuple[Path, tuple[int, ...], tuple[int, ...] | None],
-                           torch.Tensor] = {}
+        self._memory: dict[tuple[Any, ...], torch.Tensor] = {}
         self.computed = 0  # entries encoded in this process (tests and progress read it)
 
     def key(self, item: Item) -> str:
@@ -111,8 +113,8 @@ class LatentCache:
         return latent
 
     @staticmethod
-    def _slot(item: Item) -> tuple[Path, tuple[int, ...], tuple[int, ...] | None]:
-        return item.path, item.bucket, item.frames
+    def _slot(item: Item) -> tuple[Any, ...]:
+        return item.path, item.bucket, item.frames, item.flips
 
     def get(self, items: Sequence[Item]) -> torch.Tensor:
         return torch.stack([self._memory[self._slot(i)] for i in items])

@@ -35,6 +35,7 @@ import numpy as np
 import torch
 from PIL import Image, ImageOps, UnidentifiedImageError
 
+from aitk.data.augment import flip
 from aitk.data.buckets import Size
 from aitk.data.dataset import Item, image_size, open_image
 from aitk.data.folders import folder_entries
@@ -116,10 +117,12 @@ def cover_crop(width: int, height: int, bucket: Size) -> tuple[int, int, int, in
     return rw, rh, (rw - bw) // 2, (rh - bh) // 2
 
 
-def load_control(path: Path, bucket: Size) -> torch.Tensor:
-    """(3, H, W) float32 in [0, 1] at `bucket` (width, height)."""
+def load_control(path: Path, bucket: Size, flips: tuple[bool, bool] = (False, False)
+                 ) -> torch.Tensor:
+    """(3, H, W) float32 in [0, 1] at `bucket` (width, height), mirrored like its image
+    (a flip_x/flip_y copy, aitk.data.augment)."""
     with open_image(path) as img:
-        img = ImageOps.exif_transpose(img).convert("RGB")
+        img = flip(ImageOps.exif_transpose(img).convert("RGB"), *flips)
         rw, rh, left, top = cover_crop(img.width, img.height, bucket)
         if (rw, rh) != img.size:
             img = img.resize((rw, rh), Image.Resampling.LANCZOS)
@@ -132,7 +135,7 @@ def control_batch(items: Sequence[Item]) -> list[torch.Tensor] | None:
     """One (B, 3, H, W) tensor per control folder; None when the items have none."""
     if not items or not items[0].controls:
         return None
-    return [torch.stack([load_control(i.controls[k], i.bucket) for i in items])
+    return [torch.stack([load_control(i.controls[k], i.bucket, i.flips) for i in items])
             for k in range(len(items[0].controls))]
 
 
@@ -157,10 +160,13 @@ def prompt_key(text: str, ctrl_imgs: Sequence[str]) -> str:
 
 
 def control_text_key(caption: str, control_digests: Sequence[str], bucket: Size,
-                     model_identity: str, space_version: str) -> str:
+                     model_identity: str, space_version: str,
+                     flips: tuple[bool, bool] = (False, False)) -> str:
     payload = {"kind": "text+control", "format": CACHE_FORMAT, "caption": caption,
                "controls": list(control_digests), "bucket": list(bucket),
                "resample": "lanczos", "model": model_identity, "space": space_version}
+    if any(flips):  # absent when unflipped: existing entries stay valid
+        payload["flip"] = list(flips)
     return hashlib.sha256(json.dumps(payload, sort_keys=True).encode()).hexdigest()
 
 
@@ -190,7 +196,8 @@ class ControlTextEmbedCache:
             if path not in self._digests:
                 self._digests[path] = sha256_file(path)
             digests.append(self._digests[path])
-        return control_text_key(caption, digests, item.bucket, self.identity, self.space)
+        return control_text_key(caption, digests, item.bucket, self.identity, self.space,
+                                item.flips)
 
     def fill(self, pairs: Iterable[tuple[str, Item]],
              stop: Callable[[], None] = lambda: None) -> None:

@@ -37,6 +37,7 @@ import numpy as np
 import torch
 from PIL import Image, ImageOps, UnidentifiedImageError
 
+from aitk.data.augment import flip
 from aitk.data.buckets import Size, bucket_for, resize_crop
 from aitk.data.folders import folder_entries
 from aitk.data.formats import IMAGE_EXTENSIONS, TRIGGER_TAG, VIDEO_EXTENSIONS
@@ -84,21 +85,31 @@ class Item:
     # arch, pixels (3, F, H, W): the video's frame indices chosen at scan, (0,) for an image.
     frames: tuple[int, ...] | None = None
     controls: tuple[Path, ...] = ()  # edit models: paired control images (data.controls)
-    dataset: int = 0  # its index in the process's `datasets` (per-dataset loss settings)
+    # flip_x / flip_y datasets add mirrored copies (aitk.data.augment)
+    flip_x: bool = False
+    flip_y: bool = False
+    dataset: int = 0  # its index in the process's `datasets` (per-dataset settings)
 
     @property
-    def group(self) -> tuple[int, int, int]:
-        """Items batch together when their bucket and frame count agree."""
-        return (*self.bucket, len(self.frames) if self.frames is not None else 0)
+    def group(self) -> tuple[int, int, int, int]:
+        """Items batch together when their dataset, bucket and frame count agree (as
+        upstream, a batch never mixes datasets: each has its own batch size)."""
+        return (self.dataset, *self.bucket,
+                len(self.frames) if self.frames is not None else 0)
+
+    @property
+    def flips(self) -> tuple[bool, bool]:
+        return self.flip_x, self.flip_y
 
 
-def apply_trigger(caption: str, trigger: str | None) -> str:
-    """`[trigger]` -> trigger; prepend the trigger when the caption lacks it."""
+def apply_trigger(caption: str, trigger: str | None, add_if_missing: bool = True) -> str:
+    """`[trigger]` -> trigger; prepend the trigger when the caption lacks it (not for a
+    regularization dataset's captions, `add_if_missing=False`, as upstream)."""
     if not trigger:
         cleaned = caption.replace(TRIGGER_TAG, "")
         return re.sub(r"\s*,\s*(,\s*)+", ", ", cleaned).strip(" ,")
     caption = caption.replace(TRIGGER_TAG, trigger)
-    if trigger not in caption:
+    if trigger not in caption and add_if_missing:
         caption = f"{trigger}, {caption}" if caption.strip() else trigger
     return caption.strip()
 
@@ -156,7 +167,7 @@ def video_clip(path: Path, clip: ClipSpec, report: Callable[[str], None]
     with open_input(path, MAX_VIDEO_BYTES) as fh:
         info = probe(fh, MAX_IMAGE_PIXELS)
     frames = frame_indices(info, clip)
-    if not clip.shrink and not fits_at_fps(info, clip):
+    if not clip.auto and not clip.shrink and not fits_at_fps(info, clip):
         report(f"{path}: {info.frames} frames are too few for {clip.num_frames} at "
                f"{clip.fps:g} fps; spread over the whole clip instead")
     return (info.width, info.height), frames
@@ -166,12 +177,13 @@ def scan_folder(folder: Path, *, caption_ext: str = "txt", default_caption: str 
                 trigger_word: str | None = None, resolutions: Sequence[int] = (512,),
                 divisibility: int = 16, caption_dropout_rate: float = 0.0,
                 num_repeats: int = 1, clip: ClipSpec | None = None,
-                report: Callable[[str], None] = print) -> list[Item]:
+                report: Callable[[str], None] = print, add_trigger: bool = True
+                ) -> list[Item]:
     """Every usable (image or video, resolution) pair, repeated `num_repeats` times.
     `clip`: the frame settings of a video arch (None for an image arch)."""
     if not folder.is_dir():
         raise DatasetError(f"dataset folder {folder} does not exist")
-    takes_videos = clip is not None and clip.num_frames > 1
+    takes_videos = clip is not None and (clip.num_frames > 1 or clip.auto)
     kinds = IMAGE_EXTENSIONS + (VIDEO_EXTENSIONS if takes_videos else ())
     entries = folder_entries(folder)
     videos = sum(1 for p in entries if p.suffix.lower() in VIDEO_EXTENSIONS)
@@ -198,7 +210,7 @@ def scan_folder(folder: Path, *, caption_ext: str = "txt", default_caption: str 
             report(f"{path}: unreadable image, skipped ({exc.__class__.__name__})")
             continue
         caption = apply_trigger(read_caption(path, caption_ext, default_caption, report),
-                                trigger_word)
+                                trigger_word, add_trigger)
         for res in resolutions:
             bucket = bucket_for(*size, res, divisibility)
             if bucket is None:
@@ -214,35 +226,44 @@ def scan_folder(folder: Path, *, caption_ext: str = "txt", default_caption: str 
     return items
 
 
-def to_bucket(img: Image.Image, bucket: Size) -> torch.Tensor:
-    """(3, H, W) float32 in [-1, 1] at `bucket`: resize down (Lanczos), centre crop."""
-    img = img.convert("RGB")
+Augment = Callable[[Image.Image], Image.Image]
+
+
+def to_bucket(img: Image.Image, bucket: Size, flips: tuple[bool, bool] = (False, False),
+              augment: Augment | None = None) -> torch.Tensor:
+    """(3, H, W) float32 in [-1, 1] at `bucket`: flipped (as upstream, before the
+    resize), resized down (Lanczos), centre-cropped, then `augment`ed."""
+    img = flip(img.convert("RGB"), *flips)
     plan = resize_crop(img.width, img.height, bucket)
     if (plan.resize_w, plan.resize_h) != img.size:
         img = img.resize((plan.resize_w, plan.resize_h), Image.Resampling.LANCZOS)
     img = img.crop((plan.left, plan.top, plan.left + plan.width, plan.top + plan.height))
+    if augment is not None:
+        img = augment(img)
     arr = np.asarray(img, dtype=np.float32)
     return torch.from_numpy(arr).permute(2, 0, 1) / 127.5 - 1.0
 
 
-def load_pixels(item: Item) -> torch.Tensor:
+def load_pixels(item: Item, augment: Augment | None = None) -> torch.Tensor:
     """The item at its bucket, in [-1, 1]: (3, H, W) for an image arch, (3, F, H, W) for
     a video arch (a video's chosen frames; an image as one frame)."""
     if is_video(item.path):
         assert item.frames is not None
         with open_input(item.path, MAX_VIDEO_BYTES) as fh:
-            frames = [to_bucket(f, item.bucket)
+            frames = [to_bucket(f, item.bucket, item.flips)
                       for f in read_frames(fh, item.frames, MAX_IMAGE_PIXELS)]
         return torch.stack(frames, dim=1)
     with open_image(item.path) as img:
-        pixels = to_bucket(ImageOps.exif_transpose(img), item.bucket)
+        pixels = to_bucket(ImageOps.exif_transpose(img), item.bucket, item.flips, augment)
     return pixels if item.frames is None else pixels.unsqueeze(1)
 
 
 def dropped_captions(seed: int, epoch: int, batch_index: int,
-                     rates: Sequence[float]) -> list[bool]:
-    """Caption dropout for one batch, from (seed, epoch, batch) alone -- resumable."""
+                     rates: Sequence[float], stream: int = 0) -> list[bool]:
+    """Caption dropout for one batch, from (seed, epoch, batch) alone -- resumable.
+    `stream` 1 is the regularization datasets' batch order (aitk.data.batches)."""
     if not any(rates):
         return [False] * len(rates)
-    draws = np.random.default_rng([seed, epoch, batch_index, 7]).random(len(rates))
+    key = [seed, epoch, batch_index, 7] + ([stream] if stream else [])
+    draws = np.random.default_rng(key).random(len(rates))
     return [bool(d < r) for d, r in zip(draws, rates, strict=True)]

@@ -19,6 +19,13 @@ Frame rules (upstream's keys, `datasets[].num_frames / fps / shrink_video_to_fra
   clip too short for that at `fps` is spread over its whole length instead (as upstream).
 - A video with fewer frames than `num_frames` is skipped and reported (upstream would
   repeat frames, which teaches a stutter).
+- `auto_frame_count: true` (upstream's meaning): each video trains at its own length,
+  num_frames ignored: its duration at the dataset's `fps`, snapped to 4k+1 frames
+  (the VAE's 4 frames per latent frame plus the first). With
+  `trim_auto_frame_count_tail` (default) the count is rounded down so it fits inside
+  the video and the frames are taken at `fps` from the start (real-time motion, the
+  leftover tail dropped); without it the count is rounded to the 4k+1 at or below the
+  duration and spread over the whole clip. Clips then batch with clips of their length.
 
 The frames chosen at scan time are stored in the dataset item, so loading and the latent
 cache key depend on exactly those frames.
@@ -46,6 +53,11 @@ class ClipSpec:
     num_frames: int
     fps: float = 24.0
     shrink: bool = True
+    auto: bool = False  # auto_frame_count: num_frames from each video's length
+    trim_tail: bool = True  # trim_auto_frame_count_tail
+
+
+TEMPORAL_COMPRESSION = 4  # video VAE frames per latent frame (after the first)
 
 
 @dataclass(frozen=True)
@@ -74,9 +86,25 @@ def _stride(info: VideoInfo, spec: ClipSpec) -> int:
     return max(1, round(info.fps / spec.fps))
 
 
+def auto_frame_count(info: VideoInfo, spec: ClipSpec) -> int:
+    """A video's frame count under auto_frame_count (see the module docstring)."""
+    rate = info.fps or spec.fps
+    wanted = int(info.frames / rate * spec.fps)
+    if spec.trim_tail:
+        wanted = max(0, wanted - 1)
+    return wanted // TEMPORAL_COMPRESSION * TEMPORAL_COMPRESSION + 1
+
+
 def frame_indices(info: VideoInfo, spec: ClipSpec) -> tuple[int, ...]:
     """The frames a clip takes (see the module docstring); UnreadableVideo when the
     video has fewer than `num_frames`."""
+    if spec.auto:
+        n = auto_frame_count(info, spec)
+        if spec.trim_tail:
+            ratio = (info.fps / spec.fps) if info.fps else 1.0
+            return tuple(min(round(i * ratio), info.frames - 1) for i in range(n))
+        n = min(n, (info.frames - 1) // TEMPORAL_COMPRESSION * TEMPORAL_COMPRESSION + 1)
+        return tuple(spread(info.frames, n))
     n = spec.num_frames
     if info.frames < n:
         raise UnreadableVideo(f"{info.frames} frames, fewer than num_frames {n}")

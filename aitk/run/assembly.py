@@ -18,7 +18,8 @@ import torch
 
 from aitk.config.schema import ProcessConfig
 from aitk.data import controls
-from aitk.data.batches import BatchSource
+from aitk.data.batches import BatchSource, DatasetRules
+from aitk.data.captions import CaptionRules
 from aitk.data.dataset import Item, scan_folder
 from aitk.errors import DatasetError, DeviceUnavailable, ModelError
 from aitk.run.ema import AdapterEMA
@@ -114,8 +115,9 @@ def enable_gradient_checkpointing(module: torch.nn.Module) -> None:
 
 def scan_datasets(proc: ProcessConfig, divisibility: int, report: Callable[[str], None],
                   is_video: bool = False) -> list[Item]:
-    """Every dataset's items. For a video arch (`is_video`) each dataset's frame settings
-    apply; an image arch refuses num_frames above 1 (one line, exit 2)."""
+    """Every dataset's items, each tagged with its dataset's index (and the mirrored
+    copies flip_x/flip_y ask for). For a video arch (`is_video`) each dataset's frame
+    settings apply; an image arch refuses num_frames above 1 (one line, exit 2)."""
     from aitk.data.video import ClipSpec
 
     items: list[Item] = []
@@ -124,19 +126,75 @@ def scan_datasets(proc: ProcessConfig, divisibility: int, report: Callable[[str]
             raise DatasetError(f"datasets[{i}].num_frames is "
                                f"{ds.num_frames}, but arch {proc.model.arch!r} trains on "
                                "images; set num_frames: 1 or use a video arch")
-        clip = (ClipSpec(ds.num_frames, float(ds.fps), ds.shrink_video_to_frames)
+        if ds.auto_frame_count and not is_video:
+            raise DatasetError(f"datasets[{i}].auto_frame_count is set, but arch "
+                               f"{proc.model.arch!r} trains on images; remove it or use a "
+                               "video arch")
+        if ds.augments and is_video:
+            raise DatasetError(f"datasets[{i}].augments: augments apply to images, not "
+                               f"videos (as upstream); remove them for arch "
+                               f"{proc.model.arch!r}")
+        clip = (ClipSpec(ds.num_frames, float(ds.fps), ds.shrink_video_to_frames,
+                         ds.auto_frame_count, ds.trim_auto_frame_count_tail)
                 if is_video else None)
         found = scan_folder(Path(ds.folder_path).expanduser(), caption_ext=ds.caption_ext,
                             default_caption=ds.default_caption,
                             trigger_word=ds.trigger_word or proc.trigger_word,
                             resolutions=ds.resolutions, divisibility=divisibility,
                             caption_dropout_rate=ds.caption_dropout_rate,
-                            num_repeats=ds.num_repeats, clip=clip, report=report)
+                            num_repeats=ds.num_repeats, clip=clip, report=report,
+                            add_trigger=not ds.is_reg)
         found = [dataclasses.replace(item, dataset=i) for item in found]
-        items += controls.pair_controls(
-            found, [Path(p).expanduser() for p in ds.control_paths], report)
+        items += mirrored(controls.pair_controls(
+            found, [Path(p).expanduser() for p in ds.control_paths], report),
+            ds.flip_x, ds.flip_y)
     controls.check_same_count(items)
     return items
+
+
+def mirrored(items: list[Item], flip_x: bool, flip_y: bool) -> list[Item]:
+    """The items plus a left-right copy of each (flip_x), then a top-bottom copy of all
+    of those (flip_y), as upstream extends a dataset."""
+    if flip_x:
+        items = items + [dataclasses.replace(i, flip_x=True) for i in items]
+    if flip_y:
+        items = items + [dataclasses.replace(i, flip_y=True) for i in items]
+    return items
+
+
+def random_triggers(value: list[str] | str, where: str) -> tuple[str, ...]:
+    """`random_triggers`: a list, or (upstream) a text file with one trigger a line."""
+    if isinstance(value, list):
+        return tuple(t.strip() for t in value if t.strip())
+    from aitk.data.dataset import MAX_CAPTION_BYTES, open_input
+
+    path = Path(value).expanduser()
+    try:
+        with open_input(path, MAX_CAPTION_BYTES) as fh:
+            text = fh.read().decode("utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise DatasetError(f"{where}.random_triggers: cannot read {path} ({exc}); give a "
+                           "list or a UTF-8 text file with one trigger a line") from None
+    return tuple(line.strip() for line in text.splitlines() if line.strip())
+
+
+def dataset_rules(proc: ProcessConfig, vary_captions: bool) -> list[DatasetRules]:
+    """Each dataset's per-draw settings (aitk.data.batches.DatasetRules). Captions vary
+    only when `vary_captions` (their text embeddings are not cached once per caption)."""
+    out = []
+    for i, ds in enumerate(proc.datasets):
+        captions = CaptionRules(
+            shuffle_tokens=ds.shuffle_tokens, keep_tokens=ds.keep_tokens,
+            token_dropout_rate=ds.token_dropout_rate,
+            random_triggers=random_triggers(ds.random_triggers, f"datasets[{i}]"),
+            random_triggers_max=ds.random_triggers_max,
+            trigger=ds.trigger_word or proc.trigger_word) if vary_captions else CaptionRules()
+        weight = ds.loss_multiplier * (proc.train.reg_weight if ds.is_reg else 1.0)
+        out.append(DatasetRules(batch_size=ds.batch_size or proc.train.batch_size,
+                                captions=captions, augments=tuple(ds.augments),
+                                is_reg=ds.is_reg, prior_reg=ds.prior_reg,
+                                loss_weight=weight))
+    return out
 
 
 class Reporter:
@@ -192,7 +250,8 @@ class Trainable:
 def attach_adapter(proc: ProcessConfig, model: Any, items: list[Item],
                    latents: Callable[[Sequence[Item]], torch.Tensor] | None,
                    embeds: Callable[..., Any],
-                   control_embeds: controls.ControlEmbeds | None) -> Trainable:
+                   control_embeds: controls.ControlEmbeds | None,
+                   vary_captions: bool = True) -> Trainable:
     """The adapter (seeded), gradient checkpointing, the optimizer and schedule, and the
     batch source over the encoded inputs."""
     tr = proc.train
@@ -206,6 +265,7 @@ def attach_adapter(proc: ProcessConfig, model: Any, items: list[Item],
                                 tr.optimizer_params)
     schedule = schedule_from_config(tr)
     data = BatchSource(items, tr.batch_size, tr.seed, latents, model.encode_images, embeds,
-                       control_embeds)
+                       control_embeds, dataset_rules(proc, vary_captions),
+                       tr.accumulation)
     ema = AdapterEMA(params, tr.ema_config.ema_decay) if tr.ema_config.use_ema else None
     return Trainable(network, module, params, optimizer, schedule, data, ema)

@@ -36,6 +36,9 @@ class Inputs:
     sample_embeds: dict[str, Any] | None
     # Prompts embedded once before the text encoder may go (the validation prompts).
     prompt_embeds: dict[str, Any] = field(default_factory=dict)
+    # False when text embeddings are cached once per caption: the per-draw caption
+    # changes (aitk.data.captions) are then off, as upstream's cached embeddings are.
+    vary_captions: bool = True
 
     def reembed(self, captions: list[str], batch: Any) -> Any:
         """A batch's embeddings for other captions (a preservation prompt), from the same
@@ -43,6 +46,27 @@ class Inputs:
         if self.control_embeds is not None and batch.control_tensor_list is not None:
             return self.control_embeds(captions, batch.items, batch.control_tensor_list)
         return self.embeds(captions)
+
+
+def caches_text(proc: ProcessConfig) -> bool:
+    tr = proc.train
+    return tr.cache_text_embeddings or tr.unload_text_encoder or \
+        any(ds.cache_text_embeddings for ds in proc.datasets)
+
+
+def caption_changes_off(proc: ProcessConfig, say: Callable[[str], None]) -> bool:
+    """Whether caption changes are dropped for cached text embeddings (said once)."""
+    if not caches_text(proc):
+        return False
+    for i, ds in enumerate(proc.datasets):
+        changing = [k for k, on in (("shuffle_tokens", ds.shuffle_tokens),
+                                    ("token_dropout_rate", ds.token_dropout_rate > 0),
+                                    ("random_triggers", bool(ds.random_triggers))) if on]
+        if changing:
+            say(f"datasets[{i}]: {', '.join(changing)} change the caption at every draw, "
+                "but text embeddings are cached once per caption: not applied (turn off "
+                "cache_text_embeddings/unload_text_encoder to use them)")
+    return True
 
 
 def encode_inputs(proc: ProcessConfig, model: Any, items: list[Item], samples: list[Any],
@@ -58,14 +82,16 @@ def encode_inputs(proc: ProcessConfig, model: Any, items: list[Item], samples: l
     fixed = model.encode_prompts(prompts) if prompts else {}
     cache_dir = usable_cache_dir(say)
     latents = cached_latents(proc, model, items, stop, say, stream, cache_dir, world)
+    vary = not caption_changes_off(proc, say)
     if model.encode_control_in_text_embeddings and items[0].controls:
         control_embeds, sample_embeds = control_text_embeddings(
             proc, model, items, samples, stop, say, cache_dir, world, extra)
         # unused: every item has its controls
-        return Inputs(latents, model.get_prompt_embeds, control_embeds, sample_embeds, fixed)
+        return Inputs(latents, model.get_prompt_embeds, control_embeds, sample_embeds, fixed,
+                      vary)
     embeds, sample_embeds = text_embeddings(proc, model, items, samples, stop, say,
                                             cache_dir, world, extra)
-    return Inputs(latents, embeds, None, sample_embeds, fixed)
+    return Inputs(latents, embeds, None, sample_embeds, fixed, vary)
 
 
 def usable_cache_dir(say: Callable[[str], None]) -> Path | None:
@@ -109,6 +135,11 @@ def cached_latents(proc: ProcessConfig, model: Any, items: list[Item], stop: Sto
     when no dataset asks for caching: the loop then encodes each batch."""
     if not any(ds.cache_latents or ds.cache_latents_to_disk for ds in proc.datasets):
         return None
+    for i, ds in enumerate(proc.datasets):
+        if ds.augments:  # aitk.data.batches encodes these batches from the pixels
+            say(f"datasets[{i}].augments change the pixels at every draw: its latents are "
+                "encoded per batch, not cached")
+    items = [i for i in items if not proc.datasets[i.dataset].augments]
     to_disk = any(ds.cache_latents_to_disk for ds in proc.datasets)
     folder = cache_dir / "latents" if to_disk and cache_dir else None
     cache = LatentCache(model.encode_images, model_identity(model, cache_dir),

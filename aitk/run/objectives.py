@@ -17,6 +17,8 @@ through aitk.run.train.compute_loss).
                 model's prediction for it
     InvertedMaskPrior  `inverted_mask_prior`: where the mask is 0, the adapter's
                 prediction held to the base model's for the batch's own prompt
+    prior_reg   a `prior_reg` dataset's batch (aitk.data.batches): the target is the
+                base model's own prediction, so the adapter learns to leave it alone
 
 A prior (the base model alone) runs with the adapter disabled (AdapterNetwork.disabled),
 in eval mode and without gradients, on the step's own noisy latents and timesteps: it
@@ -196,9 +198,11 @@ class Diffusion:
 
     def __call__(self, model: BaseModel, batch: DataBatch, step: Step, pred: torch.Tensor,
                  target: torch.Tensor) -> torch.Tensor:
+        # per item: the schedule's weight times the dataset's (loss_multiplier, reg_weight)
+        item_weights = batch.weigh(model.training_schedule.loss_weights(step.x.timesteps))
         return losses.diffusion_loss(
             self.loss_type, pred, target, step.x, weights=mask_weights(batch, pred),
-            item_weights=model.training_schedule.loss_weights(step.x.timesteps),
+            item_weights=item_weights,
             predicted_clean=predicted_clean(model))
 
 
@@ -257,12 +261,14 @@ class InvertedMaskPrior:
 # ---- the objective ------------------------------------------------------------------------
 @dataclass(frozen=True)
 class Objective:
-    """The whole loss of a micro-step; `Objective()` is the plain diffusion loss."""
+    """The whole loss of a micro-step; `Objective()` is the plain diffusion loss.
+    `adapter`: set when a dataset is `prior_reg`, whose batches target the prior."""
 
     main: Diffusion = Diffusion()
     terms: tuple[Term, ...] = ()
     trajectory: NextSample | None = None
     guidance: Guidance | None = None
+    adapter: Adapter | None = None
 
     def __call__(self, model: BaseModel, batch: DataBatch, generator: torch.Generator
                  ) -> torch.Tensor:
@@ -276,7 +282,12 @@ class Objective:
             x = step.x
             target = model.get_loss_target(noise=x.noise, batch=batch, clean_latents=x.clean,
                                            timesteps=x.timesteps)
-            if self.guidance is not None:
+            if batch.prior_reg:
+                if self.adapter is None:
+                    raise ObjectiveError("a prior_reg batch needs the objective built "
+                                         "with its adapter (build_objective)")
+                target = prior(model, self.adapter, batch, step)
+            elif self.guidance is not None:
                 assert scales is not None
                 target = self.guidance(model, batch, step, target, scales)
             loss = self.main(model, batch, step, pred, target)
@@ -378,4 +389,6 @@ def build_objective(proc: Any, model: BaseModel, adapter: Adapter, embed: Reembe
         guidance = Guidance(embed, tuple(target) if isinstance(target, list) else target,
                             tr.guidance_loss_schedule, tr.do_guidance_loss_cfg_zero,
                             tr.unconditional_prompt)
-    return Objective(Diffusion(tr.loss_type), tuple(terms), trajectory, guidance)
+    prior_reg = any(ds.prior_reg for ds in proc.datasets)
+    return Objective(Diffusion(tr.loss_type), tuple(terms), trajectory, guidance,
+                     adapter if prior_reg else None)

@@ -106,7 +106,7 @@ def train_process(p: Process) -> Outcome:
     inputs = encode_inputs(p.proc, model, items, previews, p.stop, p.say, p.stream, p.world,
                            extra_captions(p.proc), held_out_prompts(p))
     trainable = attach_adapter(p.proc, model, items, inputs.latents, inputs.embeds,
-                               inputs.control_embeds)
+                               inputs.control_embeds, inputs.vary_captions)
     start = resume(p.out_dir / "checkpoints", trainable, p.world, p.say, p.stream, p.name)
     if p.main:
         write_run_config(p.out_dir / "config.yaml", p.loaded, p.say)

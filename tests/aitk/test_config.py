@@ -114,10 +114,10 @@ def test_upstream_only_keys_warn_and_are_dropped():
     raw = example_raw()
     proc(raw)["train"]["correct_pred_norm"] = True
     proc(raw)["train"]["snr_gamma"] = 5.0
-    proc(raw)["datasets"][0]["shuffle_tokens"] = True
+    proc(raw)["datasets"][0]["random_crop"] = True
     loaded = parse(raw)
     assert loaded.warnings == [
-        "config.process[0].datasets[0].shuffle_tokens: valid upstream but not supported by "
+        "config.process[0].datasets[0].random_crop: valid upstream but not supported by "
         "aitk; ignored",
         "config.process[0].train.correct_pred_norm: valid upstream but not supported by "
         "aitk; ignored",

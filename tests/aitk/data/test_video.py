@@ -370,3 +370,38 @@ def test_audit_dataset_videos_flag_counts_the_clips(capsys):
     assert main(["dataset", str(folder), "--videos", "--json"]) == 0
     assert '"videos": 3' in capsys.readouterr().out
     assert main(["dataset", str(folder), "--json"]) != 0  # images only: none usable
+
+
+# ---- auto_frame_count (upstream's meaning) ---------------------------------------------
+def test_auto_frame_count_takes_the_videos_length_at_fps_snapped_to_4k_plus_1():
+    auto = ClipSpec(1, fps=12, auto=True)
+    # 40 frames at 24 fps = 1.67 s = 20 frames at 12 fps -> 17 (4k+1 inside the video)
+    assert frame_indices(VideoInfo(32, 32, 40, 24.0), auto) == tuple(
+        2 * i for i in range(17))
+    # without trimming: 20 -> 21 frames, spread over the whole clip
+    untrimmed = ClipSpec(1, fps=12, auto=True, trim_tail=False)
+    assert frame_indices(VideoInfo(32, 32, 40, 24.0), untrimmed) == tuple(spread(40, 21))
+    assert len(frame_indices(VideoInfo(32, 32, 3, 24.0), auto)) == 1  # too short: 1 frame
+
+
+def test_auto_frame_count_clips_batch_by_their_own_length(tmp_path: Path):
+    write_video(tmp_path / "ds" / "long.mp4", 16, fps=24, caption="long")
+    write_video(tmp_path / "ds" / "short.mp4", 9, fps=24, caption="short")
+    items = {i.path.name: i for i in scan(tmp_path / "ds", ClipSpec(1, fps=24, auto=True))}
+    # 16 frames -> 13 (the 4k+1 inside the video), 9 -> 9
+    assert len(items["long.mp4"].frames) == 13 and len(items["short.mp4"].frames) == 9
+    assert frame_numbers(load_pixels(items["long.mp4"])) == list(range(13))
+    assert items["long.mp4"].group != items["short.mp4"].group
+
+
+def test_an_image_arch_refuses_auto_frame_count(tmp_path: Path):
+    from aitk.run.assembly import Reporter, scan_datasets
+    from tests.aitk.test_config import example_raw, parse, proc
+
+    write_image(tmp_path / "ds" / "a.png", (32, 32))
+    raw = example_raw()
+    proc(raw)["datasets"] = [{"folder_path": str(tmp_path / "ds"), "auto_frame_count": True}]
+    p = parse(raw).job.config.process[0]
+    with pytest.raises(DatasetError, match=r"datasets\[0\].auto_frame_count is set, but arch "
+                       "'example' trains on images"):
+        scan_datasets(p, 8, Reporter(__import__("io").StringIO()))

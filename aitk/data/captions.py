@@ -1,0 +1,76 @@
+"""Per-draw caption changes (upstream's dataset keys): a caption is a comma-separated
+list of tokens, and each time an item is drawn
+
+- `token_dropout_rate`: each token is dropped with that probability, except the first
+  `keep_tokens` and the trigger word (upstream adds the trigger after dropout, so it
+  never drops it);
+- `random_triggers` (a list, or a file with one per line): `random_triggers_max` of them
+  are appended (with a max above 1, a random count from 0 to that max, as upstream);
+- `shuffle_tokens`: the tokens after the first `keep_tokens` are shuffled (kohya's
+  meaning of keep_tokens, which upstream documents as "always keep"); the appended
+  random triggers and the trigger word shuffle with the rest.
+
+Caption dropout (the whole caption, aitk.data.dataset.dropped_captions) comes first.
+Draws come from a generator keyed by (seed, stream, epoch, batch, position), so a
+resumed run draws exactly what an uninterrupted one would.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+
+@dataclass(frozen=True)
+class CaptionRules:
+    shuffle_tokens: bool = False
+    keep_tokens: int = 0
+    token_dropout_rate: float = 0.0
+    random_triggers: tuple[str, ...] = ()
+    random_triggers_max: int = 1
+    trigger: str | None = None  # never dropped
+
+    @property
+    def active(self) -> bool:
+        return self.shuffle_tokens or self.token_dropout_rate > 0 or bool(self.random_triggers)
+
+
+def tokens(caption: str) -> list[str]:
+    return [t.strip() for t in caption.split(",") if t.strip()]
+
+
+def vary_caption(caption: str, rules: CaptionRules, rng: np.random.Generator) -> str:
+    """One draw of `caption` under `rules` (see the module docstring)."""
+    if not rules.active or not caption:
+        return caption
+    parts = tokens(caption)
+    keep = max(0, rules.keep_tokens)
+    head, tail = parts[:keep], parts[keep:]
+    if rules.token_dropout_rate > 0:
+        draws = rng.random(len(tail))
+        tail = [t for t, d in zip(tail, draws, strict=True)
+                if t == rules.trigger or d >= rules.token_dropout_rate]
+    if rules.random_triggers:
+        count = rules.random_triggers_max
+        if count > 1:
+            count = int(rng.integers(0, count + 1))
+        count = min(count, len(rules.random_triggers))
+        if count:
+            picked = rng.choice(len(rules.random_triggers), size=count, replace=False)
+            tail += [rules.random_triggers[int(i)] for i in picked]
+    if rules.shuffle_tokens:
+        tail = [tail[int(i)] for i in rng.permutation(len(tail))]
+    return ", ".join(head + tail)
+
+
+def draw_generator(seed: int, stream: int, epoch: int, batch_index: int,
+                   position: int) -> np.random.Generator:
+    return np.random.default_rng([seed, stream, epoch, batch_index, position, 11])
+
+
+def vary_batch(captions: Sequence[str], rules: Sequence[CaptionRules], seed: int,
+               stream: int, epoch: int, batch_index: int) -> list[str]:
+    return [vary_caption(c, r, draw_generator(seed, stream, epoch, batch_index, k))
+            for k, (c, r) in enumerate(zip(captions, rules, strict=True))]
