@@ -32,6 +32,11 @@ PUBLIC_PREFIX = "diffusion_model."
 _READ_PREFIXES = (PUBLIC_PREFIX, "transformer.")
 _SUFFIX_ALIASES = {".lora_down.weight": ".lora_A.weight", ".lora_up.weight": ".lora_B.weight"}
 ALPHA_SUFFIX = ".alpha"
+# DoRA's per-output-channel magnitude: peft's internal name (shape (out,), or
+# (1, out, 1, 1) for a Conv2d) and the file name kohya, LyCORIS and ComfyUI use
+# (shape (out, 1) / (out, 1, 1, 1): one value per output row of the weight).
+MAGNITUDE_SUFFIX = ".lora_magnitude_vector"
+DORA_SUFFIX = ".dora_scale"
 
 
 def to_public_keys(state_dict: Mapping[str, torch.Tensor]) -> dict[str, torch.Tensor]:
@@ -73,6 +78,8 @@ def split_alphas(state_dict: Mapping[str, torch.Tensor]
 
 def module_of(key: str) -> str:
     """`blocks.0.attn.to_q.lora_A.weight` -> `blocks.0.attn.to_q`."""
+    if key.endswith(DORA_SUFFIX):
+        return key[: -len(DORA_SUFFIX)]
     parts = key.split(".")
     for i, part in enumerate(parts):
         if part.startswith(("lora_", "lokr_")):

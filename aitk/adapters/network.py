@@ -10,9 +10,18 @@
     net.set_multiplier(0.5); net.disable(); net.enable()
     with net.disabled(): ...                  # the base model alone
 
-`cfg` is duck-typed: `type` ("lora" | "lokr"), `linear` (rank), `linear_alpha`,
+`cfg` is duck-typed: `type` ("lora" | "lokr" | "dora"), `linear` (rank), `linear_alpha`,
 `dropout`, `network_kwargs` (`only_if_contains: [...]`, `ignore_if_contains: [...]`:
-substrings of module paths), optional `lokr_factor`. For LoRA `dropout` is peft's
+substrings of module paths), optional `lokr_factor`, `conv` and `conv_alpha`.
+
+LoCon (`conv`, upstream's and kohya's meaning): on archs with convolutional blocks
+(the model's `lora_conv_prefixes`, the UNet's ResNet and resampling blocks) the Conv2d
+layers get LoRA too, the 3x3 ones at rank `conv` and alpha `conv_alpha` (default
+`conv`), the 1x1 ones at the linear rank and alpha (kohya's rule). An arch without
+such blocks has nothing for it, as upstream: its web UI writes `conv` into every job.
+DoRA (`type: dora`) is peft's LoRA with `use_dora`: a learned magnitude per output
+row of each adapted layer, saved as `<module>.dora_scale` (LyCORIS's name and
+output-axis shape, which ComfyUI reads). For LoRA `dropout` is peft's
 `lora_dropout` on the adapter input; peft's LoKr has no input dropout, so there it is
 `module_dropout` (the whole adapter of a layer skipped with that probability).
 
@@ -30,6 +39,7 @@ model's `convert_lora_weights_before_save/load` map internal <-> public names.
 from __future__ import annotations
 
 import contextlib
+import re
 from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -39,14 +49,20 @@ from peft import get_peft_model_state_dict, inject_adapter_in_model, set_peft_mo
 from peft.tuners.tuners_utils import BaseTunerLayer
 from torch import nn
 
-from aitk.adapters.keys import ALPHA_SUFFIX, module_of, split_alphas
+from aitk.adapters.keys import (
+    ALPHA_SUFFIX,
+    DORA_SUFFIX,
+    MAGNITUDE_SUFFIX,
+    module_of,
+    split_alphas,
+)
 from aitk.errors import AdapterError
 
 if TYPE_CHECKING:
     from aitk.models.base import BaseModel
 
 ADAPTER_NAME = "default"
-NETWORK_TYPES = ("lora", "lokr")
+NETWORK_TYPES = ("lora", "lokr", "dora")
 
 
 def part_path(path: Path, suffix: str) -> Path:
@@ -81,6 +97,31 @@ def select_targets(module: nn.Module, prefixes: Iterable[str],
     return names
 
 
+def select_conv_targets(module: nn.Module, prefixes: Iterable[str],
+                        only_if_contains: Iterable[str] = (),
+                        ignore_if_contains: Iterable[str] = ()) -> list[str]:
+    """Full paths of the Conv2d layers under `prefixes` (LoCon), filtered likewise."""
+    only, ignore, roots = list(only_if_contains), list(ignore_if_contains), tuple(prefixes)
+    if not roots:
+        return []
+    return [name for name, child in module.named_modules()
+            if isinstance(child, nn.Conv2d) and name.startswith(roots)
+            and (not only or any(p in name for p in only))
+            and not any(p in name for p in ignore)]
+
+
+def conv_settings(module: nn.Module, convs: Iterable[str], rank: int, alpha: float
+                  ) -> tuple[dict[str, int], dict[str, float]]:
+    """Per-module rank and alpha of LoCon's 3x3 (and larger) convs; 1x1 ones keep the
+    linear rank and alpha, as kohya's networks do."""
+    ranks: dict[str, int] = {}
+    alphas: dict[str, float] = {}
+    for name in convs:
+        if tuple(module.get_submodule(name).kernel_size) != (1, 1):
+            ranks[name], alphas[name] = rank, alpha
+    return ranks, alphas
+
+
 def text_encoders_to_train(model: BaseModel, cfg: Any) -> dict[str, nn.Module]:
     """The text encoders the adapter also trains: none unless `cfg.train_text_encoder`,
     then every part the model names (an arch that names none refuses)."""
@@ -94,12 +135,19 @@ def text_encoders_to_train(model: BaseModel, cfg: Any) -> dict[str, nn.Module]:
 
 
 def _adapter_config(network_type: str, targets: list[str], rank: int, alpha: float,
-                    dropout: float, cfg: Any, model: BaseModel) -> Any:
-    """peft's config for one part's targets."""
-    if network_type == "lora":
+                    dropout: float, cfg: Any, model: BaseModel,
+                    ranks: Mapping[str, int] | None = None,
+                    alphas: Mapping[str, float] | None = None) -> Any:
+    """peft's config for one part's targets (`ranks`/`alphas`: LoCon's convs)."""
+    if network_type in ("lora", "dora"):
         from aitk.adapters.lora import lora_config
 
-        return lora_config(targets, rank, alpha, dropout)
+        # peft reads the pattern keys as regexes, matched against whole module names.
+        return lora_config(
+            targets, rank, alpha, dropout,
+            rank_pattern={f"^{re.escape(n)}$": r for n, r in (ranks or {}).items()},
+            alpha_pattern={f"^{re.escape(n)}$": a for n, a in (alphas or {}).items()},
+            use_dora=network_type == "dora")
     if model.use_old_lokr_format:
         raise AdapterError(f"arch {model.arch!r} uses the old LoKr format, which "
                            f"this trainer does not write")
@@ -112,7 +160,8 @@ def _adapter_config(network_type: str, targets: list[str], rank: int, alpha: flo
 class AdapterNetwork:
     def __init__(self, module: nn.Module, network_type: str, rank: int, alpha: float,
                  target_modules: list[str], arch: str,
-                 text_encoders: dict[str, nn.Module] | None = None) -> None:
+                 text_encoders: dict[str, nn.Module] | None = None,
+                 alphas: Mapping[str, float] | None = None) -> None:
         self.module = module
         # Part name -> text encoder with its own adapter; their internal keys carry the
         # part name as a prefix.
@@ -120,6 +169,7 @@ class AdapterNetwork:
         self.type = network_type
         self.rank = rank
         self.alpha = alpha
+        self.alphas = dict(alphas or {})  # per module where it differs (LoCon's convs)
         self.target_modules = target_modules
         self.arch = arch
         self._model: BaseModel | None = None
@@ -159,7 +209,20 @@ class AdapterNetwork:
         if clash:  # a denoiser path that reads as a text encoder's internal key
             raise AdapterError(f"{model.arch}: denoiser layer {clash[0]!r} starts with a "
                                "text encoder's part name")
-        parts = [(module, targets)]
+        if network_type == "dora" and not model.supports_dora:
+            raise AdapterError(f"network.type dora: arch {model.arch!r}'s LoRA files "
+                               "have no place for DoRA's per-layer magnitude (dora_scale) "
+                               "yet; use lora or lokr")
+        ranks: dict[str, int] = {}
+        alphas: dict[str, float] = {}
+        conv = int(getattr(cfg, "conv", None) or 0)
+        if conv and network_type in ("lora", "dora"):  # LoCon: the denoiser's convs
+            convs = select_conv_targets(module, model.lora_conv_prefixes, only, ignore)
+            ranks, alphas = conv_settings(module, convs, conv,
+                                          float(getattr(cfg, "conv_alpha", None) or conv))
+            targets = targets + [n for n in convs if n not in targets]
+        parts: list[tuple[nn.Module, list[str], dict[str, int], dict[str, float]]] = [
+            (module, targets, ranks, alphas)]
         for name, encoder in encoders.items():
             found = select_targets(encoder, model.text_encoder_lora_prefixes, only, ignore)
             if not found:
@@ -168,11 +231,12 @@ class AdapterNetwork:
                     f"{list(model.text_encoder_lora_prefixes)} match network_kwargs "
                     f"{kwargs}; check only_if_contains / ignore_if_contains, or turn off "
                     "train.train_text_encoder")
-            parts.append((encoder, found))
-        for part, found in parts:
-            config = _adapter_config(network_type, found, rank, alpha, dropout, cfg, model)
+            parts.append((encoder, found, {}, {}))
+        for part, found, part_ranks, part_alphas in parts:
+            config = _adapter_config(network_type, found, rank, alpha, dropout, cfg, model,
+                                     part_ranks, part_alphas)
             inject_adapter_in_model(config, part, adapter_name=ADAPTER_NAME)
-        net = cls(module, network_type, rank, alpha, targets, model.arch, encoders)
+        net = cls(module, network_type, rank, alpha, targets, model.arch, encoders, alphas)
         net._model = model
         for p in net.trainable_parameters():
             p.data = p.data.to(dtype)
@@ -254,8 +318,10 @@ class AdapterNetwork:
 
         sd = {k: (v if dtype is None else v.to(dtype)).contiguous()
               for k, v in self.state_dict().items()}
-        for mod in sorted({module_of(k) for k in sd}):
-            sd[mod + ALPHA_SUFFIX] = torch.tensor(self.alpha, dtype=torch.float32)
+        sd = self._magnitudes_to_dora_scales(sd)
+        for mod in sorted({module_of(k) for k in sd if not k.endswith(DORA_SUFFIX)}):
+            sd[mod + ALPHA_SUFFIX] = torch.tensor(self.alphas.get(mod, self.alpha),
+                                                  dtype=torch.float32)
         model = self._require_model()
         public = model.convert_lora_weights_before_save(sd)
         meta = {"network_type": self.type, "network_rank": str(self.rank),
@@ -288,11 +354,48 @@ class AdapterNetwork:
             public = model.join_lora_files({s: sd for s, (_, sd) in read.items()})
         internal = model.convert_lora_weights_before_load(public)
         weights, alphas = split_alphas(internal)
+        weights = self._dora_scales_to_magnitudes(weights)
         for mod, file_alpha in alphas.items():
-            if file_alpha != self.alpha:
-                self._rescale(weights, mod, file_alpha / self.alpha)
+            mine = self.alphas.get(mod, self.alpha)
+            if file_alpha != mine:
+                self._rescale(weights, mod, file_alpha / mine)
         self.load_state_dict(weights)
         return metadata
+
+    def _submodule(self, name: str) -> nn.Module:
+        """An internal module name (a text encoder's carries its part name) -> module."""
+        part, _, rest = name.partition(".")
+        if part in self.text_encoders:
+            return self.text_encoders[part].get_submodule(rest)
+        return self.module.get_submodule(name)
+
+    def _magnitudes_to_dora_scales(self, sd: dict[str, torch.Tensor]
+                                   ) -> dict[str, torch.Tensor]:
+        """peft's `lora_magnitude_vector` -> the files' `dora_scale`, one value per output
+        row: (out, 1) for a Linear, (out, 1, 1, 1) for a Conv2d."""
+        out = {}
+        for key, value in sd.items():
+            if key.endswith(MAGNITUDE_SUFFIX):
+                mod = key[: -len(MAGNITUDE_SUFFIX)]
+                base = self._submodule(mod).get_base_layer().weight
+                key = mod + DORA_SUFFIX
+                value = value.reshape(base.shape[0], *[1] * (base.dim() - 1))
+            out[key] = value
+        return out
+
+    def _dora_scales_to_magnitudes(self, weights: dict[str, torch.Tensor]
+                                   ) -> dict[str, torch.Tensor]:
+        if not any(k.endswith(DORA_SUFFIX) for k in weights):
+            return weights
+        shapes = {k: v.shape for k, v in self._peft_state().items()}
+        out = {}
+        for key, value in weights.items():
+            if key.endswith(DORA_SUFFIX):
+                key = key[: -len(DORA_SUFFIX)] + MAGNITUDE_SUFFIX
+                if key in shapes:  # a file that does not fit is refused by load_state_dict
+                    value = value.reshape(shapes[key])
+            out[key] = value
+        return out
 
     def _rescale(self, weights: dict[str, torch.Tensor], mod: str, factor: float) -> None:
         # delta = up @ down * alpha / rank (LoRA) or kron(w1, w2) * alpha / rank (LoKr):

@@ -59,12 +59,16 @@ class NetworkKwargs(_Strict):
 
 
 class NetworkConfig(_Strict):
-    type: Literal["lora", "lokr"] = "lora"
+    # aitk.adapters.network: dora is peft's DoRA; upstream's `locon` is a lora with conv.
+    type: Literal["lora", "lokr", "dora"] = "lora"
     linear: PositiveInt | None = None
     rank: PositiveInt | None = None  # upstream's older name for `linear`
     linear_alpha: float | None = None
     alpha: float | None = None
     dropout: Probability | None = None
+    # LoCon: rank and alpha of the Conv2d layers of UNet archs (unset: none trained).
+    conv: PositiveInt | None = None
+    conv_alpha: float | None = None
     lokr_factor: int = -1
     network_kwargs: NetworkKwargs = NetworkKwargs()
 

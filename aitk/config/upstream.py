@@ -60,8 +60,8 @@ def refusal(data: Any) -> str | None:
 def upstream_form(data: Any) -> Any:
     """Upstream's derivations, applied before validation: `model.arch` from the `is_*`
     flags (or with its `:tag` dropped, `flex1` -> `flux`; a tag naming a variant fills in
-    that variant's defaults), a `locon` network is a LoRA
-    (its conv part is warned about as `network.conv`), and `training_seed` (process or
+    that variant's defaults), a `locon` network is a LoRA (with its `network.conv` rank
+    on the conv layers), and `training_seed` (process or
     config level) seeds the run when `train.seed` is not set."""
     if not isinstance(data, dict):
         return data

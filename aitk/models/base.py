@@ -171,6 +171,13 @@ class BaseModel:
     te_padding_side: ClassVar[str] = "right"
     # LoRA/LoKr attach to the nn.Linear layers whose path (inside get_model_to_train())
     # starts with one of these; override for networks that name their blocks otherwise.
+    # LoCon (`network.conv`): where the Conv2d layers it trains are (UNet archs' ResNet
+    # and resampling blocks); none for transformer archs.
+    lora_conv_prefixes: ClassVar[tuple[str, ...]] = ()
+    # `network.type: dora` needs a file layout that keeps each layer apart and names its
+    # `dora_scale` (a layout that fuses layers, like FLUX.2's q/k/v, cannot carry a
+    # per-layer magnitude); an arch opts in once its LoRA files are tested with it.
+    supports_dora: ClassVar[bool] = False
     lora_block_prefixes: ClassVar[tuple[str, ...]] = (
         "blocks.", "transformer_blocks.", "single_transformer_blocks.", "layers.")
     # Text-encoder LoRA (`train.train_text_encoder`): the Linear layers under these paths

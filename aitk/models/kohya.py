@@ -21,7 +21,8 @@ encoder's under its part name (`text_encoder.text_model.encoder.layers.0...`), w
 also the `text_encoder.` / `text_encoder_2.` layout diffusers' `save_lora_weights` writes.
 
 LoKr factors keep their names (`.lokr_w1`, `.lokr_w2_a`, ...) after the same module names,
-the LyCORIS layout ComfyUI reads.
+the LyCORIS layout ComfyUI reads; so does DoRA's `.dora_scale` (aitk.adapters.network).
+LoCon's conv layers are more modules of the same UNet blocks (`..._resnets_0_conv1`).
 
 Read: kohya's layout; diffusers' (`unet.` / `text_encoder.` / `text_encoder_2.` + module
 names, `lora_A`/`lora_B` or `lora_down`/`lora_up`; a module without `.alpha` has alpha =
@@ -35,7 +36,13 @@ from dataclasses import dataclass, field
 
 import torch
 
-from aitk.adapters.keys import ALPHA_SUFFIX, PUBLIC_PREFIX, from_public_keys, module_of
+from aitk.adapters.keys import (
+    ALPHA_SUFFIX,
+    DORA_SUFFIX,
+    PUBLIC_PREFIX,
+    from_public_keys,
+    module_of,
+)
 from aitk.errors import AdapterKeyError
 
 UNET_PREFIX = "lora_unet_"
@@ -54,10 +61,11 @@ _LOKR = (".lokr_w1", ".lokr_w1_a", ".lokr_w1_b", ".lokr_w2", ".lokr_w2_a", ".lok
 _SUFFIXES = {  # file suffix -> internal suffix
     ".lora_down.weight": ".lora_A.weight", ".lora_up.weight": ".lora_B.weight",
     ".lora_A.weight": ".lora_A.weight", ".lora_B.weight": ".lora_B.weight",
-    ALPHA_SUFFIX: ALPHA_SUFFIX, **{s: s for s in _LOKR},
+    ALPHA_SUFFIX: ALPHA_SUFFIX, DORA_SUFFIX: DORA_SUFFIX, **{s: s for s in _LOKR},
 }
 _TO_KOHYA = {".lora_A.weight": ".lora_down.weight", ".lora_B.weight": ".lora_up.weight",
-             ALPHA_SUFFIX: ALPHA_SUFFIX, **{s: s for s in _LOKR}}
+             ALPHA_SUFFIX: ALPHA_SUFFIX, DORA_SUFFIX: DORA_SUFFIX,
+             **{s: s for s in _LOKR}}
 
 
 @dataclass(frozen=True)

@@ -71,6 +71,10 @@ class UNetModel(BaseModel):
     # The UNet's blocks; load_model narrows these to the attention (Transformer2DModel)
     # modules inside them (attention_prefixes).
     lora_block_prefixes = tuple(f"{root}." for root in BLOCK_ROOTS)
+    # LoCon (`network.conv`): the Conv2d layers of the same blocks (ResNets, down- and
+    # upsamplers), as kohya's networks train them.
+    lora_conv_prefixes = tuple(f"{root}." for root in BLOCK_ROOTS)
+    supports_dora = True  # kohya's layout keeps each layer's dora_scale (aitk.models.kohya)
     text_encoder_lora_prefixes = kohya.CLIP_LORA_PREFIXES
     text_encoder_subfolders: ClassVar[tuple[str, ...]] = ("text_encoder",)
     kohya_layout: ClassVar[kohya.KohyaLayout]

@@ -87,6 +87,7 @@ def create_network(model: Any, proc: ProcessConfig) -> Any:
     # The adapter reads upstream's names; hand it the resolved rank/alpha aliases.
     spec = SimpleNamespace(type=net.type, linear=net.dim, linear_alpha=net.scale_alpha,
                            dropout=net.dropout or 0.0, lokr_factor=net.lokr_factor,
+                           conv=net.conv, conv_alpha=net.conv_alpha,
                            network_kwargs=net.network_kwargs.model_dump(exclude_none=True),
                            train_text_encoder=proc.train.train_text_encoder)
     return AdapterNetwork.attach(model, spec)

@@ -113,17 +113,9 @@ def _import(package: optimizers.Package, spec: optimizers.OptimizerSpec) -> Any:
 
 
 def import_bitsandbytes() -> Any:
-    """bitsandbytes, without the lines it logs at import about kernels it does not need
-    for its optimizers (4-bit matmul kernels for the CPU)."""
-    import logging
+    """bitsandbytes (its import-time kernel warning is silenced in aitk/__init__.py)."""
+    import bitsandbytes
 
-    quiet = logging.getLogger("bitsandbytes")
-    level = quiet.level
-    quiet.setLevel(logging.ERROR)
-    try:
-        import bitsandbytes
-    finally:
-        quiet.setLevel(level)
     return bitsandbytes
 
 

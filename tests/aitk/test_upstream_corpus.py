@@ -102,10 +102,9 @@ def test_the_ui_job_warns_only_about_what_it_switches_on(dataset):
     config, _ = corpus_entry("ui_flex1", str(dataset))
     config["config"]["process"][0]["model"]["arch"] = "example"
     loaded = parse_job(config, "job.yml", env={}, check_arch=lambda a: None)
-    assert loaded.warnings == [
-        f"config.process[0].network.{key}: valid upstream but not supported by aitk; ignored"
-        for key in ("conv", "conv_alpha")]
+    assert loaded.warnings == []  # conv/conv_alpha: LoCon where the arch has convs
     proc = loaded.job.config.process[0]
+    assert (proc.network.conv, proc.network.conv_alpha) == (16, 16)
     assert proc.save.save_format == "diffusers" and proc.type == "diffusion_trainer"
 
 

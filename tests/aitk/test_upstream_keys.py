@@ -58,16 +58,16 @@ def test_switched_off_settings_stay_quiet_and_switched_on_ones_warn_once():
     p["sample"]["sample_start_step"] = 0
     p["sqlite_db_path"] = "./aitk_db.db"
     p["performance_log_every"] = 10
-    p["datasets"][0]["flip_x"] = False
-    p["datasets"].append({**p["datasets"][0], "flip_y": True})
-    p["datasets"][0]["flip_y"] = True
+    p["datasets"][0]["random_crop"] = False
+    p["datasets"].append({**p["datasets"][0], "random_scale": True})
+    p["datasets"][0]["random_scale"] = True
     assert parse(copy.deepcopy(r)).warnings == [
-        "config.process[0].datasets[0].flip_y: valid upstream but not supported by aitk; "
-        "ignored"]  # once, though both datasets set it
+        "config.process[0].datasets[0].random_scale: valid upstream but not supported by "
+        "aitk; ignored"]  # once, though both datasets set it
     p["train"]["ema_config"]["use_feedback"] = True  # does nothing with use_ema off
     assert parse(copy.deepcopy(r)).warnings == [
-        "config.process[0].datasets[0].flip_y: valid upstream but not supported by aitk; "
-        "ignored"]
+        "config.process[0].datasets[0].random_scale: valid upstream but not supported by "
+        "aitk; ignored"]
     p["train"]["ema_config"]["use_ema"] = True
     assert "config.process[0].train.ema_config.use_feedback: valid upstream but not " \
            "supported by aitk; ignored" in parse(r).warnings

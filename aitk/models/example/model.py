@@ -41,6 +41,7 @@ TRANSFORMER_QUANT_EXCLUDE = ("x_embedder", "t_embedder*", "context_embedder",
 class ExampleModel(BaseModel):
     arch = "example"
     use_old_lokr_format = False
+    supports_dora = True
 
     @classmethod
     def build_tiny(cls, target: Path, seed: int = 0) -> None:

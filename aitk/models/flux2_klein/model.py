@@ -66,6 +66,7 @@ class Flux2KleinModel(BaseModel):
     arch = "flux2_klein"
     use_old_lokr_format = False
     lora_block_prefixes = ("transformer_blocks.", "single_transformer_blocks.")
+    supports_dora = False  # its files fuse q/k/v (lora_keys): no per-layer magnitude
 
     @classmethod
     def build_tiny(cls, target: Path, seed: int = 0) -> None:

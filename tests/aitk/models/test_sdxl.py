@@ -9,6 +9,7 @@ import os
 import signal
 import subprocess
 import sys
+from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -470,3 +471,80 @@ def test_hub_id_offline_is_one_line_exit_2(tmp_path: Path, sdxl_dir: Path) -> No
     errors = [line for line in proc.stderr.splitlines() if line.startswith("error:")]
     assert len(errors) == 1 and "Traceback" not in proc.stderr
     assert "someone/sdxl-not-cached" in errors[0] and "HF_HUB_OFFLINE" in errors[0]
+
+
+# ---- LoCon (network.conv) and DoRA ------------------------------------------------------
+@dataclass
+class ConvNet(NetCfg):
+    conv: int | None = 3
+    conv_alpha: float | None = 6.0
+
+
+def unet_out(unet: torch.nn.Module) -> torch.Tensor:
+    gen = torch.Generator().manual_seed(4)
+    x, ctx = torch.randn(1, 4, 8, 8, generator=gen), torch.randn(1, 77, 64, generator=gen)
+    cond = {"text_embeds": torch.randn(1, 32, generator=gen),
+            "time_ids": torch.tensor([[64.0, 64, 0, 0, 64, 64]])}
+    with torch.no_grad():
+        return unet(x, torch.tensor([500]), encoder_hidden_states=ctx,
+                    added_cond_kwargs=cond, return_dict=False)[0]
+
+
+def test_locon_trains_the_unet_convs_in_kohyas_layout_and_diffusers_loads_it(
+        sdxl_dir: Path, tmp_path: Path) -> None:
+    from diffusers import StableDiffusionXLPipeline
+
+    model = make(sdxl_dir)
+    net = AdapterNetwork.attach(model, ConvNet(linear=4, linear_alpha=2.0))
+    perturb(net)
+    path = tmp_path / "locon.safetensors"
+    net.save_file(path)
+    sd = load_file(path)
+    conv = "lora_unet_down_blocks_0_resnets_0_conv1"
+    assert sd[f"{conv}.lora_down.weight"].shape[:2] == (3, 32)  # rank `conv`, 3x3
+    assert sd[f"{conv}.lora_down.weight"].shape[2:] == (3, 3)
+    assert float(sd[f"{conv}.alpha"]) == 6.0
+    shortcut = "lora_unet_up_blocks_0_resnets_0_conv_shortcut"  # 1x1: the linear rank
+    assert sd[f"{shortcut}.lora_down.weight"].shape[0] == 4
+    assert float(sd[f"{shortcut}.alpha"]) == 2.0
+    # ComfyUI maps `lora_unet_` + the diffusers module name with "_" onto every UNet
+    # weight (comfy/lora.py model_lora_keys_unet): each module here is a real layer.
+    names = {n.replace(".", "_") for n, _ in model.get_model_to_train().named_modules()}
+    assert all(k.split(".")[0][len("lora_unet_"):] in names for k in sd)
+    trained = unet_out(model.model)
+    pipe = StableDiffusionXLPipeline.from_pretrained(sdxl_dir, add_watermarker=False)
+    plain = unet_out(pipe.unet)
+    pipe.load_lora_weights(str(path))
+    assert torch.allclose(unet_out(pipe.unet), trained, atol=1e-5)
+    assert not torch.allclose(plain, trained, atol=1e-3)
+    fresh = make(sdxl_dir)
+    AdapterNetwork.attach(fresh, ConvNet(linear=4, linear_alpha=2.0)).load_file(path)
+    assert torch.equal(unet_out(fresh.model), trained)
+
+
+def test_dora_saves_kohyas_dora_scale_and_reloads_exactly(sdxl_dir: Path,
+                                                         tmp_path: Path) -> None:
+    model = make(sdxl_dir)
+    net = AdapterNetwork.attach(model, ConvNet(type="dora", linear=4, linear_alpha=2.0))
+    perturb(net)
+    path = tmp_path / "dora.safetensors"
+    net.save_file(path)
+    sd = load_file(path)
+    attn = "lora_unet_down_blocks_1_attentions_0_transformer_blocks_0_attn1_to_q"
+    assert sd[f"{attn}.dora_scale"].shape == (64, 1)  # one value per output row
+    assert sd["lora_unet_down_blocks_0_resnets_0_conv1.dora_scale"].shape == (32, 1, 1, 1)
+    trained = unet_out(model.model)
+    fresh = make(sdxl_dir)
+    AdapterNetwork.attach(fresh, ConvNet(type="dora", linear=4, linear_alpha=2.0)
+                          ).load_file(path)
+    assert torch.equal(unet_out(fresh.model), trained)
+    plain = make(sdxl_dir)
+    assert not torch.allclose(unet_out(plain.model), trained, atol=1e-3)
+
+
+def test_a_fresh_dora_or_locon_adapter_changes_nothing(sdxl_dir: Path) -> None:
+    base = unet_out(make(sdxl_dir).model)
+    for kind in ("lora", "dora"):
+        model = make(sdxl_dir)
+        AdapterNetwork.attach(model, ConvNet(type=kind))
+        assert torch.allclose(unet_out(model.model), base, atol=1e-5), kind
