@@ -125,9 +125,7 @@ def test_the_ui_jobs_loss_switches_train_without_a_warning(dataset):
                               "resolution": 1024, "validate_every_n_steps": 1,
                               "validation_sigmas": [0.5]}})
     loaded = parse_job(config, "job.yml", env={}, check_arch=lambda a: None)
-    assert loaded.warnings == [
-        f"config.process[0].network.{key}: valid upstream but not supported by aitk; ignored"
-        for key in ("conv", "conv_alpha")]
+    assert loaded.warnings == []
     train = loaded.job.config.process[0].train
     assert train.diff_output_preservation_class == "person" and train.ema_config.use_ema
     for switch in ({"blank_prompt_preservation": True, "diff_output_preservation": False},
