@@ -9,7 +9,8 @@ ignored. `invert_mask` swaps them; `mask_min_value` lifts black to that value
 - A mask is read bounded like its image (dataset.open_image), turned upright by its
   EXIF orientation, resized to the size its image is resized to for its bucket
   (bilinear, whatever the mask's own size) and cropped like it, so the two stay
-  pixel-aligned: (1, H, W) in [0, 1] at the bucket.
+  pixel-aligned: (1, H, W) in [0, 1] at the bucket; a `flip_x`/`flip_y` copy's mask is
+  mirrored with it.
 - An image without a mask (none of its stem in the folder, an unreadable file, no alpha
   channel) is reported once, at the start, and trains unmasked (a mask of ones), like
   a missing caption; a mask folder that does not exist stops the job (exit 2).
@@ -32,6 +33,7 @@ import torch
 import torch.nn.functional as F
 from PIL import Image, ImageOps
 
+from aitk.data.augment import flip
 from aitk.data.buckets import resize_crop
 from aitk.data.controls import UNREADABLE, index_folder
 from aitk.data.dataset import Item, open_image
@@ -63,6 +65,7 @@ def mask_pixels(image: Image.Image, item: Item, rule: MaskRule) -> torch.Tensor:
     `alpha`, the open training image)."""
     image = ImageOps.exif_transpose(image)
     gray = image.getchannel("A") if rule.alpha else image.convert("L")
+    gray = flip(gray, *item.flips)  # a flip_x/flip_y copy: as its pixels, before the resize
     plan = resize_crop(*item.size, item.bucket)
     if gray.size != (plan.resize_w, plan.resize_h):
         gray = gray.resize((plan.resize_w, plan.resize_h), Image.Resampling.BILINEAR)

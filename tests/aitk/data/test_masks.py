@@ -99,3 +99,19 @@ def test_latent_weights_average_the_pixels_of_each_cell():
     assert cells[0, 0, :, 0].tolist() == [0.0, 0.0] and cells[0, 0, :, 1].tolist() == [0.5, 0.5]
     video = latent_weights(mask, torch.zeros(1, 4, 3, 2, 2))
     assert video.shape == (1, 1, 1, 2, 2)  # the same mask on every frame
+
+
+def test_a_mirrored_copy_gets_the_mirrored_mask(tmp_path: Path):
+    """flip_x / flip_y copies (aitk.run.assembly.mirrored) flip their mask with their
+    pixels, so the loss still looks where the subject is."""
+    import dataclasses
+
+    write_image(tmp_path / "imgs" / "a.png", (48, 32), caption="a")
+    half_mask(tmp_path / "masks" / "a.png", (48, 32))  # white on the right
+    [item] = scan_folder(tmp_path / "imgs", resolutions=[32], divisibility=16)
+    masks = Masks([MaskRule(tmp_path / "masks")], [item], print)
+    plain = masks.load(item)
+    assert torch.equal(masks.load(dataclasses.replace(item, flip_x=True)),
+                       plain.flip(-1))
+    assert torch.equal(masks.load(dataclasses.replace(item, flip_y=True)), plain.flip(-2))
+    assert not torch.equal(plain, plain.flip(-1))
