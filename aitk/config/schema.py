@@ -91,6 +91,26 @@ class SaveConfig(_Strict):
     # upstream writes "diffusers" for flux; aitk always writes the layout the arch's
     # loaders read (see aitk.adapters.keys), so both are accepted
     save_format: Literal["safetensors", "diffusers"] = "safetensors"
+    # Upload the output folder's LoRA files and previews to this Hugging Face repo at
+    # the end of the run (aitk.run.hub); offline or without a token, one line.
+    push_to_hub: bool = False
+    hf_repo_id: str | None = None
+    hf_private: bool = False
+
+    @model_validator(mode="after")
+    def _hub_repo(self) -> SaveConfig:
+        if self.push_to_hub and not self.hf_repo_id:
+            raise ValueError("push_to_hub needs hf_repo_id (the repo to upload to, "
+                             "e.g. your-name/my-lora)")
+        return self
+
+
+class LoggingConfig(_Strict):
+    """`logging`: the trackers beside loss_log.jsonl (aitk.run.trackers)."""
+
+    use_wandb: bool = False
+    project_name: str = "ai-toolkit"
+    run_name: str | None = None  # unset: the job's name
 
 
 class SampleItem(_Strict):
@@ -408,6 +428,9 @@ class ProcessConfig(_Strict):
     device: str | None = None  # None: cuda when available, else cpu
     gpus: PositiveInt = 1  # > 1: run.py starts torchrun (aitk.run.torchrun)
     trigger_word: str | None = None
+    # TensorBoard event files go under it (aitk.run.trackers); unset: the config's.
+    log_dir: str | None = None
+    logging: LoggingConfig = LoggingConfig()
     network: NetworkConfig
     save: SaveConfig = SaveConfig()
     sample: SampleConfig = SampleConfig()
@@ -451,6 +474,7 @@ def one_path_component(name: str) -> str:
 class JobSection(_Strict):
     name: Annotated[str, Field(min_length=1), AfterValidator(one_path_component)]
     process: Annotated[list[ProcessConfig], Field(min_length=1)]
+    log_dir: str | None = None  # every process's TensorBoard folder (upstream's)
 
 
 class JobConfig(_Strict):
@@ -463,6 +487,7 @@ class JobConfig(_Strict):
 SECTION_NAMES: dict[type[BaseModel], str] = {
     JobConfig: "job", JobSection: "config", ProcessConfig: "process",
     NetworkConfig: "network", NetworkKwargs: "network.network_kwargs", SaveConfig: "save",
+    LoggingConfig: "logging",
     SampleConfig: "sample", SampleItem: "sample.samples", TrainConfig: "train",
     LRSchedulerParams: "train.lr_scheduler_params", EMAConfig: "train.ema_config",
     ValidationConfig: "train.validation_config",

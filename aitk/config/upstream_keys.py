@@ -197,9 +197,9 @@ SECTIONS: dict[str, dict[str, Any]] = {
 # Accepted and never warned about: they change logs, speed, memory or bookkeeping, not
 # what is learned.
 QUIET: dict[str, frozenset[str]] = {
-    "config": frozenset({"log_dir", "device"}),
-    "process": frozenset({"performance_log_every", "sqlite_db_path", "logging", "log_dir",
-                          "torch_profiler", "meta", "name"}),
+    "config": frozenset({"device"}),
+    "process": frozenset({"performance_log_every", "sqlite_db_path", "torch_profiler",
+                          "meta", "name"}),
     "model": frozenset({"compile", "block_compile", "compile_mode", "compile_fullgraph",
                         "compile_dynamic", "cache_size_limit", "vae_device", "te_device",
                         "auto_memory", "layer_offloading",
@@ -216,7 +216,9 @@ QUIET: dict[str, frozenset[str]] = {
                            "debug", "fast_image_size", "load_image_when_caching_latents",
                            "cache_tensors_to_disk"}),
     "sample": frozenset(),
-    "logging": frozenset(SECTIONS["logging"]),
+    # aitk logs every step it reads a loss (loss_log.jsonl); the UI logger is upstream's
+    # database (aitk's web UI reads the loss log).
+    "logging": frozenset({"log_every", "verbose", "use_ui_logger"}),
 }
 
 # A dict-valued key that does nothing unless its switch is on (`ema_config.use_ema`;

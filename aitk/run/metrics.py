@@ -23,6 +23,8 @@ from rich.progress import (
 )
 
 from aitk.run.status import StatusFile
+from aitk.run.trackers import NONE as NO_TRACKERS
+from aitk.run.trackers import Trackers
 from aitk_common.files import atomic_write_text
 
 
@@ -66,10 +68,13 @@ def trim_log(path: Path, upto_step: int) -> None:
 
 class Metrics:
     def __init__(self, log_path: Path | None, total_steps: int, start_step: int, name: str,
-                 stream: TextIO | None = None, status: StatusFile | None = None) -> None:
-        """`log_path` None: console only (the non-writing ranks of a distributed run)."""
+                 stream: TextIO | None = None, status: StatusFile | None = None,
+                 trackers: Trackers = NO_TRACKERS) -> None:
+        """`log_path` None: console only (the non-writing ranks of a distributed run).
+        `trackers` (aitk.run.trackers) get every entry the loss log gets."""
         self.stream = stream or sys.stderr
         self.status = status
+        self.trackers = trackers
         self.total = total_steps
         self.start_step = start_step
         self._log: TextIO | None = None
@@ -105,6 +110,9 @@ class Metrics:
         if self._log is not None:
             self._log.write(json.dumps(entry) + "\n")
             self._log.flush()
+        self.trackers.scalars(int(entry["step"]), {
+            k: float(v) for k, v in entry.items()
+            if k not in ("step", "time") and isinstance(v, int | float)})
 
     def log(self, step: int, loss: float, lr: float) -> None:
         now = time.perf_counter()
@@ -112,6 +120,7 @@ class Metrics:
             self._log.write(json.dumps({"step": step, "loss": loss, "lr": lr,
                                         "time": round(time.time(), 6)}) + "\n")
             self._log.flush()
+        self.trackers.scalars(step, {"loss": loss, "lr": lr})
         self._times.append(now)
         rate = (len(self._times) - 1) / max(now - self._times[0], 1e-9)
         if self.status is not None:
@@ -131,3 +140,4 @@ class Metrics:
             self._progress = None
         if self._log is not None and not self._log.closed:
             self._log.close()
+        self.trackers.close()

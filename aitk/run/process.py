@@ -52,6 +52,8 @@ from aitk.run.output import claim, output_lock, refuse_foreign_loras, write_run_
 from aitk.run.saving import Saver, resume
 from aitk.run.signals import StopFlag
 from aitk.run.status import StatusFile
+from aitk.run.trackers import NONE as NO_TRACKERS
+from aitk.run.trackers import Trackers, open_trackers
 from aitk.run.train import LoopSettings, Outcome, Run, train
 
 
@@ -174,6 +176,18 @@ def validation(p: Process, model: Any, trainable: Trainable, inputs: Inputs,
                       history(p.out_dir / "loss_log.jsonl", start))
 
 
+def trackers(p: Process) -> Trackers:
+    """wandb and TensorBoard as the config asks (aitk.run.trackers); rank 0 only."""
+    log_dir = p.proc.log_dir or p.loaded.job.config.log_dir
+
+    def say(line: str) -> None:
+        print(line, file=p.stream, flush=True)
+
+    # the config as recorded: a ${VAR} token is never sent to a tracker
+    config = p.loaded.recorded or p.loaded.raw
+    return open_trackers(p.proc.logging, log_dir, p.name, p.out_dir, config, say, p.say)
+
+
 def announce(p: Process, items: list[Item], device: torch.device) -> None:
     ranks = f" x {p.world.size} processes" if p.world.distributed else ""
     print(f"training {p.name}: {len({i.path for i in items})} images ({len(items)} items "
@@ -192,7 +206,8 @@ def train_from(p: Process, model: Any, trainable: Trainable, inputs: Inputs,
         part.train()  # adapter dropout active; previews switch to eval and back
     p.status.phase("training", step=start, total_steps=tr.steps)
     metrics = Metrics(p.out_dir / "loss_log.jsonl" if main else None, tr.steps, start,
-                      p.name, stream=p.stream, status=p.status)
+                      p.name, stream=p.stream, status=p.status,
+                      trackers=trackers(p) if main else NO_TRACKERS)
     try:
         saver = Saver(p.loaded, p.proc, p.out_dir, trainable, model.lora_file_suffixes(),
                       metrics, p.status)
@@ -233,6 +248,12 @@ def train_from(p: Process, model: Any, trainable: Trainable, inputs: Inputs,
             start)
         if validate is not None and validate.summary():
             metrics.message(validate.summary())
+        save = p.proc.save
+        if main and save.push_to_hub and outcome is Outcome.FINISHED:
+            from aitk.run.hub import push_to_hub
+
+            assert save.hf_repo_id is not None  # the schema requires it
+            push_to_hub(p.out_dir, save.hf_repo_id, save.hf_private, metrics.message)
         # Leave together: a rank that tore its process group down while rank 0 was
         # still saving could abort in gloo's threads ("terminate called ...").
         distributed.barrier(world)
