@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import signal
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -56,11 +57,25 @@ SWITCHES: dict[str, dict[str, Any]] = {
     "validation": {"train": {"validation_config": {
         "validation_items": [{"image_path": str(IMAGE), "prompt": "[trigger] a circle"}],
         "resolution": 32, "validate_every_n_steps": 1, "validation_sigmas": [0.5]}}},
+    # the data and network switches (aitk.data.batches, aitk.adapters.network)
+    "dora": {"network": {"type": "dora", "linear": 4, "linear_alpha": 4}},
+    "flip_and_augments": {"datasets": {"flip_x": True, "flip_y": True,
+                                       "augments": ["ColorJitter", "RandomEqualize"]}},
+    "caption_changes": {"train": {"cache_text_embeddings": False},
+                        "datasets": {"shuffle_tokens": True, "keep_tokens": 1,
+                                     "token_dropout_rate": 0.3,
+                                     "random_triggers": ["ohwx", "sks"]}},
+    "reg_dataset": {"reg": {"is_reg": True, "loss_multiplier": 0.5, "batch_size": 1},
+                    "train": {"reg_weight": 0.5}},
+    "prior_reg_dataset": {"reg": {"is_reg": True, "prior_reg": True}},
+    "trackers": {"logging": {"use_wandb": True}, "log_dir": "tensorboard"},
 }
 
 
 def write_job(tmp: Path, name: str, example_model_dir: Path, switch: str) -> Path:
-    sections = {k: v for k, v in SWITCHES[switch].items() if k != "datasets"}
+    sections = {k: v for k, v in SWITCHES[switch].items() if k not in ("datasets", "reg")}
+    if "log_dir" in sections:
+        sections["log_dir"] = str(tmp / sections["log_dir"])
     train = {"batch_size": 2, "steps": STEPS, "lr": 2e-3, "optimizer": "adamw",
              "gradient_checkpointing": False, "cache_text_embeddings": True, "seed": 7,
              **sections.pop("train", {})}
@@ -68,8 +83,14 @@ def write_job(tmp: Path, name: str, example_model_dir: Path, switch: str) -> Pat
                      save={"dtype": "float32", "save_every": 2,
                            "max_step_saves_to_keep": 4},
                      sample={"sample_every": 100, "prompts": []}, **sections)
-    if SWITCHES[switch].get("datasets") == "masks":
-        cfg["config"]["process"][0]["datasets"][0]["mask_path"] = masks(tmp)
+    datasets = cfg["config"]["process"][0]["datasets"]
+    extra = SWITCHES[switch].get("datasets")
+    if extra == "masks":
+        datasets[0]["mask_path"] = masks(tmp)
+    elif extra is not None:
+        datasets[0].update(extra)
+    if "reg" in SWITCHES[switch]:  # the same images as a regularization dataset
+        datasets.append({**datasets[0], **SWITCHES[switch]["reg"]})
     return write_config(tmp / f"{name}.yml", cfg)
 
 
@@ -109,6 +130,11 @@ def final(out: Path, name: str) -> dict[str, Any]:
 def test_resume_is_exact_with_the_switch_on(switch: str, tmp_path: Path,
                                             example_model_dir: Path,
                                             monkeypatch: pytest.MonkeyPatch):
+    if switch == "trackers":  # no network, no wandb service: a fake module, offline
+        from tests.aitk.test_trackers import fake_wandb
+
+        monkeypatch.setitem(sys.modules, "wandb", fake_wandb())
+        monkeypatch.setenv("WANDB_MODE", "offline")
     straight = write_job(tmp_path, "straight", example_model_dir, switch)
     assert run_job(load_config(str(straight))) == EXIT_OK
     resumed = write_job(tmp_path, "resumed", example_model_dir, switch)
