@@ -210,8 +210,10 @@ QUIET: dict[str, frozenset[str]] = {
                         "is_v2", "is_xl", "is_v3", "is_flux", "is_lumina2", "is_pixart",
                         "is_pixart_sigma", "is_auraflow", "is_ssd", "is_vega", "dtype"}),
     "network": frozenset({"layer_offloading"}),
+    # content_or_style_reg: upstream's TrainConfig reads it from `content_or_style`, so
+    # its own value never reaches training (reg batches lean as the others, in both).
     "train": frozenset({"xformers", "sdp", "attention_backend", "max_loss_debug",
-                        "show_turbo_outputs"}),
+                        "show_turbo_outputs", "content_or_style_reg"}),
     "datasets": frozenset({"num_workers", "prefetch_factor", "cache_latents_num_workers",
                            "debug", "fast_image_size", "load_image_when_caching_latents",
                            "cache_tensors_to_disk"}),
@@ -226,8 +228,7 @@ QUIET: dict[str, frozenset[str]] = {
 SWITCHED: dict[tuple[str, str], str] = {("process", "ema_config"): "use_ema"}
 
 # A setting that only matters while a sibling is on: (section, key) -> (sibling, the
-# sibling's values that mean "off"). The UI writes `diff_output_preservation_class:
-# person` into every job with preservation off; that changes nothing.
+# sibling's values that mean "off"); only read for keys the schema does not declare.
 DEPENDS: dict[tuple[str, str], tuple[str, tuple[Any, ...]]] = {
     **{("train", k): (on, _OFF) for k, on in (
         ("correct_pred_norm_multiplier", "correct_pred_norm"),

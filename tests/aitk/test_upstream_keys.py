@@ -149,3 +149,11 @@ def test_every_upstream_section_maps_to_a_schema_class():
     assert {"job", "config", "process", "network", "save", "sample", "sample.samples",
             "train", "model", "datasets"} <= mapped
     assert set(uk.SECTIONS) - mapped <= {"logging", "train.ema_config"}  # whole sections
+
+
+def test_content_or_style_reg_is_quiet_as_upstream_never_reads_it():
+    """Upstream's TrainConfig sets content_or_style_reg from `content_or_style`: its own
+    value changes nothing there, so dropping it changes nothing here."""
+    r = raw()
+    proc(r)["train"]["content_or_style_reg"] = "style"
+    assert parse(r).warnings == []
