@@ -73,3 +73,28 @@ def test_a_refusing_hub_is_one_line_not_a_failed_run(tmp_path: Path):
     assert not push_to_hub(tmp_path, "someone/else", False, lines.append, api)
     assert lines == [f"push_to_hub: upload to someone/else failed (HfHubHTTPError: 403 "
                      f"Forbidden: not your namespace); the files stay in {tmp_path}"]
+
+
+def test_a_finished_run_uploads_its_folder(tmp_path: Path, example_model_dir: Path,
+                                           monkeypatch, capsys):
+    """Through a real (tiny, in-process) run: the upload comes after the final save."""
+    import huggingface_hub
+
+    from aitk.config.loading import load_config
+    from aitk.run.job import EXIT_OK, run_job
+    from tests.aitk.aitk_testing import job_config, write_config
+
+    api = FakeApi()
+    monkeypatch.setattr(huggingface_hub, "get_token", lambda: "hf_not_a_real_token")
+    monkeypatch.setattr(huggingface_hub, "HfApi", lambda: api)
+    cfg = job_config("hub", tmp_path / "out", example_model_dir, steps=2,
+                     save={"dtype": "float32", "save_every": 2, "push_to_hub": True,
+                           "hf_repo_id": "me/hub-lora"},
+                     sample={"sample_every": 100, "prompts": []})
+    assert run_job(load_config(str(write_config(tmp_path / "hub.yml", cfg)))) == EXIT_OK
+    [(_, create), (_, upload)] = api.calls
+    assert create["repo_id"] == upload["repo_id"] == "me/hub-lora"
+    folder = Path(upload["folder_path"])
+    assert (folder / "hub.safetensors").is_file()
+    said = capsys.readouterr()
+    assert "push_to_hub: uploaded to http://127.0.0.1:9/me/hub-lora" in said.out + said.err
