@@ -65,8 +65,10 @@ class WandbTracker:
                  folder: Path, say: Callable[[str], None]) -> None:
         mode = wandb_mode()
         folder.mkdir(parents=True, exist_ok=True)
+        # silent: wandb's own banner and summary would bury the trainer's console
+        settings = wandb.Settings(silent=True) if hasattr(wandb, "Settings") else None
         self.run = wandb.init(project=project, name=run_name, config=dict(config),
-                              dir=str(folder), mode=mode)
+                              dir=str(folder), mode=mode, settings=settings)
         if mode == "offline":
             where = Path(self.run.dir).parent  # the run folder (`files/` is inside it)
             say(f"wandb: offline run in {where}; upload it with `wandb sync {where}`")

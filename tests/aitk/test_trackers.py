@@ -171,3 +171,17 @@ def test_push_to_hub_without_a_repo_is_a_config_error():
                              "repo to upload to, e.g. your-name/my-lora)"]
     proc(raw)["save"].update({"hf_repo_id": "me/lora", "hf_private": True})
     assert parse(raw).warnings == []
+
+
+@pytest.mark.slow  # the real package starts its wandb-core service (~20 s)
+def test_the_real_wandb_offline_writes_a_run_to_sync_later(no_wandb_login, tmp_path):
+    pytest.importorskip("wandb")
+    lines: list[str] = []
+    trackers = open_trackers(logging_cfg(), None, "my_lora", tmp_path / "out", {"a": 1},
+                             lines.append, pytest.fail)
+    trackers.scalars(1, {"loss": 0.5, "lr": 1e-4})
+    trackers.close()
+    [line] = lines  # wandb's own banner is silenced
+    [run] = (tmp_path / "out" / "wandb").glob("offline-run-*")
+    assert line == f"wandb: offline run in {run}; upload it with `wandb sync {run}`"
+    assert list(run.glob("run-*.wandb"))
