@@ -291,3 +291,16 @@ def test_schedule_keys_reach_the_schedule():
         _job(lr_scheduler="step")
     tr = _job(optimizer="prodigy", lr=1e-4).job.config.process[0].train
     assert schedule_from_config(tr).lr == 1.0  # the schedule scales prodigy's multiplier
+
+
+@pytest.mark.parametrize("name", ["adamw", "lion", "adafactor", "automagic"])
+def test_param_groups_keep_their_lr_scale_with_every_optimizer(name):
+    """The text encoders' group (`lr_scale`, aitk.run.assembly.parameter_groups) follows
+    the one schedule at its own rate, whichever optimizer the job names."""
+    if name == "lion":
+        pytest.importorskip("lion_pytorch")
+    unet, encoder = torch.nn.Parameter(torch.ones(3)), torch.nn.Parameter(torch.ones(2))
+    opt = build_optimizer(name, [{"params": [unet]}, {"params": [encoder],
+                                                      "lr_scale": 0.25}], 1e-4)
+    set_lr(opt, 8e-5)
+    assert [g["lr"] for g in opt.param_groups] == pytest.approx([8e-5, 2e-5])

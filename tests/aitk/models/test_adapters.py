@@ -54,6 +54,24 @@ def test_no_matching_layer_is_an_error(model, net_cfg) -> None:
         AdapterNetwork.attach(model, net_cfg())
 
 
+def test_dora_is_refused_where_the_arch_has_no_place_for_its_magnitude(
+        model, net_cfg, monkeypatch) -> None:
+    monkeypatch.setattr(type(model), "supports_dora", False)
+    with pytest.raises(AdapterError, match="no place for DoRA's per-layer magnitude"):
+        AdapterNetwork.attach(model, net_cfg(type="dora"))
+
+
+def test_conv_on_an_arch_without_conv_blocks_trains_no_convs(model, net_cfg) -> None:
+    """Upstream's form writes `conv` into every job; a transformer arch has none."""
+    cfg = net_cfg()
+    cfg.conv, cfg.conv_alpha = 8, 8.0
+    net = AdapterNetwork.attach(model, cfg)
+    module = model.get_model_to_train()
+    assert net.target_modules and net.alphas == {}
+    assert all(isinstance(module.get_submodule(t).get_base_layer(), torch.nn.Linear)
+               for t in net.target_modules)
+
+
 @pytest.mark.parametrize("kind", ["lora", "lokr"])
 def test_saved_file_reloads_into_a_fresh_model_exactly(make_model, inputs, net_cfg,
                                                        tmp_path: Path, kind: str) -> None:
