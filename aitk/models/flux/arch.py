@@ -32,7 +32,7 @@ class FluxKwargs(ArchKwargs):
 
 FLOW_MATCHING = Schedule("flowmatch", FLOWMATCH_SCHEDULERS)
 
-# Counts: the real configs built on the meta device (tests/aitk/models/real_configs.py).
+# Counts: the real configs built on the meta device (the folder's real_parts.py).
 CLIP_L = Part("text_encoder", PartRole.TEXT_ENCODER, 123_060_480)
 T5_XXL = Part("text_encoder_2", PartRole.TEXT_ENCODER, 4_762_310_656)
 VAE = Part("vae", PartRole.VAE, 83_819_683, float32=True)

@@ -38,7 +38,7 @@ class Flux2Kwargs(ArchKwargs):
                            "instead of at most 1 MP (cheaper; previews follow)")
 
 
-# Counts: the real configs built on the meta device (tests/aitk/models/real_configs.py).
+# Counts: the real configs built on the meta device (the folder's real_parts.py).
 # 8 double-stream + 48 single-stream blocks.
 TRANSFORMER = Part("transformer", PartRole.DENOISER, 32_223_281_152, blocks=56,
                    block_params=31_406_964_736)

@@ -37,7 +37,7 @@ class HiDreamKwargs(ArchKwargs):
                                 "HiDreamImagePipeline and upstream use)")
 
 
-# Counts: the real configs built on the meta device (tests/aitk/models/real_configs.py).
+# Counts: the real configs built on the meta device (the folder's real_parts.py).
 # 16 double-stream + 32 single-stream blocks (4 routed experts, 2 active, + 1 shared
 # each) and the 49 caption projections: the top-level ModuleLists.
 TRANSFORMER = Part("transformer", PartRole.DENOISER, 17_105_733_184, blocks=97,

@@ -63,7 +63,7 @@ TURBO_REPO = "krea/Krea-2-Turbo"
 TURBO_ADAPTER = ("ostris/krea2_turbo_training_adapter/"
                  "krea2_turbo_training_adapter_v1.safetensors")
 
-# Counts: the real configs built on the meta device (tests/aitk/models/real_configs.py).
+# Counts: the real configs built on the meta device (the folder's real_parts.py).
 # 28 transformer blocks; the text fusion's 4 blocks sit inside `text_fusion`.
 TRANSFORMER = Part("transformer", PartRole.DENOISER, 12_820_073_036, blocks=28,
                    block_params=12_156_476_416)

@@ -34,7 +34,7 @@ class Lumina2Kwargs(ArchKwargs):
                                         "prompt (default Lumina2Pipeline's own)")
 
 
-# Counts: the real configs built on the meta device (tests/aitk/models/real_configs.py).
+# Counts: the real configs built on the meta device (the folder's real_parts.py).
 # 26 joint layers + 2 noise refiners + 2 context refiners.
 TRANSFORMER = Part("transformer", PartRole.DENOISER, 2_609_769_152, blocks=30,
                    block_params=2_600_484_480)

@@ -30,7 +30,7 @@ class SD3Kwargs(ArchKwargs):
                                         "StableDiffusion3Pipeline and upstream use)")
 
 
-# Counts: the real configs built on the meta device (tests/aitk/models/real_configs.py).
+# Counts: the real configs built on the meta device (the folder's real_parts.py).
 # Both releases share the text encoders and the VAE.
 CLIP_L = Part("text_encoder", PartRole.TEXT_ENCODER, 123_650_304)  # with its projection
 CLIP_G = Part("text_encoder_2", PartRole.TEXT_ENCODER, 694_659_840)

@@ -45,7 +45,7 @@ TURBO_REPO = "Tongyi-MAI/Z-Image-Turbo"
 TURBO_ADAPTER = ("ostris/zimage_turbo_training_adapter/"
                  "zimage_turbo_training_adapter_v2.safetensors")
 
-# Counts: the real configs built on the meta device (tests/aitk/models/real_configs.py).
+# Counts: the real configs built on the meta device (the folder's real_parts.py).
 # 30 main layers + 2 noise-refiner + 2 context-refiner blocks.
 TRANSFORMER = Part("transformer", PartRole.DENOISER, 6_154_908_736, blocks=34,
                    block_params=6_143_056_384)

@@ -1,12 +1,11 @@
 """Every parameter count an arch description records (aitk/models/<arch>/arch.py) is what
 its real full-size part has: each part is built on the meta device (no memory, no
-download) from its real config (tests/aitk/models/real_configs.py) with the class aitk
-loads it as, then counted, and so are its repeated blocks and what the arch keeps after
-dropping modules it never runs."""
+download) from its real config (the arch folder's real_parts.py; aitk.models.real_parts)
+with the class aitk loads it as, then counted, and so are its repeated blocks and what
+the arch keeps after dropping modules it never runs (the folder's KEPT)."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from functools import cache
 
 import pytest
@@ -14,46 +13,12 @@ from torch import nn
 
 from aitk.models import catalog
 from aitk.models.description import Part, PartRole
-from tests.aitk.models.real_configs import REAL_PARTS, build
+from tests.aitk.models.real_configs import REAL_PARTS, build, kept
 
 
-def _trim_qwen_vision(module: nn.Module) -> None:
-    from aitk.models.qwen_image.model import drop_vision_tower
-
-    drop_vision_tower(module)
-
-
-def _trim_klein_layers(module: nn.Module) -> None:
-    from aitk.models.flux2_klein.model import TEXT_LAYERS, keep_text_layers
-
-    keep_text_layers(module, max(TEXT_LAYERS) + 1)
-
-
-def _mistral_language_model_to_layer_31(module: nn.Module) -> None:
-    """What flux2 loads of Mistral3ForConditionalGeneration: the language model, cut
-    after layer 31 (one past the deepest read), without the vision side or LM head."""
-    from aitk.models.flux2.model import TEXT_LAYERS
-    from aitk.models.flux2_klein.model import keep_text_layers
-
-    module.model.vision_tower = None
-    module.model.multi_modal_projector = None
-    module.lm_head = None
-    keep_text_layers(module.model.language_model, max(TEXT_LAYERS) + 1)
-
-
-def _drop_qwen3_vl_vision(module: nn.Module) -> None:
-    """What krea2 loads of Qwen3VLModel: the language model, no vision tower."""
-    module.visual = None
-
-
-# (arch, subfolder) -> what the arch's loader does to the part after loading it.
-TRIMS: dict[tuple[str, str], Callable[[nn.Module], None]] = {
-    ("qwen_image", "text_encoder"): _trim_qwen_vision,
-    **{(arch, "text_encoder"): _trim_klein_layers
-       for arch in ("flux2_klein_4b", "flux2_klein_9b", "flux2_klein")},
-    ("flux2", "text_encoder"): _mistral_language_model_to_layer_31,
-    ("krea2", "text_encoder"): _drop_qwen3_vl_vision,
-}
+def folder_of(arch: str) -> str:
+    """The arch's folder under aitk/models/ (its model class lives there)."""
+    return catalog.description(arch).model_class.split(".")[2]
 
 
 def count(module: nn.Module) -> int:
@@ -87,7 +52,7 @@ def test_recorded_count_is_the_real_configs(arch: str, repo: str, part: Part) ->
         assert (part.blocks, part.block_params) == (blocks, block_params)
     else:
         assert (part.blocks, part.block_params) == (0, 0)
-    trim = TRIMS.get((arch, part.subfolder))
+    trim = kept(folder_of(arch)).get(part.subfolder)
     if trim is None:
         assert part.kept_params is None
     else:
@@ -109,3 +74,22 @@ def test_unknown_sizes_are_marked_unknown() -> None:
     assert variant.params is None and all(p.params is None for p in variant.parts)
     assert catalog.description("flux").variant("dev").params == (
         11_901_408_320 + 123_060_480 + 4_762_310_656 + 83_819_683)
+
+
+def test_each_folder_holds_the_real_configs_of_its_own_archs() -> None:
+    """An arch's real configs live in its own folder (adding an arch is its folder plus
+    one registration line): each folder's REAL_PARTS is exactly what its archs count."""
+    import importlib
+
+    from aitk.models.builtin import ARCH_FOLDERS
+
+    for folder in ARCH_FOLDERS:
+        counted = {(repo, part.subfolder) for arch, repo, part in recorded()
+                   if folder_of(arch) == folder}
+        try:
+            module = importlib.import_module(f"aitk.models.{folder}.real_parts")
+        except ModuleNotFoundError:
+            assert not counted, f"{folder} counts parts but has no real_parts.py"
+            continue
+        assert set(module.REAL_PARTS) == counted, folder
+        assert set(getattr(module, "KEPT", {})) <= {sub for _, sub in counted}, folder
