@@ -8,13 +8,20 @@ handlers here check only what a request asks for. Routes:
     GET    /api/health                         version, whether a token is required
     GET    /api/examples                       example configs: name -> YAML
     GET    /api/jobs                           every job with its live progress
+    GET    /api/form                           the job form's fields and the model picker
+    POST   /api/form                           {"yaml", "edits"}: the form's changes made
+                                               in the YAML -> {"yaml", "values"}
+    POST   /api/check                          {"yaml"}: the trainer's full preflight,
+                                               without making a job
     POST   /api/jobs                           {"yaml"} or {"example", "name"}; 422 + errors
+                                               (schema, confinement, `run.py --check`)
     GET    /api/jobs/{id}                      one job: config, progress, history
     PUT    /api/jobs/{id}/config               {"yaml"}: edit a job that is not running
     DELETE /api/jobs/{id}                      forget a job that is not running
     POST   /api/jobs/{id}/start                run now, or queue behind the running job
     POST   /api/jobs/{id}/resume               the same, from its last checkpoint
     POST   /api/jobs/{id}/stop                 the trainer saves and exits (130)
+    POST   /api/jobs/{id}/copy                 {"name"}: "run again", a new job
     POST   /api/queue                          {"ids": [...]}: run them one after another
     DELETE /api/jobs/{id}/outputs              {"confirm": NAME}: delete what the trainer
                                                wrote in its output folder
@@ -40,11 +47,10 @@ import asyncio
 import contextlib
 import json
 import logging
-import re
 import secrets
 import shutil
 import sqlite3
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -66,13 +72,21 @@ import aitk
 from aitk_common import jobstates
 from aitk_common.files import atomic_write_bytes
 from aitk_common.jobstates import ACTIVE, Action
-from aitk_server import configs, datasets, outputs
+from aitk_server import configs, datasets, form, outputs, preflight
 from aitk_server.auth import Keys
 from aitk_server.db import Database, JobRow, valid_id
 from aitk_server.guard import Guard, Policy
-from aitk_server.runner import Conflict, Runner
+from aitk_server.http import (
+    MAX_JSON_BYTES,
+    ApiError,
+    answer_errors,
+    json_body,
+    read_capped,
+    small_count,
+    text_field,
+)
+from aitk_server.runner import Runner
 
-MAX_JSON_BYTES = 1024 * 1024
 MAX_UPLOAD_BYTES = 50 * 1024 * 1024
 DEFAULT_PORT = 8675
 log = logging.getLogger("aitk_server")
@@ -108,53 +122,12 @@ class Settings:
                    outputs_dir=overrides.pop("outputs_dir", root / "output"), **overrides)
 
 
-class ApiError(Exception):
-    def __init__(self, status: int, message: str, **extra: Any) -> None:
-        super().__init__(message)
-        self.status, self.message, self.extra = status, message, extra
-
-
-# ---- helpers --------------------------------------------------------------------------
-async def read_capped(request: Request, limit: int) -> bytes:
-    too_large = ApiError(413, f"the request body is larger than {limit // 2**20} MiB")
-    declared = request.headers.get("content-length")
-    if declared and declared.isascii() and declared.isdigit() and int(declared) > limit:
-        raise too_large
-    body = bytearray()
-    async for chunk in request.stream():
-        body += chunk
-        if len(body) > limit:
-            raise too_large
-    return bytes(body)
-
-
-async def json_body(request: Request) -> dict[str, Any]:
-    if request.headers.get("content-type", "").split(";")[0].strip() != "application/json":
-        raise ApiError(415, "send the request body as application/json")
-    raw = await read_capped(request, MAX_JSON_BYTES)
-    try:
-        data = json.loads(raw or b"{}")
-    except (ValueError, RecursionError):
-        raise ApiError(400, "the request body is not JSON (or nested too deeply)") from None
-    if not isinstance(data, dict):
-        raise ApiError(400, "the request body must be a JSON object")
-    return data
-
-
 def job_id(value: object) -> int:
     """A job id from a request: an integer SQLite can hold, else 404 (no such job)."""
     if isinstance(value, bool) or not isinstance(value, int) or not valid_id(value):
         raise ApiError(404, f"no such job: {str(value)[:40]}")
     return value
 
-
-def small_count(text: str, default: int, limit: int) -> int:
-    """A query parameter that counts something: ASCII digits only, at most `limit`."""
-    if not text:
-        return default
-    if not re.fullmatch(r"[0-9]{1,9}", text):
-        raise ApiError(400, f"expected a whole number (0-{limit}), got {text[:40]!r}")
-    return min(int(text), limit)
 
 
 class Api:
@@ -204,6 +177,35 @@ class Api:
             raise ApiError(422, "the config has problems", errors=result.errors)
         return result
 
+    def trainer_check(self, text: str) -> preflight.Verdict:
+        """The trainer's own `run.py --check` (device, optimizer, datasets, arch)."""
+        return preflight.check(text, python=self.runner.python, trainer=self.runner.trainer,
+                               root=self.settings.root,
+                               scratch=self.settings.data_dir / "checks")
+
+    async def accepted(self, text: str, exclude: int | None = None
+                       ) -> tuple[configs.Checked, preflight.Verdict]:
+        """A config a job may run: the server's checks (schema, confinement, folders,
+        another job's output folder), then the trainer's full preflight, so a config
+        that cannot start is never accepted silently. 422 with every problem at its
+        field otherwise."""
+        result = self.checked(text, exclude)
+        verdict = await run_in_threadpool(self.trainer_check, text)
+        if not verdict.ok:
+            raise ApiError(422, "the trainer's check refuses this config",
+                           errors=verdict.errors, notes=verdict.notes,
+                           memory=verdict.memory)
+        return result, verdict
+
+    def created(self, text: str, result: configs.Checked, verdict: preflight.Verdict
+                ) -> Response:
+        assert result.loaded is not None
+        job = self.db.create(result.loaded.name, text,
+                             str(configs.out_dir(result.loaded, self.settings.root)))
+        return JSONResponse({**self.view(job, True), "warnings": result.warnings,
+                             "notes": verdict.notes, "memory": verdict.memory},
+                            status_code=201)
+
     # ---- routes ---------------------------------------------------------------------
     async def health(self, request: Request) -> Response:
         return JSONResponse({"ok": True, "version": aitk.__version__,
@@ -226,12 +228,68 @@ class Api:
             text = configs.with_name(found, str(body["name"])) if body.get("name") else found
         if not isinstance(text, str):
             raise ApiError(400, 'send {"yaml": TEXT} or {"example": NAME}')
-        result = self.checked(text)
-        assert result.loaded is not None
-        job = self.db.create(result.loaded.name, text,
-                             str(configs.out_dir(result.loaded, self.settings.root)))
-        return JSONResponse({**self.view(job, True), "warnings": result.warnings},
-                            status_code=201)
+        return self.created(text, *await self.accepted(text))
+
+    async def copy(self, request: Request) -> Response:
+        """"Run again" under a new name: the job's config with `config.name` replaced
+        (every comment kept), checked as a new job is."""
+        job = self.job(request)
+        name = text_field(await json_body(request), "name")
+        assert name is not None
+        try:
+            text = form.apply(job.config_yaml, [{"path": "config.name", "value": name}])
+        except form.EditError as exc:
+            raise ApiError(422, "the config has problems",
+                           errors=[{"path": "config.name", "message": str(exc)}]) from None
+        return self.created(text, *await self.accepted(text))
+
+    async def check(self, request: Request) -> Response:
+        """{"yaml"} (and "job": the id being edited): every problem the job would meet,
+        without making it; always 200 {ok, errors, notes, memory}."""
+        body = await json_body(request)
+        text = body.get("yaml")
+        if not isinstance(text, str):
+            raise ApiError(400, 'send {"yaml": TEXT}')
+        exclude = body.get("job") if isinstance(body.get("job"), int) else None
+        try:
+            self.checked(text, exclude)
+        except ApiError as exc:
+            return JSONResponse({"ok": False, **exc.extra, "notes": [], "memory": None})
+        verdict = await run_in_threadpool(self.trainer_check, text)
+        return JSONResponse({"ok": verdict.ok, "errors": verdict.errors,
+                             "notes": verdict.notes, "memory": verdict.memory})
+
+    async def form_spec(self, request: Request) -> Response:
+        """The form's fields (config paths, kinds, bounds from the schema) and the
+        model picker's archs (the torch-free descriptions) with their defaults."""
+        from aitk.models import catalog
+
+        shipped = configs.examples(self.settings.examples_dir)
+        return JSONResponse({"fields": form.spec(),
+                             "archs": [form.arch_view(d, shipped)
+                                       for d in catalog.descriptions()]})
+
+    async def form_edit(self, request: Request) -> Response:
+        """{"yaml", "edits": [{path, value} | {path, remove}]} -> {"yaml", "values"}:
+        the form's changes written into the text (comments of the rest kept) and every
+        field's value read back from it."""
+        body = await json_body(request)
+        text, edits = body.get("yaml"), body.get("edits", [])
+        if not isinstance(text, str) or not isinstance(edits, list) or not all(
+                isinstance(e, dict) for e in edits):
+            raise ApiError(400, 'send {"yaml": TEXT, "edits": [{"path", "value"}, ...]}')
+        try:
+            configs.load_yaml(text)
+            if edits:
+                text = form.apply(text, edits)
+            data = configs.load_yaml(text)
+        except form.EditError as exc:
+            raise ApiError(422, "the form cannot make that change",
+                           errors=[{"path": "", "message": str(exc)}]) from None
+        except ValueError as exc:
+            raise ApiError(422, "the YAML has problems",
+                           errors=[{"path": "", "message": str(exc)}]) from None
+        return JSONResponse({"yaml": text, "values": form.values(data)})
 
     async def get_job(self, request: Request) -> Response:
         await run_in_threadpool(self.runner.reconcile)
@@ -243,7 +301,7 @@ class Api:
         text = (await json_body(request)).get("yaml")
         if not isinstance(text, str):
             raise ApiError(400, 'send {"yaml": TEXT}')
-        result = self.checked(text, exclude=job.id)
+        result, _ = await self.accepted(text, exclude=job.id)
         assert result.loaded is not None
         self.db.update(job.id, "config edited", config_yaml=text, name=result.loaded.name,
                        out_dir=str(configs.out_dir(result.loaded, self.settings.root)))
@@ -416,27 +474,6 @@ async def monitor(runner: Runner, interval_s: float) -> None:
             failing = None
 
 
-def answer_errors(endpoint: Callable[[Request], Any]) -> Callable[[Request], Any]:
-    """Every failure of a handler as one JSON line: its own ApiError, a state conflict
-    (409), the database unavailable (503), anything else 500 (logged in full)."""
-    async def handler(request: Request) -> Response:
-        try:
-            return await endpoint(request)
-        except ApiError as exc:
-            return JSONResponse({"error": exc.message, **exc.extra}, status_code=exc.status)
-        except Conflict as exc:
-            return JSONResponse({"error": str(exc)}, status_code=409)
-        except sqlite3.Error as exc:
-            return JSONResponse({"error": f"the jobs database is unavailable ({exc}); "
-                                 "try again"}, status_code=503)
-        except Exception as exc:  # noqa: BLE001 - a bug: one line out, the trace logged
-            log.exception("%s %s failed", request.method, request.url.path)
-            return JSONResponse({"error": f"internal error ({type(exc).__name__}); the "
-                                 "server's output has the details"}, status_code=500)
-
-    return handler
-
-
 def create_app(settings: Settings, on_ready: Any = None) -> Starlette:
     """`on_ready()` runs once the app has started (the server then accepts requests).
     `app.state.keys` holds this start's credentials (a first sign-in link: new_link)."""
@@ -467,6 +504,9 @@ def create_app(settings: Settings, on_ready: Any = None) -> Starlette:
     routes = [
         route("/api/health", api.health),
         route("/api/examples", api.examples),
+        route("/api/form", api.form_spec),
+        route("/api/form", api.form_edit, "POST"),
+        route("/api/check", api.check, "POST"),
         route("/api/jobs", api.list_jobs),
         route("/api/jobs", api.create, "POST"),
         route(job, api.get_job),
@@ -475,6 +515,7 @@ def create_app(settings: Settings, on_ready: Any = None) -> Starlette:
         route(f"{job}/start", api.start, "POST"),
         route(f"{job}/resume", api.start, "POST"),
         route(f"{job}/stop", api.stop, "POST"),
+        route(f"{job}/copy", api.copy, "POST"),
         route("/api/queue", api.queue, "POST"),
         route(f"{job}/outputs", api.delete_outputs, "DELETE"),
         route(f"{job}/loss", api.loss),
