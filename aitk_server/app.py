@@ -31,10 +31,7 @@ handlers here check only what a request asks for. Routes:
     GET    /api/jobs/{id}/log                  the end of the trainer's output
     GET    /api/jobs/{id}/files/{path}         a file the trainer wrote in its output folder
     GET    /api/events                         server-sent events: the job list on change
-    GET    /api/datasets                       folders under the datasets folder
-    GET    /api/datasets/{name}/audit          images, sizes, missing captions, unreadable
-    PUT    /api/datasets/{name}/files/{file}   upload one image or caption (size-capped;
-                                               Content-Type: application/octet-stream)
+    /api/datasets...                           the dataset manager (routes/datasets.py)
 Writes send JSON (`{}` when there is nothing to say). A job's view carries `actions`
 (aitk_common.jobstates: what its state allows) and `active`, so the page holds no list
 of states. Every error is one line: {"error": ...} with a 4xx (503 while the database
@@ -70,9 +67,8 @@ from starlette.staticfiles import StaticFiles
 
 import aitk
 from aitk_common import jobstates
-from aitk_common.files import atomic_write_bytes
 from aitk_common.jobstates import ACTIVE, Action
-from aitk_server import configs, datasets, form, outputs, preflight
+from aitk_server import configs, form, outputs, preflight
 from aitk_server.auth import Keys
 from aitk_server.db import Database, JobRow, valid_id
 from aitk_server.guard import Guard, Policy
@@ -81,10 +77,10 @@ from aitk_server.http import (
     ApiError,
     answer_errors,
     json_body,
-    read_capped,
     small_count,
     text_field,
 )
+from aitk_server.routes.datasets import routes as dataset_routes
 from aitk_server.runner import Runner
 
 MAX_UPLOAD_BYTES = 50 * 1024 * 1024
@@ -413,38 +409,6 @@ class Api:
         return StreamingResponse(stream(), media_type="text/event-stream",
                                  headers={"Cache-Control": "no-store"})
 
-    def dataset(self, name: str) -> Path:
-        try:
-            return datasets.folder(self.settings.datasets_dir, name)
-        except datasets.DatasetError as exc:
-            raise ApiError(404 if exc.missing else 400, str(exc)) from None
-
-    async def list_datasets(self, request: Request) -> Response:
-        return JSONResponse({"folder": str(self.settings.datasets_dir),
-                             "datasets": datasets.folders(self.settings.datasets_dir)})
-
-    async def audit(self, request: Request) -> Response:
-        folder = self.dataset(request.path_params["name"])
-        ext = request.query_params.get("caption_ext", "txt")
-        if not ext.isalnum():
-            raise ApiError(400, "caption_ext is letters and digits")
-        return JSONResponse(await run_in_threadpool(datasets.audit, folder,
-                                                    self.settings.datasets_dir, ext))
-
-    async def upload(self, request: Request) -> Response:
-        name, file_name = request.path_params["name"], request.path_params["file"]
-        if request.headers.get("content-type", "").split(";")[0].strip() != \
-                "application/octet-stream":
-            raise ApiError(415, "send the file's bytes as application/octet-stream")
-        try:
-            target = datasets.upload_target(self.settings.datasets_dir, name, file_name)
-        except datasets.DatasetError as exc:
-            raise ApiError(400, str(exc)) from None
-        data = await read_capped(request, self.settings.max_upload_bytes)
-        await run_in_threadpool(atomic_write_bytes, target, data)
-        return JSONResponse({"dataset": name, "file": file_name, "size": len(data)},
-                            status_code=201)
-
 
 def not_built_page(ui_dir: Path) -> HTMLResponse:
     return HTMLResponse(
@@ -524,9 +488,8 @@ def create_app(settings: Settings, on_ready: Any = None) -> Starlette:
         route(f"{job}/log", api.log),
         route(f"{job}/files/{{path:path}}", api.file),
         route("/api/events", api.events),
-        route("/api/datasets", api.list_datasets),
-        route("/api/datasets/{name}/audit", api.audit),
-        route("/api/datasets/{name}/files/{file}", api.upload, "PUT"),
+        *dataset_routes(settings.datasets_dir, settings.data_dir,
+                        settings.max_upload_bytes),
     ]
     if (settings.ui_dir / "index.html").is_file():
         routes.append(Mount("/", StaticFiles(directory=settings.ui_dir, html=True)))

@@ -35,7 +35,9 @@ from tests.aitk_server.conftest import (
     uvicorn_serving,
 )
 
-SLEEPER = "import time\ntime.sleep(300)\n"
+# It answers `--check` (the preflight of every create) and `--help` at once, as run.py.
+SLEEPER = "import sys, time\nif not any(a.startswith('--') for a in sys.argv):\n" \
+    "    time.sleep(300)\n"
 EVIL = "http://evil.example"
 
 
