@@ -6,11 +6,12 @@ to the page, which draws its buttons from them and holds no list of states.
 
     created   made, never run              start, queue, edit, delete, delete outputs
     queued    waits for the running job    stop (leave the queue), delete
-    running   its trainer process lives    stop
+    running   its trainer process lives    stop, save now, sample now
     stopping  asked to save and exit       (nothing: the save is under way)
     finished  the trainer ended with 0     run again, queue, edit, delete, delete outputs
     stopped   saved and exited (130)       resume, queue, edit, delete, delete outputs
     failed    ended any other way          resume, queue, edit, delete, delete outputs
+Every state allows a copy (the page's "run again under a new name").
 """
 
 from __future__ import annotations
@@ -40,6 +41,9 @@ class Action(str, Enum):
     EDIT = "edit"
     DELETE = "delete"
     DELETE_OUTPUTS = "delete_outputs"
+    SAVE_NOW = "save_now"  # at the next step boundary (aitk_common.requests)
+    SAMPLE_NOW = "sample_now"
+    COPY = "copy"  # a new job from this one's config, under a new name
 
     def __str__(self) -> str:
         return self.value
@@ -54,13 +58,14 @@ STARTS = frozenset({Action.START, Action.RESUME, Action.RERUN})
 
 _AFTER_A_RUN = frozenset({Action.QUEUE, Action.EDIT, Action.DELETE, Action.DELETE_OUTPUTS})
 ALLOWED: dict[JobState, frozenset[Action]] = {
-    JobState.CREATED: frozenset({Action.START, *_AFTER_A_RUN}),
-    JobState.QUEUED: frozenset({Action.STOP, Action.DELETE}),
-    JobState.RUNNING: frozenset({Action.STOP}),
-    JobState.STOPPING: frozenset(),
-    JobState.FINISHED: frozenset({Action.RERUN, *_AFTER_A_RUN}),
-    JobState.STOPPED: frozenset({Action.RESUME, *_AFTER_A_RUN}),
-    JobState.FAILED: frozenset({Action.RESUME, *_AFTER_A_RUN}),
+    JobState.CREATED: frozenset({Action.START, *_AFTER_A_RUN, Action.COPY}),
+    JobState.QUEUED: frozenset({Action.STOP, Action.DELETE, Action.COPY}),
+    JobState.RUNNING: frozenset({Action.STOP, Action.SAVE_NOW, Action.SAMPLE_NOW,
+                                 Action.COPY}),
+    JobState.STOPPING: frozenset({Action.COPY}),
+    JobState.FINISHED: frozenset({Action.RERUN, *_AFTER_A_RUN, Action.COPY}),
+    JobState.STOPPED: frozenset({Action.RESUME, *_AFTER_A_RUN, Action.COPY}),
+    JobState.FAILED: frozenset({Action.RESUME, *_AFTER_A_RUN, Action.COPY}),
 }
 # Where a start may come from: every state that allows one of STARTS.
 STARTABLE = frozenset(s for s, actions in ALLOWED.items() if actions & STARTS)

@@ -22,6 +22,7 @@ handlers here check only what a request asks for. Routes:
     POST   /api/jobs/{id}/resume               the same, from its last checkpoint
     POST   /api/jobs/{id}/stop                 the trainer saves and exits (130)
     POST   /api/jobs/{id}/copy                 {"name"}: "run again", a new job
+    POST   /api/jobs/{id}/ask                  {"what": "save"|"sample"}: at the next step
     POST   /api/queue                          {"ids": [...]}: run them one after another
     DELETE /api/jobs/{id}/outputs              {"confirm": NAME}: delete what the trainer
                                                wrote in its output folder
@@ -66,8 +67,8 @@ from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 
 import aitk
-from aitk_common import jobstates
-from aitk_common.jobstates import ACTIVE, Action
+from aitk_common import jobstates, requests
+from aitk_common.jobstates import ACTIVE, ENDED, Action
 from aitk_server import configs, form, outputs, preflight
 from aitk_server.auth import Keys
 from aitk_server.db import Database, JobRow, valid_id
@@ -147,17 +148,16 @@ class Api:
     def view(self, job: JobRow, detail: bool = False) -> dict[str, Any]:
         status = self.runner.status(job.id)
         fields = status.to_json() if status is not None else {}
-        progress = {k: fields.get(k) for k in ("phase", "step", "total_steps", "loss",
-                                                "it_per_s", "eta_s")}
-        if job.state not in ACTIVE and status is not None and not status.phase.final:
-            progress["phase"] = None  # a stale phase from a run that ended without a word
+        progress = honest_progress(fields, job.state in ACTIVE)
         out: dict[str, Any] = {
             "id": job.id, "name": job.name, "state": job.state,
             "active": jobstates.is_active(job.state), "actions": jobstates.actions(job.state),
             "exit_code": job.exit_code,
             "error": job.error, "errors": fields.get("errors") or [], "progress": progress,
             "out_dir": job.out_dir, "created": job.created, "started": job.started,
-            "ended": job.ended, "queued": job.queue_order is not None}
+            "ended": job.ended, "queued": job.queue_order is not None,
+            "asked": sorted(r.value for r in requests.pending(
+                self.runner.requests_dir(job.id))) if job.state in ACTIVE else []}
         if detail:
             out["config_yaml"] = job.config_yaml
             out["history"] = self.db.history(job.id)
@@ -322,6 +322,22 @@ class Api:
         await json_body(request)
         return JSONResponse(self.view(await run_in_threadpool(self.runner.stop, job.id)))
 
+    async def ask(self, request: Request) -> Response:
+        """{"what": "save" | "sample"}: the running trainer saves (or previews) at its
+        next step boundary (aitk_common.requests)."""
+        job = self.job(request)
+        what = (await json_body(request)).get("what")
+        try:
+            asked = requests.Request(what)
+        except ValueError:
+            raise ApiError(400, 'send {"what": "save"} or {"what": "sample"}') from None
+        if not jobstates.allows(job.state, Action.SAVE_NOW if asked is
+                                requests.Request.SAVE else Action.SAMPLE_NOW):
+            raise ApiError(409, f"{job.name} is {job.state}: only a running job "
+                           "can be asked that")
+        requests.ask(self.runner.requests_dir(job.id), asked)
+        return JSONResponse(self.view(self.job(request)))
+
     async def queue(self, request: Request) -> Response:
         ids = (await json_body(request)).get("ids")
         if not isinstance(ids, list) or len(ids) > 10_000 or not all(
@@ -410,6 +426,31 @@ class Api:
                                  headers={"Cache-Control": "no-store"})
 
 
+PHASE_WORDS = {"starting": "starting the trainer", "loading": "loading the model",
+               "caching": "caching latents and text embeddings",
+               "training": "training", "sampling": "making previews",
+               "saving": "saving a checkpoint", "finished": "finished",
+               "stopped": "stopped", "failed": "failed"}
+
+
+def honest_progress(status: dict[str, Any], active: bool) -> dict[str, Any]:
+    """What the page shows of a run: a phase from its first second ("starting" until
+    the trainer's first status, whose file the runner removed at launch), in words;
+    speed and ETA only while it trains (never a finished job's last it/s)."""
+    progress = {k: status.get(k) for k in ("phase", "step", "total_steps", "loss",
+                                            "it_per_s", "eta_s", "message")}
+    phase = progress["phase"]
+    if active and phase is None:
+        phase = "starting"
+    elif not active and phase is not None and phase not in {s.value for s in ENDED}:
+        phase = None  # a stale phase from a run that ended without a word
+    if not active or phase != "training":
+        progress["it_per_s"] = progress["eta_s"] = None
+    progress["phase"] = phase
+    progress["phase_text"] = PHASE_WORDS.get(phase, phase) if phase else None
+    return progress
+
+
 def not_built_page(ui_dir: Path) -> HTMLResponse:
     return HTMLResponse(
         "<!doctype html><title>aitk</title><h1>aitk: the web UI is not built</h1>"
@@ -480,6 +521,7 @@ def create_app(settings: Settings, on_ready: Any = None) -> Starlette:
         route(f"{job}/resume", api.start, "POST"),
         route(f"{job}/stop", api.stop, "POST"),
         route(f"{job}/copy", api.copy, "POST"),
+        route(f"{job}/ask", api.ask, "POST"),
         route("/api/queue", api.queue, "POST"),
         route(f"{job}/outputs", api.delete_outputs, "DELETE"),
         route(f"{job}/loss", api.loss),

@@ -23,7 +23,7 @@ import threading
 import time
 from pathlib import Path
 
-from aitk_common import procs
+from aitk_common import procs, requests
 from aitk_common import status as status_file
 from aitk_common.files import atomic_write_text
 from aitk_common.jobstates import ACTIVE, STARTABLE, JobState
@@ -91,6 +91,10 @@ class Runner:
     def log_path(self, job_id: int) -> Path:
         return self.job_dir(job_id) / "log.txt"
 
+    def requests_dir(self, job_id: int) -> Path:
+        """Where "save now" / "sample now" wait for the trainer (aitk_common.requests)."""
+        return self.job_dir(job_id) / "requests"
+
     def status(self, job_id: int) -> Status | None:
         return read_status(self.status_path(job_id))
 
@@ -142,8 +146,11 @@ class Runner:
         config = self.config_path(job.id)
         atomic_write_text(config, job.config_yaml)
         self.status_path(job.id).unlink(missing_ok=True)  # the last run's final state
+        requests.take(self.requests_dir(job.id))  # asked of an earlier run: not this one
         env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
-        env.update(AITK_STATUS_FILE=str(self.status_path(job.id)), PYTHONUNBUFFERED="1")
+        env.update({"AITK_STATUS_FILE": str(self.status_path(job.id)),
+                    requests.ENV_VAR: str(self.requests_dir(job.id)),
+                    "PYTHONUNBUFFERED": "1"})
         with open(self.log_path(job.id), "ab") as log:
             log.write(f"\n==== start {time.strftime('%Y-%m-%d %H:%M:%S')} ====\n".encode())
             log.flush()

@@ -24,6 +24,7 @@ function like `train_process`, built from the same steps.
 from __future__ import annotations
 
 import io
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TextIO
@@ -55,6 +56,8 @@ from aitk.run.status import StatusFile
 from aitk.run.trackers import NONE as NO_TRACKERS
 from aitk.run.trackers import Trackers, open_trackers
 from aitk.run.train import LoopSettings, Outcome, Run, train
+from aitk_common import requests
+from aitk_common.requests import Request
 
 
 @dataclass
@@ -242,6 +245,7 @@ def train_from(p: Process, model: Any, trainable: Trainable, inputs: Inputs,
             log=metrics.log,
             # Every rank stops at the same step when any was asked to.
             stop_requested=lambda: distributed.agree(world, p.stop.requested, device),
+            requested=outside_requests(p, device),
             objective=build_objective(p.proc, model, trainable.network, inputs.reembed),
             after_update=ema.update if ema is not None else (lambda: None),
             validate=validate or _skip),
@@ -260,6 +264,18 @@ def train_from(p: Process, model: Any, trainable: Trainable, inputs: Inputs,
         return outcome
     finally:
         metrics.close()
+
+
+def outside_requests(p: Process, device: torch.device) -> Callable[[], frozenset[Request]]:
+    """"Save now" / "sample now" (aitk_common.requests): rank 0 takes them from the
+    folder the server named; every rank acts on them at the same step."""
+    folder = requests.folder_from_env() if p.main else None
+
+    def poll() -> frozenset[Request]:
+        mine = requests.take(folder)
+        return frozenset(r for r in Request if distributed.agree(p.world, r in mine, device))
+
+    return poll
 
 
 def _skip(step: int) -> None:

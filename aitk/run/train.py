@@ -18,6 +18,7 @@ from aitk.models.base import BaseModel
 from aitk.run import distributed
 from aitk.run.objectives import PLAIN, Objective
 from aitk.run.optim import Schedule, lr_at, set_lr
+from aitk_common.requests import Request
 
 
 class Outcome(Enum):
@@ -58,6 +59,8 @@ class Run:
     sample: Callable[[int], None]
     log: Callable[[int, float, float], None]
     stop_requested: Callable[[], bool] = lambda: False
+    # "save now" / "sample now" from outside (aitk_common.requests), at a step boundary.
+    requested: Callable[[], frozenset[Request]] = lambda: frozenset()
     objective: Objective = PLAIN  # what a micro-step minimises (aitk.run.objectives)
     after_update: Callable[[], None] = lambda: None  # the adapter's EMA, when on
     validate: Callable[[int], None] = lambda step: None  # held-out loss at a step
@@ -111,11 +114,13 @@ def train(run: Run, start_step: int) -> Outcome:
     while True:
         lr = lr_at(step, run.schedule)  # depends on the step alone: nothing to resume
         stopping = run.stop_requested()
-        sampling = should_sample(step, start_step, s) and not stopping
+        asked = run.requested()
+        sampling = (should_sample(step, start_step, s) or Request.SAMPLE in asked) \
+            and not stopping
         # Also when stopping: the resumed run starts past this step's validation.
         validating = due(s.validate_every, step, start_step, s)
         saving = step > last_saved and (step % s.save_every == 0 or step == s.total_steps
-                                        or stopping)
+                                        or stopping or Request.SAVE in asked)
         done = stopping or step >= s.total_steps
         if sampling or validating or saving or done:
             flush_losses(pending, run.log)

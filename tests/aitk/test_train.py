@@ -122,3 +122,32 @@ def test_step_generator_depends_on_seed_step_and_micro_only():
     assert torch.equal(a, torch.randn(4, generator=step_generator(1, 7, 0)))
     assert not torch.equal(a, torch.randn(4, generator=step_generator(1, 7, 1)))
     assert not torch.equal(a, torch.randn(4, generator=step_generator(1, 8, 0)))
+
+
+def test_save_now_and_sample_now_are_taken_at_the_next_step_boundary(tiny_model, tmp_path):
+    """The web UI's "save now" / "sample now" (aitk_common.requests): a file in the
+    request folder, taken once at a step boundary, between the usual cadence."""
+    from aitk_common import requests
+    from aitk_common.requests import Request
+
+    adapter = TinyAdapter(tiny_model)
+    events: list = []
+    settings = LoopSettings(total_steps=6, save_every=100, sample_every=100,
+                            sample_first=False)
+    run = make_run(tiny_model, adapter, settings, batches(tiny_model), events)
+    folder = tmp_path / "requests"
+    original = run.log
+
+    def ask_at_step_two(step, loss, lr):
+        original(step, loss, lr)
+        if step == 2:  # asked twice mid-run: one request
+            requests.ask(folder, Request.SAVE)
+            requests.ask(folder, Request.SAVE)
+            requests.ask(folder, Request.SAMPLE)
+
+    run.log = ask_at_step_two
+    run.requested = lambda: requests.take(folder)
+    assert train(run, 0) is Outcome.FINISHED
+    marks = [e for e in events if e[0] != "log"]
+    assert marks == [("sample", 2), ("save", 2), ("sample", 6), ("save", 6)]
+    assert requests.pending(folder) == frozenset()

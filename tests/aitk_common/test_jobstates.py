@@ -19,9 +19,10 @@ def test_every_state_has_its_actions_and_the_names_are_plain_strings():
 
 def test_what_each_state_allows():
     assert jobstates.actions("created") == ["start", "queue", "edit", "delete",
-                                            "delete_outputs"]
-    assert jobstates.actions("running") == ["stop"] and jobstates.actions("stopping") == []
-    assert jobstates.actions("queued") == ["stop", "delete"]
+                                            "delete_outputs", "copy"]
+    assert jobstates.actions("running") == ["stop", "save_now", "sample_now", "copy"]
+    assert jobstates.actions("stopping") == ["copy"]
+    assert jobstates.actions("queued") == ["stop", "delete", "copy"]
     assert "resume" in jobstates.actions("failed") and "rerun" in jobstates.actions("finished")
     # Only a job whose trainer is not running may start, and never twice.
     assert STARTABLE == {JobState.CREATED, JobState.FINISHED, JobState.STOPPED,

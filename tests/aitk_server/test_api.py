@@ -38,7 +38,7 @@ def test_create_from_an_example_with_a_new_name(client, settings):
     assert r.status_code == 201, r.text
     job = r.json()
     assert job["name"] == "mine" and job["state"] == "created"
-    assert job["actions"] == ["start", "queue", "edit", "delete", "delete_outputs"]
+    assert job["actions"] == ["start", "queue", "edit", "delete", "delete_outputs", "copy"]
     assert job["out_dir"] == str(settings.outputs_dir / "mine")
     assert yaml.safe_load(job["config_yaml"])["config"]["name"] == "mine"
     assert "# A LoRA on the tiny" in job["config_yaml"]  # the example's comments kept
