@@ -28,11 +28,13 @@ handlers here check only what a request asks for. Routes:
                                                wrote in its output folder
     GET    /api/jobs/{id}/loss                 [[step, loss], ...]
     GET    /api/jobs/{id}/samples              [{step, files}]
+    GET    /api/jobs/{id}/previews             per prompt across steps, with prompt and seed
     GET    /api/jobs/{id}/loras                [{file, size, step, final}]
     GET    /api/jobs/{id}/log                  the end of the trainer's output
     GET    /api/jobs/{id}/files/{path}         a file the trainer wrote in its output folder
     GET    /api/events                         server-sent events: the job list on change
     /api/datasets...                           the dataset manager (routes/datasets.py)
+    /api/machine, /api/settings                the monitor and settings (routes/system.py)
 Writes send JSON (`{}` when there is nothing to say). A job's view carries `actions`
 (aitk_common.jobstates: what its state allows) and `active`, so the page holds no list
 of states. Every error is one line: {"error": ...} with a 4xx (503 while the database
@@ -82,6 +84,7 @@ from aitk_server.http import (
     text_field,
 )
 from aitk_server.routes.datasets import routes as dataset_routes
+from aitk_server.routes.system import routes as system_routes
 from aitk_server.runner import Runner
 
 MAX_UPLOAD_BYTES = 50 * 1024 * 1024
@@ -372,6 +375,15 @@ class Api:
     async def samples(self, request: Request) -> Response:
         return JSONResponse(outputs.samples(Path(self.job(request).out_dir)))
 
+    async def previews(self, request: Request) -> Response:
+        job = self.job(request)
+        try:
+            proc = configs.parse_stored(job.config_yaml).job.config.process[0]
+            sample, trigger = proc.sample, proc.trigger_word
+        except (ValueError, IndexError):  # a config that no longer parses: files only
+            sample, trigger = None, None
+        return JSONResponse(outputs.previews(Path(job.out_dir), sample, trigger))
+
     async def loras(self, request: Request) -> Response:
         job = self.job(request)
         return JSONResponse(outputs.loras(Path(job.out_dir), job.name))
@@ -526,12 +538,14 @@ def create_app(settings: Settings, on_ready: Any = None) -> Starlette:
         route(f"{job}/outputs", api.delete_outputs, "DELETE"),
         route(f"{job}/loss", api.loss),
         route(f"{job}/samples", api.samples),
+        route(f"{job}/previews", api.previews),
         route(f"{job}/loras", api.loras),
         route(f"{job}/log", api.log),
         route(f"{job}/files/{{path:path}}", api.file),
         route("/api/events", api.events),
         *dataset_routes(settings.datasets_dir, settings.data_dir,
                         settings.max_upload_bytes),
+        *system_routes(settings),
     ]
     if (settings.ui_dir / "index.html").is_file():
         routes.append(Mount("/", StaticFiles(directory=settings.ui_dir, html=True)))

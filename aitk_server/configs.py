@@ -159,6 +159,15 @@ def check(text: str, root: Path, outputs: Path,
     return Checked(loaded if not errors else None, errors, loaded.warnings)
 
 
+def parse_stored(text: str) -> LoadedConfig:
+    """A stored job's config, parsed as it was accepted (no `${VAR}` filled in);
+    ValueError when it no longer parses."""
+    try:
+        return parse_job(load_yaml(text), "<web ui>", env={}, check_arch=None)
+    except ConfigError as exc:
+        raise ValueError(exc.problems[0]) from None
+
+
 def examples(folder: Path) -> dict[str, str]:
     """Example configs shipped with the checkout: name -> YAML text."""
     found = {}

@@ -109,6 +109,30 @@ def samples(out_dir: Path) -> list[dict[str, Any]]:
     return [{"step": step, "files": files} for step, files in sorted(by_step.items())]
 
 
+def previews(out_dir: Path, sample: Any, trigger: str | None) -> list[dict[str, Any]]:
+    """The previews per prompt across steps, with the prompt and seed each was made
+    with: [{index, prompt, seed, steps: [{step, file}]}]. `sample` is the job's
+    SampleConfig; the seed rule is the trainer's (aitk.run.sampling.image_configs)."""
+    items = sample.items if sample is not None else []
+    by_index: dict[int, list[dict[str, Any]]] = {}
+    for entry in samples(out_dir):
+        for file in entry["files"]:
+            found = SAMPLE.match(PurePosixPath(file).name)
+            if found:
+                by_index.setdefault(int(found.group(2)), []).append(
+                    {"step": entry["step"], "file": file})
+    out = []
+    for index in sorted(set(by_index) | set(range(len(items)))):
+        item = items[index] if index < len(items) else None
+        seed = sample.seed + index if sample is not None and sample.walk_seed else \
+            getattr(sample, "seed", None)
+        prompt = item.prompt.replace("[trigger]", trigger or "").strip() if item else None
+        out.append({"index": index, "prompt": prompt,
+                    "seed": item.seed if item and item.seed is not None else seed,
+                    "steps": by_index.get(index, [])})
+    return out
+
+
 def loras(out_dir: Path, name: str) -> list[dict[str, Any]]:
     """The LoRA files the trainer wrote (a user's file beside them is not listed)."""
     out = []

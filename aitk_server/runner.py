@@ -28,6 +28,7 @@ from aitk_common import status as status_file
 from aitk_common.files import atomic_write_text
 from aitk_common.jobstates import ACTIVE, STARTABLE, JobState
 from aitk_common.status import Status, StatusFormatError
+from aitk_server import preferences
 from aitk_server.db import Database, JobRow
 from aitk_server.reconcile import ended
 
@@ -151,6 +152,9 @@ class Runner:
         env.update({"AITK_STATUS_FILE": str(self.status_path(job.id)),
                     requests.ENV_VAR: str(self.requests_dir(job.id)),
                     "PYTHONUNBUFFERED": "1"})
+        token = preferences.read_token(self.data_dir)  # the settings page's token
+        if token:
+            env["HF_TOKEN"] = token
         with open(self.log_path(job.id), "ab") as log:
             log.write(f"\n==== start {time.strftime('%Y-%m-%d %H:%M:%S')} ====\n".encode())
             log.flush()
