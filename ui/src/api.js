@@ -33,3 +33,26 @@ export const fileUrl = (jobId, path, download = false) =>
   `/api/jobs/${jobId}/files/${path.split("/").map(encodeURIComponent).join("/")}` +
     (download ? "?download=1" : "");
 export const eventsUrl = () => "/api/events";
+
+// An upload with progress (fetch has no upload progress): the file's bytes as
+// application/octet-stream, as the guard expects; onProgress(fraction).
+export function upload(url, file, onProgress) {
+  return new Promise((resolve, reject) => {
+    const xhr = new XMLHttpRequest();
+    xhr.open("PUT", url);
+    xhr.setRequestHeader("Content-Type", "application/octet-stream");
+    xhr.upload.onprogress = (e) => e.lengthComputable && onProgress(e.loaded / e.total);
+    xhr.onload = () => {
+      let data = {};
+      try { data = JSON.parse(xhr.responseText); } catch { /* not JSON */ }
+      if (xhr.status >= 200 && xhr.status < 300) resolve(data);
+      else reject(new ApiError(xhr.status, data));
+    };
+    xhr.onerror = () => reject(new ApiError(0, { error: "the upload was cut off" }));
+    xhr.send(file);
+  });
+}
+
+const part = (s) => encodeURIComponent(s);
+export const datasetUrl = (name, what = "", file = "") =>
+  `/api/datasets/${part(name)}${what ? `/${what}` : ""}${file ? `/${part(file)}` : ""}`;

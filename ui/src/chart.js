@@ -22,14 +22,22 @@ export function LossChart({ points }) {
   const x = (s) => PAD + ((s - x0) / (x1 - x0)) * (W - 2 * PAD);
   const y = (l) => H - PAD + 8 - ((l - y0) / (y1 - y0)) * (H - 2 * PAD);
   const line = (pts) => pts.map((p) => `${x(p[0]).toFixed(1)},${y(p[1]).toFixed(1)}`).join(" ");
+  const mid = (y0 + y1) / 2;
   return html`<div class="chart-box">
-    <svg class="chart" id="loss-chart" viewBox=${`0 0 ${W} ${H}`} preserveAspectRatio="none">
-      <polyline points=${line(points)} fill="none" stroke="#9db7ea" stroke-width="1"
-        vector-effect="non-scaling-stroke" />
-      <polyline points=${line(smooth(points))} fill="none" stroke="#2f6fde" stroke-width="2"
-        vector-effect="non-scaling-stroke" />
-    </svg>
-    <div class="muted chart-axis">loss ${y0.toFixed(3)}–${y1.toFixed(3)} · steps ${x0}–${x1}
-      · ${points.length} points (light: raw, dark: moving average)</div>
+    <div class="chart-frame">
+      <div class="y-axis muted"><span>${y1.toFixed(3)}</span><span>${mid.toFixed(3)}</span>
+        <span>${y0.toFixed(3)}</span></div>
+      <svg class="chart" id="loss-chart" viewBox=${`0 0 ${W} ${H}`} preserveAspectRatio="none">
+        ${[0.25, 0.5, 0.75].map((f) => html`<line x1=${PAD} x2=${W - PAD}
+          y1=${y(y0 + f * (y1 - y0))} y2=${y(y0 + f * (y1 - y0))} stroke="#e1e5ec"
+          vector-effect="non-scaling-stroke" />`)}
+        <polyline points=${line(points)} fill="none" stroke="#9db7ea" stroke-width="1"
+          vector-effect="non-scaling-stroke" />
+        <polyline points=${line(smooth(points))} fill="none" stroke="#2f6fde" stroke-width="2"
+          vector-effect="non-scaling-stroke" />
+      </svg>
+    </div>
+    <div class="x-axis muted"><span>step ${x0}</span><span>loss by step (light: raw, dark:
+      moving average; ${points.length} points)</span><span>step ${x1}</span></div>
   </div>`;
 }
