@@ -115,52 +115,148 @@ def shoot(tmp_path_factory: pytest.TempPathFactory, browser) -> Callable[[str], 
     return save
 
 
-def test_create_start_watch_stop_resume_download(served, browser, shoot, settings,
-                                                 monkeypatch):
+def set_field(driver, path: str, value: str) -> None:
+    """Type into the form field of a config path, as a user does (select, type, Tab)."""
+    from selenium.webdriver.common.keys import Keys
+
+    field = until(driver, lambda d: d.find_elements("name", path), f"the field {path}")[0]
+    field.send_keys(Keys.CONTROL, "a")
+    field.send_keys(value, Keys.TAB)
+
+
+def field_value(driver, path: str) -> str:
+    found = driver.find_elements("name", path)
+    return found[0].get_attribute("value") if found else ""
+
+
+def edit_and_save(driver, fields: dict[str, str]) -> None:
+    """View / edit config on a job that is not running, change fields, save."""
+    driver.find_element("id", "edit").click()
+    until(driver, lambda d: "Edit" in text_of(d, "#job-form h2"), "the job's form")
+    for path, value in fields.items():
+        set_field(driver, path, value)
+        until(driver, lambda d, p=path, v=value: field_value(d, p) == v, f"{path} = {value}")
+    until(driver, lambda d: d.find_elements("id", "check-ok"), "the trainer's check")
+    driver.find_element("id", "create").click()
+    until(driver, lambda d: d.find_elements("id", "job-detail"), "the job again")
+
+
+def test_the_newcomer_path(served, browser, shoot, settings, monkeypatch):
+    """Sign in, make a dataset, upload pictures, edit a caption, make a job with the
+    form (steps and rank changed there, seen in the YAML view), start it, watch the
+    progress, stop, edit the config while stopped, resume, sample now, view previews
+    across steps, stop, resume to the end, download the LoRA."""
     url, app = served
     driver = browser
-    cats = settings.datasets_dir / "cats"
-    cats.mkdir()
-    shutil.copy(next((REPO / "datasets" / "example").glob("*.png")), cats / "a.png")
+    pictures = sorted((REPO / "datasets" / "example").glob("*.png"))[:3]
     driver.get(url)  # not signed in: the page says how to, and shows nothing else
     until(driver, lambda d: "manager" in text_of(d, "#sign-in"), "the sign-in notice")
-    assert not driver.find_elements("css selector", "#datasets")
+    assert not driver.find_elements("css selector", "#nav-datasets")
     # What `python -m aitk_server` does at start: open the browser on a one-time link.
     driver.get(f"{url}auth/{app.state.keys.new_link()}")
     until(driver, lambda d: d.current_url == url, "the page after signing in")
-    until(driver, lambda d: d.find_elements("css selector", "#datasets li"), "the datasets")
-    driver.find_element("css selector", "#datasets li").click()
-    until(driver, lambda d: "1 images · 1 without a caption" in text_of(d, "#audit"),
-          "the dataset audit")
-    until(driver, lambda d: d.find_elements("css selector", "#create"), "the new-job form")
-    until(driver, lambda d: "example_lora" in d.find_element("id", "yaml").get_attribute(
-        "value"), "the example's YAML in the editor")
-    driver.find_element("id", "job-name").send_keys("browser_lora")
+
+    # A dataset of three pictures, one caption written in the page.
+    until(driver, lambda d: d.find_elements("id", "nav-datasets"), "the header")[0].click()
+    driver.find_element("id", "dataset-name").send_keys("cats")
+    driver.find_element("id", "create-dataset").click()
+    until(driver, lambda d: d.find_elements("id", "drop"), "the new dataset")
+    driver.find_element("id", "upload").send_keys("\n".join(str(p) for p in pictures))
+    until(driver, lambda d: len(d.find_elements("css selector", ".tile img.thumb")) == 3,
+          "three thumbnails")
+    until(driver, lambda d: "3 images · 3 without a caption" in text_of(d, "#audit"),
+          "the audit of the upload")
+    first = pictures[0].name
+    caption = driver.find_element("name", f"caption:{first}")
+    caption.send_keys("[trigger] a small picture")
+    driver.find_element("id", "dataset-name").click()  # leaving the box saves it
+    cats = settings.datasets_dir / "cats"
+    until(driver, lambda d: (cats / first).with_suffix(".txt").exists(), "the caption file")
+    assert (cats / first).with_suffix(".txt").read_text() == "[trigger] a small picture"
+    until(driver, lambda d: "2 without a caption" in text_of(d, "#audit"), "the new audit")
+    shoot("dataset")
+
+    # The job form: the example arch, steps and rank changed in the form.
+    driver.find_element("id", "nav-jobs").click()
+    until(driver, lambda d: d.find_elements("id", "job-form"), "the job form")
+    until(driver, lambda d: field_value(d, "config.name") == "example_lora",
+          "the CPU example in the form")
+    assert field_value(driver, "config.process[0].model.arch") == "example"
+    set_field(driver, "config.name", "browser_lora")
+    until(driver, lambda d: field_value(d, "config.name") == "browser_lora", "the name")
+    set_field(driver, "config.process[0].datasets[0].folder_path", str(cats))
+    set_field(driver, "config.process[0].train.steps", "8")
+    set_field(driver, "config.process[0].network.linear", "8")
+    until(driver, lambda d: field_value(d, "config.process[0].network.linear") == "8",
+          "the rank")
+    until(driver, lambda d: d.find_elements("id", "check-ok"), "the trainer's check")
+    shoot("form")
+    driver.find_element("id", "yaml-tab").click()
+    text = until(driver, lambda d: d.find_element("id", "yaml").get_attribute("value"),
+                 "the YAML view")
+    data = yaml.safe_load(text)["config"]
+    proc = data["process"][0]
+    assert (data["name"], proc["train"]["steps"], proc["network"]["linear"]) == (
+        "browser_lora", 8, 8)
+    assert proc["datasets"][0]["folder_path"] == str(cats)
+    driver.find_element("id", "form-tab").click()
     driver.find_element("id", "create").click()
     until(driver, lambda d: text_of(d, "#job-state") == "created", "the created job")
     assert "browser_lora" in text_of(driver, "#job-detail h2")
 
-    pause_at(monkeypatch, 3)  # mid-step 3: a save and samples at step 2 are on disk
+    # Start: a phase at once, then progress (the trainer waits mid-step 3).
+    pause_at(monkeypatch, 3)  # mid-step 3: the step-2 save and previews are on disk
     driver.find_element("id", "start").click()
+    until(driver, lambda d: text_of(d, "#phase-text") != "", "a phase at once")
     wait_marker(settings.data_dir.parent / "markers")
-    until(driver, lambda d: text_of(d, "#step") == "2 / 6", "progress at step 2")
+    until(driver, lambda d: text_of(d, "#step") == "2 / 8", "progress at step 2")
     assert text_of(driver, "#job-state") == "running"
-    # The step-2 save may still be the phase the page last heard of; it moves on.
     until(driver, lambda d: text_of(d, "#phase") == "training", "the training phase")
     until(driver, lambda d: d.find_elements("css selector", "#loss-chart polyline"),
           "the loss chart")
-    until(driver, lambda d: d.execute_script(
-        "const i = document.querySelector('img.sample');"
-        "return i && i.complete && i.naturalWidth > 0;"), "a sample image")
     shoot("running")
-
     driver.find_element("id", "stop").click()
     until(driver, lambda d: text_of(d, "#job-state") == "stopped", "the stopped job")
 
+    # Edited while stopped (through the same form): longer, previews only when asked.
+    edit_and_save(driver, {"config.process[0].train.steps": "400",
+                           "config.process[0].sample.sample_every": "1000"})
     no_pause(monkeypatch)
     driver.find_element("id", "resume").click()
+    until(driver, lambda d: int(text_of(d, "#step").split(" /")[0] or 0) >= 5,
+          "the resumed run training")
+    driver.find_element("id", "sample-now").click()
+    samples = settings.examples_dir.parent / "out" / "browser_lora" / "samples"
+    asked = until(driver, lambda d: [p for p in samples.glob("*_0.png")
+                                     if int(p.name[:9]) >= 5], "the preview asked for")
+    asked_step = int(asked[0].name[:9])
+    driver.find_element("id", "stop").click()
+    until(driver, lambda d: text_of(d, "#job-state") == "stopped", "stopped again")
+    stopped_at = int(text_of(driver, "#step").split(" /")[0])
+    assert asked_step <= stopped_at
+
+    # Finish soon: two more steps.
+    edit_and_save(driver, {"config.process[0].train.steps": str(stopped_at + 2)})
+    driver.find_element("id", "resume").click()
     until(driver, lambda d: text_of(d, "#job-state") == "finished", "the finished job")
-    assert text_of(driver, "#step") == "6 / 6"
+    assert text_of(driver, "#step") == f"{stopped_at + 2} / {stopped_at + 2}"
+    assert text_of(driver, "#speed") == "–" and text_of(driver, "#eta") == "–"
+    # Previews across steps: the slider moves between them, the prompt is shown.
+    until(driver, lambda d: d.find_elements("css selector", "#previews input.steps"),
+          "a step slider")
+    figure = driver.find_element("css selector", "#previews figure")
+    assert "p1xel a red circle" in figure.text and "seed" in figure.text
+    last = figure.find_element("css selector", ".shown-step").text
+    driver.execute_script(
+        "const r = arguments[0]; const set = Object.getOwnPropertyDescriptor("
+        "HTMLInputElement.prototype, 'value').set; set.call(r, 0);"
+        "r.dispatchEvent(new Event('input', {bubbles: true}));",
+        figure.find_element("css selector", "input.steps"))
+    until(driver, lambda d: figure.find_element("css selector", ".shown-step").text != last,
+          "an earlier step's preview")
+    figure.find_element("css selector", "img.sample").click()
+    until(driver, lambda d: d.find_elements("id", "lightbox"), "the full-size preview")
+    driver.find_element("id", "lightbox").click()
     link = until(driver, lambda d: d.find_elements("css selector", "a.lora.final"),
                  "the final LoRA link")[0]
     assert link.text == "browser_lora.safetensors"
