@@ -35,6 +35,7 @@ handlers here check only what a request asks for. Routes:
     GET    /api/events                         server-sent events: the job list on change
     /api/datasets...                           the dataset manager (routes/datasets.py)
     /api/machine, /api/settings                the monitor and settings (routes/system.py)
+    /api/datasets/{name}/caption, /api/captioning   captioning runs (routes/captioning.py)
 Writes send JSON (`{}` when there is nothing to say). A job's view carries `actions`
 (aitk_common.jobstates: what its state allows) and `active`, so the page holds no list
 of states. Every error is one line: {"error": ...} with a 4xx (503 while the database
@@ -73,6 +74,7 @@ from aitk_common import jobstates, requests
 from aitk_common.jobstates import ACTIVE, ENDED, Action
 from aitk_server import configs, form, outputs, preflight
 from aitk_server.auth import Keys
+from aitk_server.captions import Captioning
 from aitk_server.db import Database, JobRow, valid_id
 from aitk_server.guard import Guard, Policy
 from aitk_server.http import (
@@ -83,6 +85,7 @@ from aitk_server.http import (
     small_count,
     text_field,
 )
+from aitk_server.routes.captioning import routes as caption_routes
 from aitk_server.routes.datasets import routes as dataset_routes
 from aitk_server.routes.system import routes as system_routes
 from aitk_server.runner import Runner
@@ -137,6 +140,7 @@ class Api:
         kwargs = {"python": settings.python} if settings.python else {}
         self.runner = Runner(self.db, settings.data_dir, settings.root,
                              trainer=settings.trainer, **kwargs)
+        self.captioning = Captioning(settings.data_dir, settings.root, self.runner.python)
 
     def job(self, request: Request) -> JobRow:
         found = self.db.get(job_id(request.path_params["job_id"]))
@@ -513,6 +517,7 @@ def create_app(settings: Settings, on_ready: Any = None) -> Starlette:
         finally:
             task.cancel()
             app.state.closing.set()
+            api.captioning.stop_all()
 
     def route(path: str, endpoint: Any, *methods: str) -> Route:
         return Route(path, answer_errors(endpoint), methods=list(methods) or ["GET"])
@@ -546,6 +551,7 @@ def create_app(settings: Settings, on_ready: Any = None) -> Starlette:
         *dataset_routes(settings.datasets_dir, settings.data_dir,
                         settings.max_upload_bytes),
         *system_routes(settings),
+        *caption_routes(api.captioning, settings.datasets_dir),
     ]
     if (settings.ui_dir / "index.html").is_file():
         routes.append(Mount("/", StaticFiles(directory=settings.ui_dir, html=True)))
