@@ -1,8 +1,7 @@
 """End to end in a real headless browser (Debian's chromium through chromedriver): the
 page refuses a browser that has not signed in, then signs in on the one-time link the
-server opens a browser on; create a job from the example, start it, see progress, the
-loss chart and a sample image, stop it, resume it to completion, download the LoRA; the
-page's Content-Security-Policy is never violated. Screenshots are kept in
+server opens a browser on; then the newcomer path of issue 26 (test_the_newcomer_path's
+docstring); the page's Content-Security-Policy is never violated. Screenshots are kept in
 test-artifacts/ under pytest's temporary folder (pytest keeps the last three runs':
 /tmp/pytest-of-$USER/pytest-N/test-artifacts/), never in the checkout.
 
@@ -141,9 +140,17 @@ def edit_and_save(driver, fields: dict[str, str]) -> None:
     until(driver, lambda d: d.find_elements("id", "job-detail"), "the job again")
 
 
-def test_the_newcomer_path(served, browser, shoot, settings, monkeypatch):
-    """Sign in, make a dataset, upload pictures, edit a caption, make a job with the
-    form (steps and rank changed there, seen in the YAML view), start it, watch the
+@pytest.fixture(scope="module")
+def tiny_vlm(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    from tests.aitk.tiny_vlm import build_tiny_vlm
+
+    return build_tiny_vlm(tmp_path_factory.mktemp("vlm") / "tiny vlm")
+
+
+def test_the_newcomer_path(served, browser, shoot, settings, monkeypatch, tiny_vlm):
+    """Sign in, make a dataset, upload pictures, caption them (a tiny VLM), edit a
+    caption, make a job with the form (steps and rank changed there, seen in the YAML
+    view), start it, watch the
     progress, stop, edit the config while stopped, resume, sample now, view previews
     across steps, stop, resume to the end, download the LoRA."""
     url, app = served
@@ -166,14 +173,28 @@ def test_the_newcomer_path(served, browser, shoot, settings, monkeypatch):
           "three thumbnails")
     until(driver, lambda d: "3 images · 3 without a caption" in text_of(d, "#audit"),
           "the audit of the upload")
+    # Caption them all with a vision-language model (a tiny random one: noise words).
+    driver.find_element("css selector", "#captioning summary").click()
+    driver.find_element("id", "caption-model").send_keys(str(tiny_vlm))
+    driver.find_element("id", "caption-trigger").send_keys("p1xel")
+    driver.find_element("id", "caption-start").click()
+    until(driver, lambda d: "finished: 3 / 3" in text_of(d, "#caption-progress"),
+          "the captioning run")
+    until(driver, lambda d: "0 without a caption" in text_of(d, "#audit"), "all captioned")
+    cats = settings.datasets_dir / "cats"
     first = pictures[0].name
-    caption = driver.find_element("name", f"caption:{first}")
+    assert (cats / first).with_suffix(".txt").read_text().startswith("p1xel")
+    # Then one caption edited in place.
+    from selenium.webdriver.common.keys import Keys
+
+    caption = until(driver, lambda d: [c for c in d.find_elements(
+        "name", f"caption:{first}") if c.get_attribute("value").startswith("p1xel")],
+        "the written caption in its box")[0]
+    caption.send_keys(Keys.CONTROL, "a")
     caption.send_keys("[trigger] a small picture")
     driver.find_element("id", "dataset-name").click()  # leaving the box saves it
-    cats = settings.datasets_dir / "cats"
-    until(driver, lambda d: (cats / first).with_suffix(".txt").exists(), "the caption file")
-    assert (cats / first).with_suffix(".txt").read_text() == "[trigger] a small picture"
-    until(driver, lambda d: "2 without a caption" in text_of(d, "#audit"), "the new audit")
+    until(driver, lambda d: (cats / first).with_suffix(".txt").read_text() ==
+          "[trigger] a small picture", "the edited caption on disk")
     shoot("dataset")
 
     # The job form: the example arch, steps and rank changed in the form.

@@ -61,6 +61,57 @@ function Tile({ dataset, item, findings, onChanged, setMessage }) {
   </figure>`;
 }
 
+// Caption the dataset with a vision-language model, as a run with progress; existing
+// captions are kept unless "replace" is ticked.
+function Captioning({ name, onDone }) {
+  const [model, setModel] = useState(localStorage.getItem("aitk-caption-model") || "");
+  const [trigger, setTrigger] = useState("");
+  const [prompt, setPrompt] = useState("");
+  const [overwrite, setOverwrite] = useState(false);
+  const [run, setRun] = useState(null);
+  const [message, setMessage] = useState("");
+  useEffect(() => {
+    if (!run?.running) return undefined;
+    const timer = setInterval(async () => {
+      const all = await api("GET", "/api/captioning").catch(() => []);
+      const now = all.find((r) => r.id === run.id);
+      if (now) { setRun(now); if (!now.running) onDone(); }
+    }, 700);
+    return () => clearInterval(timer);
+  }, [run?.id, run?.running]);
+  const start = async () => {
+    setMessage("");
+    localStorage.setItem("aitk-caption-model", model);
+    try {
+      setRun(await api("POST", datasetUrl(name, "caption"), {
+        model, trigger: trigger || null, prompt: prompt || null, overwrite }));
+    } catch (err) { setMessage(err.message); }
+  };
+  const stop = () => api("POST", `/api/captioning/${run.id}/stop`).then(setRun)
+    .catch((e) => setMessage(e.message));
+  return html`<details class="captioning" id="captioning" open=${!!run}>
+    <summary>Caption with a vision-language model</summary>
+    <div class="actions">
+      <input id="caption-model" placeholder="model folder or Qwen/Qwen2.5-VL-3B-Instruct"
+        value=${model} onInput=${(e) => setModel(e.target.value)} size="40" />
+      <input id="caption-trigger" placeholder="trigger word (prefix)" value=${trigger}
+        onInput=${(e) => setTrigger(e.target.value)} />
+      <input id="caption-prompt" placeholder="instruction (optional)" value=${prompt}
+        onInput=${(e) => setPrompt(e.target.value)} size="30" />
+      <label><input type="checkbox" checked=${overwrite}
+        onChange=${(e) => setOverwrite(e.target.checked)} /> replace existing captions</label>
+      <button id="caption-start" class="primary" disabled=${!model || run?.running}
+        onClick=${start}>Caption</button>
+      ${run?.running && html`<button onClick=${stop}>Stop</button>`}
+    </div>
+    ${run && html`<div id="caption-progress">${run.phase}: ${run.done ?? 0} / ${run.total ?? "?"}
+      ${run.skipped ? ` (${run.skipped} kept)` : ""}${run.current ? ` · ${run.current}` : ""}
+      <div class="bar"><div style=${`width:${run.total ? Math.round(100 * run.done / run.total)
+        : 0}%`}></div></div></div>`}
+    ${(message || run?.error) && html`<p class="problems">${message || run.error}</p>`}
+  </details>`;
+}
+
 function Dataset({ name, onChanged }) {
   const [audit, setAudit] = useState(null);
   const [trash, setTrash] = useState([]);
@@ -102,6 +153,7 @@ function Dataset({ name, onChanged }) {
     ${Object.entries(uploads).map(([file, f]) => html`<div class="upload">${file}
       <div class="bar"><div style=${`width:${Math.round(100 * f)}%`}></div></div></div>`)}
     ${message && html`<p class="problems" id="dataset-message">${message}</p>`}
+    <${Captioning} name=${name} onDone=${() => { load(); onChanged(); }} />
     ${audit && html`<p id="audit">${`${audit.images.length} images · ` +
       `${audit.missing_captions.length} without a caption · ${audit.unreadable.length} unreadable`}</p>`}
     ${(findings[""] || []).map((f) => html`<p class=${`finding ${f.level}`}>${f.message}</p>`)}
