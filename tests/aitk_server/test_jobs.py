@@ -4,6 +4,7 @@ chosen step until a signal arrives, so no test races the trainer's speed)."""
 from __future__ import annotations
 
 import json
+import shutil
 from dataclasses import replace
 
 import pytest
@@ -13,6 +14,7 @@ from aitk_common.status import Phase, Status
 from aitk_server.app import create_app
 from aitk_server.reconcile import ended
 from tests.aitk_server.conftest import (
+    REPO,
     kill_hard,
     no_pause,
     pause_at,
@@ -92,18 +94,28 @@ def test_a_restarted_server_reconnects_to_the_running_job(settings, job_yaml, mo
 
 @pytest.mark.slow
 def test_queued_jobs_run_one_after_another_past_a_refused_config(client, job_yaml,
-                                                                  monkeypatch):
-    """The first queued job names an arch the trainer does not know: it fails with its
-    problem at the field, and the queue moves on to the next."""
+                                                                  monkeypatch, tmp_path):
+    """A config the trainer's check refuses is not accepted at all (its problem at the
+    field); one that becomes unusable after it was accepted (its dataset folder deleted)
+    fails at its start with the problem at the field, and the queue moves on."""
     no_pause(monkeypatch)
-    bad = new_job(client, job_yaml("q1", steps=1).replace("arch: example", "arch: nosuch"))
+    refused = client.post("/api/jobs", json={"yaml": job_yaml("q0", steps=1).replace(
+        "arch: example", "arch: nosuch")})
+    assert refused.status_code == 422
+    assert [e["path"] for e in refused.json()["errors"]] == ["config.process[0].model.arch"]
+    gone = tmp_path / "gone"
+    shutil.copytree(REPO / "datasets" / "example", gone)
+    bad = new_job(client, job_yaml("q1", steps=1).replace(
+        str(REPO / "datasets" / "example"), str(gone)))
+    shutil.rmtree(gone)
     good = new_job(client, job_yaml("q2", steps=1))
     states = [j["state"] for j in client.post("/api/queue", json={"ids": [bad, good]}).json()]
     assert states == ["running", "queued"]
     wait_state(client, good, "finished", "failed")
     jobs = {j["id"]: j for j in client.get("/api/jobs").json()}
     assert (jobs[bad]["state"], jobs[bad]["exit_code"]) == ("failed", 2)
-    assert [e["path"] for e in jobs[bad]["errors"]] == ["config.process[0].model.arch"]
+    assert [e["path"] for e in jobs[bad]["errors"]] == \
+        ["config.process[0].datasets[0].folder_path"]
     assert jobs[good]["state"] == "finished"
     assert jobs[bad]["ended"] <= jobs[good]["started"]
 
