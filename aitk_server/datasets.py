@@ -99,7 +99,7 @@ def upload_target(root: Path, name: str, file_name: str) -> Path:
 
 
 def audit(folder: Path, root: Path, caption_ext: str = "txt") -> dict[str, Any]:
-    images, missing, unreadable, other = [], [], [], []
+    images, videos, missing, unreadable, other = [], [], [], [], []
     entries = sorted(folder.iterdir())[:MAX_ENTRIES]
     for path in entries:
         if not stays_inside(path, root):
@@ -123,9 +123,15 @@ def audit(folder: Path, root: Path, caption_ext: str = "txt") -> dict[str, Any]:
                 missing.append(path.name)
             images.append({"file": path.name, "width": size[0], "height": size[1],
                            "caption": _caption(caption) if has_caption else None})
+        elif path.suffix.lower() in VIDEO_EXTENSIONS:  # trained when num_frames > 1
+            caption = path.with_suffix(f".{caption_ext}")
+            has_caption = caption.is_file() and stays_inside(caption, root)
+            videos.append({"file": path.name,
+                           "caption": _caption(caption) if has_caption else None})
         elif path.suffix != f".{caption_ext}":
             other.append(path.name)
-    return {"images": images, "missing_captions": missing, "unreadable": unreadable,
+    return {"images": images, "videos": videos, "missing_captions": missing,
+            "unreadable": unreadable,
             "ignored": other, "truncated": len(entries) >= MAX_ENTRIES}
 
 

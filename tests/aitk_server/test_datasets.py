@@ -8,7 +8,6 @@ from __future__ import annotations
 import io
 import os
 import zipfile
-from pathlib import Path
 
 import pytest
 from PIL import Image
@@ -196,4 +195,6 @@ def test_a_video_and_its_caption_upload_and_show_inline(client, settings):
     assert client.put("/api/datasets/clips/captions/c.mp4",
                       json={"text": "a clip"}).status_code == 200
     assert (settings.datasets_dir / "clips" / "c.txt").read_text() == "a clip"
-    assert Path(settings.datasets_dir / "clips").is_dir()
+    audit = client.get("/api/datasets/clips/audit").json()
+    assert audit["videos"] == [{"file": "c.mp4", "caption": "a clip"}]
+    assert audit["ignored"] == []

@@ -158,7 +158,7 @@ function Dataset({ name, onChanged }) {
       `${audit.missing_captions.length} without a caption · ${audit.unreadable.length} unreadable`}</p>`}
     ${(findings[""] || []).map((f) => html`<p class=${`finding ${f.level}`}>${f.message}</p>`)}
     ${audit?.unreadable.map((u) => html`<p class="problems">${u.file}: ${u.reason}</p>`)}
-    <div class="tiles">${(audit?.images || []).map((item) => html`<${Tile} key=${item.file}
+    <div class="tiles">${[...(audit?.images || []), ...(audit?.videos || [])].map((item) => html`<${Tile} key=${item.file}
       dataset=${name} item=${item} findings=${findings[item.file]} onChanged=${changed}
       setMessage=${setMessage} />`)}</div>
     ${trash.length > 0 && html`<section id="trash"><h2>Trash</h2><ul>
