@@ -142,7 +142,7 @@ def edit_and_save(driver, fields: dict[str, str]) -> None:
 
 @pytest.fixture(scope="module")
 def tiny_vlm(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    from tests.aitk.tiny_vlm import build_tiny_vlm
+    from aitk.caption.tiny import build_tiny_vlm
 
     return build_tiny_vlm(tmp_path_factory.mktemp("vlm") / "tiny vlm")
 

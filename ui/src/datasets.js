@@ -105,7 +105,7 @@ function Captioning({ name, onDone }) {
       ${run?.running && html`<button onClick=${stop}>Stop</button>`}
     </div>
     ${run && html`<div id="caption-progress">${run.phase}: ${run.done ?? 0} / ${run.total ?? "?"}
-      ${run.skipped ? ` (${run.skipped} kept)` : ""}${run.current ? ` · ${run.current}` : ""}
+      ${run.message ? ` · ${run.message}` : ""}
       <div class="bar"><div style=${`width:${run.total ? Math.round(100 * run.done / run.total)
         : 0}%`}></div></div></div>`}
     ${(message || run?.error) && html`<p class="problems">${message || run.error}</p>`}
