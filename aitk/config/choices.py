@@ -13,8 +13,6 @@ TIMESTEP_TYPES = ("sigmoid", "logit_normal", "linear", "uniform", "weighted", "s
 TIMESTEP_BIASES = ("balanced", "content", "style")
 # train.loss_type (aitk.diffusion.losses documents each one).
 LOSS_TYPES = ("mse", "mae", "pseudo_huber", "wavelet", "stepped")
-# model.qtype / model.qtype_te: optimum-quanto weight types (aitk.models.quantize).
-QTYPES = ("qfloat8", "qint8", "qint4")
 # train.lr_scheduler (aitk.run.optim.lr_at computes each one from the step alone).
 LR_SCHEDULERS = ("constant", "constant_with_warmup", "linear", "cosine",
                  "cosine_with_restarts", "step")

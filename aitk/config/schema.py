@@ -39,10 +39,10 @@ from aitk.config.choices import (
     AUGMENTS,
     LOSS_TYPES,
     LR_SCHEDULERS,
-    QTYPES,
     TIMESTEP_BIASES,
     TIMESTEP_TYPES,
 )
+from aitk.models.qtypes import QTypeProblem, parse_qtype
 
 
 class _Strict(BaseModel):
@@ -324,13 +324,25 @@ class TrainConfig(_Strict):
         return max(self.gradient_accumulation, self.gradient_accumulation_steps)
 
 
+def _qtype(value: str) -> str:
+    try:
+        parse_qtype(value)
+    except QTypeProblem as exc:
+        raise ValueError(str(exc)) from None
+    return value
+
+
 class ModelConfig(_Strict):
     name_or_path: str
     arch: str
     quantize: bool = False
     quantize_te: bool | None = None
-    qtype: Literal[QTYPES] = "qfloat8"  # type: ignore[valid-type]
-    qtype_te: Literal[QTYPES] = "qfloat8"  # type: ignore[valid-type]
+    # aitk.models.qtypes: a weight type, optionally `|` an accuracy recovery adapter
+    qtype: Annotated[str, AfterValidator(_qtype)] = "qfloat8"
+    qtype_te: Annotated[str, AfterValidator(_qtype)] = "qfloat8"
+    # A LoRA fitted to undo the quantization error, applied frozen (aitk.models.
+    # recovery_adapter); the same as `qtype: "uint3|PATH"`.
+    accuracy_recovery_adapter: str | None = None
     low_vram: bool = False  # keep idle parts (text encoders, VAE) on the CPU
     # Step-distilled models (Flux schnell, Z-Image Turbo, Krea 2 Turbo): the
     # de-distillation LoRA merged into the frozen base (aitk.models.assistant).
@@ -351,6 +363,22 @@ class ModelConfig(_Strict):
         if self.quantize_te is None:
             self.quantize_te = self.quantize
         return self
+
+    @model_validator(mode="after")
+    def _one_recovery_adapter(self) -> ModelConfig:
+        in_qtype = parse_qtype(self.qtype).adapter
+        if in_qtype and self.accuracy_recovery_adapter and \
+                in_qtype != self.accuracy_recovery_adapter:
+            raise ValueError("qtype names one accuracy recovery adapter and "
+                             "accuracy_recovery_adapter another; keep one")
+        return self
+
+    @property
+    def recovery_adapter(self) -> str | None:
+        """The accuracy recovery adapter for the quantized transformer, if any."""
+        if not self.quantize:
+            return None
+        return parse_qtype(self.qtype).adapter or self.accuracy_recovery_adapter
 
 
 class DatasetConfig(_Strict):

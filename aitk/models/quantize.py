@@ -1,14 +1,14 @@
-"""Weight quantization of nn.Linear layers through optimum-quanto.
+"""Weight quantization of nn.Linear layers, through the library each qtype names
+(aitk.models.qtypes): optimum-quanto for `q*`, torchao's weight-only configs for `int8` /
+`float8`, aitk.models.uintx (torchao's affine math, packed codes) for `uint2`..`uint8`.
 
 `quantize_linear_layers(module, qtype, exclude)` quantizes the weights of every Linear
-(quanto's `quantize` + `freeze`, so the float weights are dropped) except modules whose
-name matches one of the `exclude` fnmatch patterns. Activations stay in the float dtype.
-
-It works one Linear at a time, block after block (each block of a ModuleList, each
-other top-level child): quantize, then freeze that layer before the next, so its float
-weights are released as soon as its quantized copy exists. Float and quantized copies of the whole
-model never coexist; the peak is the float model plus one layer's quantization temporaries
-(bench/quantize_memory.py measures it).
+except modules whose name matches one of the `exclude` fnmatch patterns; activations
+stay in the float dtype. It works one Linear at a time, block after block (each block of
+a ModuleList, each other top-level child), so each layer's float weight is released as
+soon as its quantized copy exists. aitk.models.quantized_loading goes one step further
+and quantizes each block as it is read from the weights file, so the float model never
+exists as a whole.
 
 quanto's quantized matmul accepts only 2-D or 3-D activations. A network that applies a
 Linear over a 4-D tensor (e.g. a (B, L, D, N) layer axis) must call `linear_nd(layer, x)`,
@@ -18,7 +18,9 @@ float model and the quantized one then behave the same.
 quanto's qint4/qint2 need its C++ kernel, which torch builds on first use. torch writes
 `-L<torch>/lib` unquoted into the ninja file, so in a checkout under "new user" the link
 step fails; `prepare_quanto_kernel_build` points torch at a space-free symlink of that
-folder and builds in a cache folder outside site-packages.
+folder and builds in a cache folder outside site-packages. A kernel that still cannot
+build (no compiler) makes the qtype fall back to aitk's uint4/uint2 with one warning line
+(`quanto_kernel_problem`).
 """
 
 from __future__ import annotations
@@ -35,25 +37,32 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from aitk.config.choices import QTYPES
 from aitk.errors import QuantizeError
+from aitk.models.qtypes import QTYPES, QType, QTypeProblem, parse_qtype
+
+# quanto types whose kernel torch builds on first use, and aitk's stand-in for each.
+KERNEL_QTYPES = {"qint4": "uint4", "qint2": "uint2"}
 
 
-def _qtype(name: str):  # -> optimum.quanto.qtype
-    if name not in QTYPES:
-        raise QuantizeError(f"unknown qtype {name!r}; choose one of {', '.join(QTYPES)}")
+def resolve_qtype(name: str, warn: Callable[[str], None] | None = None) -> QType:
+    """The QType to quantize with: `name` (a `|adapter` suffix ignored), or its stand-in
+    when quanto's kernel cannot be built here (said once through `warn`)."""
     try:
-        import optimum.quanto as quanto
-    except ImportError as exc:  # pragma: no cover - it is a pinned requirement
-        raise QuantizeError("quantize needs optimum-quanto (pip install optimum-quanto)"
-                            ) from exc
-    if name in KERNEL_QTYPES:
-        prepare_quanto_kernel_build()
-    return getattr(quanto, name)
+        qtype = parse_qtype(name).qtype
+    except QTypeProblem as exc:
+        raise QuantizeError(str(exc)) from None
+    if qtype.name in KERNEL_QTYPES:
+        problem = quanto_kernel_problem()
+        if problem:
+            stand_in = KERNEL_QTYPES[qtype.name]
+            (warn or _warn)(f"{qtype.name}: optimum-quanto's kernel did not build "
+                            f"({problem}); quantizing to {stand_in} instead")
+            return QTYPES[stand_in]
+    return qtype
 
 
-# quanto types whose C++ kernel torch builds on first use.
-KERNEL_QTYPES = ("qint4", "qint2")
+def _warn(message: str) -> None:
+    print(f"warning: {message}", file=sys.stderr, flush=True)
 
 
 def kernel_cache_dir() -> Path:
@@ -87,31 +96,67 @@ def prepare_quanto_kernel_build() -> None:
         pass
 
 
+@cache
+def quanto_kernel_problem() -> str | None:
+    """Build (or find built) quanto's kernel and run it once on a probe layer: None when
+    it works, else why not in a few words (a compiler error, no toolchain)."""
+    from optimum.quanto import freeze, qint4, quantize
+
+    prepare_quanto_kernel_build()
+    try:
+        probe = nn.Sequential(nn.Linear(128, 8))
+        quantize(probe, weights=qint4)
+        freeze(probe)
+        probe(torch.zeros(1, 128))
+    except Exception as exc:  # the build's own errors are of many types
+        return " ".join(str(exc).split())[-160:] or type(exc).__name__
+    return None
+
+
 def quantize_linear_layers(module: nn.Module, qtype: str = "qfloat8",
                            exclude: Sequence[str] = (),
-                           progress: Callable[[str], None] | None = None) -> nn.Module:
-    """Quantize the weights of `module`'s Linear layers in place and freeze them.
+                           progress: Callable[[str], None] | None = None,
+                           prefix: str = "") -> nn.Module:
+    """Quantize the weights of `module`'s Linear layers in place.
 
     Layers are swapped inside their parent, so `module` itself must be a container.
+    `prefix` is `module`'s own name in the model, for matching `exclude`.
     """
-    from optimum.quanto import freeze, quantize
-
-    weights = _qtype(qtype)
+    kind = resolve_qtype(qtype)
     if isinstance(module, nn.Linear):
         raise QuantizeError("quantize_linear_layers swaps layers inside their parent; "
                             "pass the module that holds the Linear")
     for name, unit in quantization_units(module):
-        for full in _linear_names(unit, name, exclude):
+        for full in _linear_names(unit, name, exclude, prefix):
             # One Linear at a time, swapped inside its own parent: quantizing needs
             # float32 temporaries of the layer being done, never of a whole block.
-            parent_name, _, leaf = full.rpartition(".")
-            parent = module.get_submodule(parent_name) if parent_name else module
-            quantize(parent, weights=weights, include=[leaf])
-            freeze(parent.get_submodule(leaf))
-            release_freed_memory()
+            quantize_layer(module, full, kind)
+        release_freed_memory()
         if progress is not None:
             progress(name)
     return module
+
+
+def quantize_layer(root: nn.Module, name: str, kind: QType) -> None:
+    """Quantize the Linear at `root.<name>` to `kind`, in place."""
+    parent_name, _, leaf = name.rpartition(".")
+    parent = root.get_submodule(parent_name) if parent_name else root
+    layer = parent.get_submodule(leaf)
+    if kind.backend == "quanto":
+        import optimum.quanto as quanto
+
+        quanto.quantize(parent, weights=getattr(quanto, kind.name), include=[leaf])
+        quanto.freeze(parent.get_submodule(leaf))
+    elif kind.backend == "torchao":
+        from torchao.quantization import Float8WeightOnlyConfig, Int8WeightOnlyConfig, quantize_
+
+        config = Int8WeightOnlyConfig() if kind.name == "int8" else Float8WeightOnlyConfig()
+        quantize_(layer, config)
+    else:
+        from aitk.models.uintx import UIntXLinear, can_quantize
+
+        if can_quantize(layer):  # upstream's rule: other widths stay in float
+            setattr(parent, leaf, UIntXLinear(layer, kind.bits))
 
 
 def release_freed_memory() -> None:
@@ -131,14 +176,27 @@ def release_freed_memory() -> None:
         pass
 
 
-def _linear_names(unit: nn.Module, prefix: str, exclude: Sequence[str]) -> list[str]:
-    """Full names of the Linear layers in `unit` that no `exclude` pattern matches."""
+def _linear_names(unit: nn.Module, name: str, exclude: Sequence[str],
+                  prefix: str = "") -> list[str]:
+    """Names (relative to the quantized root) of the Linear layers in `unit` that no
+    `exclude` pattern matches (patterns see the name from the model's root)."""
     names = []
     for rel, child in unit.named_modules():
-        full = f"{prefix}.{rel}" if rel else prefix
-        if isinstance(child, nn.Linear) and not any(fnmatch(full, p) for p in exclude):
+        full = f"{name}.{rel}" if rel else name
+        model_name = f"{prefix}.{full}" if prefix else full
+        if isinstance(child, nn.Linear) and not _is_quantized_layer(child) and \
+                not any(fnmatch(model_name, p) for p in exclude):
             names.append(full)
     return names
+
+
+def _is_quantized_layer(layer: nn.Module) -> bool:
+    from aitk.models.uintx import UIntXLinear
+
+    if isinstance(layer, UIntXLinear) or type(layer).__module__.startswith("optimum.quanto"):
+        return True
+    weight = getattr(layer, "weight", None)
+    return weight is not None and type(weight).__module__.startswith("torchao")
 
 
 def quantization_units(module: nn.Module) -> list[tuple[str, nn.Module]]:
@@ -154,8 +212,8 @@ def quantization_units(module: nn.Module) -> list[tuple[str, nn.Module]]:
 
 
 def tensor_bytes(t: torch.Tensor) -> int:
-    """Storage bytes of a tensor, looking inside quanto's quantized tensor subclasses
-    (int8/fp8 data, packed int4 data, scales, shifts)."""
+    """Storage bytes of a tensor, looking inside quantized tensor subclasses (quanto's
+    and torchao's: int8/fp8 data, packed int4 data, scales, shifts)."""
     flatten = getattr(type(t), "__tensor_flatten__", None)
     if flatten is not None:
         names, _ = t.__tensor_flatten__()
@@ -170,9 +228,7 @@ def weight_bytes(module: nn.Module) -> int:
 
 
 def is_quantized(module: nn.Module) -> bool:
-    from optimum.quanto import QModuleMixin
-
-    return any(isinstance(m, QModuleMixin) for m in module.modules())
+    return any(_is_quantized_layer(m) for m in module.modules() if isinstance(m, nn.Linear))
 
 
 def linear_nd(layer: nn.Module, x: torch.Tensor) -> torch.Tensor:
