@@ -179,16 +179,24 @@ def _model(where: str, proc: ProcessConfig, loaded: LoadedConfig) -> list[Findin
                   "point name_or_path at a model folder or a hub id (org/name)", "model")]
 
 
+_LIBRARY = {"quanto": ("optimum.quanto", "optimum-quanto"),
+            "torchao": ("torchao", "torchao"), "uintx": ("torchao", "torchao")}
+
+
 def _quantize(where: str, proc: ProcessConfig, loaded: LoadedConfig) -> list[Finding]:
-    """The schema holds qtype to QTYPES; quantizing also needs optimum-quanto here."""
+    """The schema holds qtype to aitk.models.qtypes; quantizing also needs the library
+    that qtype names installed here."""
+    from aitk.models.qtypes import parse_qtype
+
     model = proc.model
-    asked = [key for key, on in (("quantize", model.quantize), ("quantize_te",
-                                                                model.quantize_te)) if on]
-    if not asked or importlib.util.find_spec("optimum.quanto") is not None:
-        return []
-    return [error(f"{where}.model.{asked[0]}", "quantizing needs optimum-quanto, which is "
-                  "not installed", "run `python3 -m manager sync` or set quantize: false",
-                  "qtype")]
+    for key, on, qtype in (("quantize", model.quantize, model.qtype),
+                           ("quantize_te", model.quantize_te, model.qtype_te)):
+        module, package = _LIBRARY[parse_qtype(qtype).qtype.backend]
+        if on and importlib.util.find_spec(module) is None:
+            return [error(f"{where}.model.{key}", f"qtype {qtype.split('|')[0]} needs "
+                          f"{package}, which is not installed",
+                          "run `python3 -m manager sync` or set quantize: false", "qtype")]
+    return []
 
 
 def _model_kwargs(where: str, proc: ProcessConfig, loaded: LoadedConfig) -> list[Finding]:
