@@ -287,6 +287,36 @@ class BaseModel:
                         stack.enter_context(visiting(module, self.device))
             yield
 
+    # `model.quantize` / `quantize_te` while loading: each block is quantized as soon as
+    # it is read (aitk.models.quantized_loading), so the float part never exists whole.
+    def load_denoiser(self, cls: Any, name_or_path: str, subfolder: str,
+                      exclude: Sequence[str] = (), **kwargs: Any) -> Any:
+        """`load_part` of the denoiser, quantized to `model.qtype` while it loads when
+        `model.quantize` is on (`exclude`: the layers the arch keeps in float)."""
+        return self._load_maybe_quantized(cls, name_or_path, subfolder, "quantize",
+                                          "qtype", exclude, **kwargs)
+
+    def load_text_encoder(self, cls: Any, name_or_path: str, subfolder: str,
+                          exclude: Sequence[str] = (), **kwargs: Any) -> Any:
+        """`load_part` of a text encoder, quantized to `model.qtype_te` while it loads
+        when `model.quantize_te` is on."""
+        return self._load_maybe_quantized(cls, name_or_path, subfolder, "quantize_te",
+                                          "qtype_te", exclude, **kwargs)
+
+    def _load_maybe_quantized(self, cls: Any, name_or_path: str, subfolder: str,
+                              switch: str, qtype_key: str, exclude: Sequence[str],
+                              **kwargs: Any) -> Any:
+        from aitk.models.loading import load_part
+
+        cfg = self.model_config
+        if not getattr(cfg, switch, False):
+            return load_part(cls, name_or_path, subfolder, self.arch, **kwargs)
+        from aitk.models.quantized_loading import load_part_quantized
+
+        return load_part_quantized(cls, name_or_path, subfolder, self.arch,
+                                   getattr(cfg, qtype_key, "qfloat8"), exclude=exclude,
+                                   **kwargs)
+
     # `model.quantize` / `quantize_te` for load_model: each arch names the layers it
     # keeps in float (embedders, output layers: small and the most rounding-sensitive).
     def quantize_transformer(self, module: nn.Module, exclude: Sequence[str] = ()) -> None:

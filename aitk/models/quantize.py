@@ -127,14 +127,23 @@ def quantize_linear_layers(module: nn.Module, qtype: str = "qfloat8",
         raise QuantizeError("quantize_linear_layers swaps layers inside their parent; "
                             "pass the module that holds the Linear")
     for name, unit in quantization_units(module):
-        for full in _linear_names(unit, name, exclude, prefix):
-            # One Linear at a time, swapped inside its own parent: quantizing needs
-            # float32 temporaries of the layer being done, never of a whole block.
-            quantize_layer(module, full, kind)
+        quantize_unit(module, name, unit, kind, exclude, prefix)
         release_freed_memory()
         if progress is not None:
             progress(name)
     return module
+
+
+def quantize_unit(root: nn.Module, name: str, unit: nn.Module, kind: QType,
+                  exclude: Sequence[str] = (), prefix: str = "") -> None:
+    """Quantize the Linear layers of `unit` (at `root.<name>`) that no `exclude` pattern
+    matches, one at a time: quantizing needs float32 temporaries of the layer being done,
+    never of a whole block."""
+    for full in _linear_names(unit, name, exclude, prefix):
+        quantize_layer(root, full, kind)
+        # Per layer: the freed float weight and quantization temporaries go back to the
+        # OS before the next layer allocates its own (else the block's peak doubles).
+        release_freed_memory()
 
 
 def quantize_layer(root: nn.Module, name: str, kind: QType) -> None:
@@ -199,15 +208,19 @@ def _is_quantized_layer(layer: nn.Module) -> bool:
     return weight is not None and type(weight).__module__.startswith("torchao")
 
 
-def quantization_units(module: nn.Module) -> list[tuple[str, nn.Module]]:
-    """The pieces quantized one after another: every block of a top-level ModuleList or
-    Sequential, and each other top-level child as a whole."""
+def quantization_units(module: nn.Module, prefix: str = "") -> list[tuple[str, nn.Module]]:
+    """The pieces quantized (and loaded, aitk.models.quantized_loading) one after
+    another: every block of a block list (a ModuleList or Sequential, at the top or
+    inside a child such as a text encoder's `encoder`), and each other child whole."""
     units: list[tuple[str, nn.Module]] = []
     for name, child in module.named_children():
+        full = f"{prefix}{name}"
         if isinstance(child, nn.ModuleList | nn.Sequential):
-            units += [(f"{name}.{i}", block) for i, block in enumerate(child)]
+            units += [(f"{full}.{i}", block) for i, block in enumerate(child)]
+        elif any(isinstance(m, nn.ModuleList | nn.Sequential) for m in child.modules()):
+            units += quantization_units(child, f"{full}.")
         else:
-            units.append((name, child))
+            units.append((full, child))
     return units
 
 

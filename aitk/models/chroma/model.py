@@ -85,9 +85,10 @@ class ChromaModel(FluxModel):
         name, arch = str(cfg.name_or_path), self.arch
         # Upstream configs may name one transformer file (parts from FLUX.1-schnell).
         check_source(name, arch, PARTS, single_file_hint="e.g. lodestones/Chroma1-HD")
-        transformer = load_part(ChromaTransformer2DModel, name, "transformer", arch,
-                                torch_dtype=self.dtype)
-        text_encoder = load_part(T5EncoderModel, name, "text_encoder", arch, dtype=self.dtype)
+        transformer = self.load_denoiser(ChromaTransformer2DModel, name, "transformer",
+                                         TRANSFORMER_QUANT_EXCLUDE, torch_dtype=self.dtype)
+        text_encoder = self.load_text_encoder(T5EncoderModel, name, "text_encoder",
+                                              dtype=self.dtype)
         tokenizer = load_part(AutoTokenizer, name, "tokenizer", arch)
         # The VAE stays float32: encode/decode quality matters more than its size.
         vae = load_part(AutoencoderKL, name, "vae", arch, torch_dtype=torch.float32)

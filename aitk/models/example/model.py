@@ -65,10 +65,11 @@ class ExampleModel(BaseModel):
             raise ModelLoadError(f"model folder {root} lacks {', '.join(missing)}/ "
                                  f"(expected {', '.join(PARTS)}/)")
         try:
-            transformer = ExampleTransformer.from_pretrained(root / "transformer",
-                                                             torch_dtype=self.dtype)
-            text_encoder = T5EncoderModel.from_pretrained(root / "text_encoder",
-                                                          dtype=self.dtype)
+            transformer = self.load_denoiser(ExampleTransformer, str(root), "transformer",
+                                             TRANSFORMER_QUANT_EXCLUDE,
+                                             torch_dtype=self.dtype)
+            text_encoder = self.load_text_encoder(T5EncoderModel, str(root), "text_encoder",
+                                                  dtype=self.dtype)
             tokenizer = AutoTokenizer.from_pretrained(root / "tokenizer")
             # The VAE stays float32: encode/decode quality matters more than its size.
             vae = AutoencoderKL.from_pretrained(root / "vae", torch_dtype=torch.float32)

@@ -78,19 +78,24 @@ class FluxModel(BaseModel):
         cfg = self.model_config
         name, arch = str(cfg.name_or_path), self.arch
         check_source(name, arch, PARTS)
-        transformer = load_part(FluxTransformer2DModel, name, "transformer", arch,
-                                torch_dtype=self.dtype)
+        assistant = getattr(cfg, "assistant_lora_path", None)
+        if assistant:  # merged into the float weights first, quantized after
+            transformer = load_part(FluxTransformer2DModel, name, "transformer", arch,
+                                    torch_dtype=self.dtype)
+        else:
+            transformer = self.load_denoiser(FluxTransformer2DModel, name, "transformer",
+                                             TRANSFORMER_QUANT_EXCLUDE,
+                                             torch_dtype=self.dtype)
         text_encoder = load_part(CLIPTextModel, name, "text_encoder", arch, dtype=self.dtype)
         tokenizer = load_part(CLIPTokenizer, name, "tokenizer", arch)
-        text_encoder_2 = load_part(T5EncoderModel, name, "text_encoder_2", arch,
-                                   dtype=self.dtype)
+        text_encoder_2 = self.load_text_encoder(T5EncoderModel, name, "text_encoder_2",
+                                                dtype=self.dtype)
         tokenizer_2 = load_part(AutoTokenizer, name, "tokenizer_2", arch)
         # The VAE stays float32: encode/decode quality matters more than its size.
         vae = load_part(AutoencoderKL, name, "vae", arch, torch_dtype=torch.float32)
         scheduler = load_part(FlowMatchEulerDiscreteScheduler, name, "scheduler", arch)
 
         freeze(transformer, text_encoder, text_encoder_2, vae)
-        assistant = getattr(cfg, "assistant_lora_path", None)
         if assistant:
             from aitk.models.assistant import merge_assistant
 

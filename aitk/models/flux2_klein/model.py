@@ -85,10 +85,11 @@ class Flux2KleinModel(BaseModel):
 
         cfg = self.model_config
         name = str(cfg.name_or_path)
-        transformer = load_part(Flux2Transformer2DModel, name, "transformer", self.arch,
-                                torch_dtype=self.dtype)
+        transformer = self.load_denoiser(Flux2Transformer2DModel, name, "transformer",
+                                         TRANSFORMER_QUANT_EXCLUDE, torch_dtype=self.dtype)
         # Only hidden states are used: the LM head (1.2 GB for Qwen3-8B) stays on disk.
-        text_encoder = load_part(Qwen3Model, name, "text_encoder", self.arch, dtype=self.dtype)
+        text_encoder = self.load_text_encoder(Qwen3Model, name, "text_encoder",
+                                              dtype=self.dtype)
         tokenizer = load_part(AutoTokenizer, name, "tokenizer", self.arch)
         # The VAE stays float32: encode/decode quality matters more than its size.
         vae = load_part(AutoencoderKLFlux2, name, "vae", self.arch, torch_dtype=torch.float32)

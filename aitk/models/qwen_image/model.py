@@ -49,6 +49,8 @@ MAX_PROMPT_TOKENS = 1024
 # Kept in the float dtype by quantization: input/time embedders and the output layers.
 TRANSFORMER_QUANT_EXCLUDE = ("img_in", "txt_in", "txt_norm", "time_text_embed*",
                              "norm_out*", "proj_out")
+# The text encoder's LM head (unused) and vision tower (dropped for text to image).
+TE_QUANT_EXCLUDE = ("lm_head", "model.visual*")
 
 
 class QwenImageModel(BaseModel):
@@ -75,10 +77,11 @@ class QwenImageModel(BaseModel):
 
         cfg = self.model_config
         name = str(cfg.name_or_path)
-        transformer = load_part(QwenImageTransformer2DModel, name, "transformer", self.arch,
-                                dtype=self.dtype)
-        text_encoder = load_part(Qwen2_5_VLForConditionalGeneration, name, "text_encoder",
-                                 self.arch, dtype=self.dtype)
+        transformer = self.load_denoiser(QwenImageTransformer2DModel, name, "transformer",
+                                         TRANSFORMER_QUANT_EXCLUDE, dtype=self.dtype)
+        text_encoder = self.load_text_encoder(Qwen2_5_VLForConditionalGeneration, name,
+                                              "text_encoder", TE_QUANT_EXCLUDE,
+                                              dtype=self.dtype)
         tokenizer = load_part(AutoTokenizer, name, "tokenizer", self.arch)
         # The VAE stays float32: encode/decode quality matters more than its size.
         vae = load_part(AutoencoderKLQwenImage, name, "vae", self.arch,
@@ -95,7 +98,7 @@ class QwenImageModel(BaseModel):
         prefix = PROMPT_TEMPLATE.split("{}")[0]
         self.template_drop = len(tokenizer(prefix).input_ids)
         self.quantize_transformer(transformer, exclude=TRANSFORMER_QUANT_EXCLUDE)
-        self.quantize_text_encoder(text_encoder, exclude=("lm_head", "model.visual*"))
+        self.quantize_text_encoder(text_encoder, exclude=TE_QUANT_EXCLUDE)
 
     # ---- 2. encoders ---------------------------------------------------------------
     @property

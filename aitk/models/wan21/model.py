@@ -91,8 +91,8 @@ class Wan21Model(BaseModel):
         cfg = self.model_config
         name = str(cfg.name_or_path)
         self.model = self.load_transformers(name)
-        text_encoder = load_part(UMT5EncoderModel, name, "text_encoder", self.arch,
-                                 dtype=self.dtype)
+        text_encoder = self.load_text_encoder(UMT5EncoderModel, name, "text_encoder",
+                                              dtype=self.dtype)
         tokenizer = load_part(AutoTokenizer, name, "tokenizer", self.arch)
         # The VAE stays float32: encode/decode quality matters more than its size.
         vae = load_part(AutoencoderKLWan, name, "vae", self.arch, dtype=torch.float32)
@@ -114,8 +114,8 @@ class Wan21Model(BaseModel):
         (the device by default)."""
         from diffusers import WanTransformer3DModel
 
-        transformer = load_part(WanTransformer3DModel, name, subfolder, self.arch,
-                                dtype=self.dtype)
+        transformer = self.load_denoiser(WanTransformer3DModel, name, subfolder,
+                                         TRANSFORMER_QUANT_EXCLUDE, dtype=self.dtype)
         freeze(transformer)
         self.quantize_transformer(transformer, exclude=TRANSFORMER_QUANT_EXCLUDE)
         return transformer.to(where or self.device)
