@@ -27,8 +27,9 @@ Use (an arch's `load_model`, before quantizing):
 `to_internal` maps a file's keys to the module paths of `transformer` when the file is
 not in `diffusion_model.`/`transformer.` + diffusers names (Krea 2's adapter is in
 Krea's own names). The lower-level pieces (`resolve_adapter_file`, `read_lora_file`,
-`merge`) are for other frozen-merge uses of a LoRA file; every failure is one
-ModelLoadError line.
+`merge`, `hook_deltas`: a LoRA applied unmerged by forward hooks, as accuracy recovery
+adapters are, aitk.models.recovery_adapter) are for other frozen uses of a LoRA file;
+every failure is one ModelLoadError line.
 """
 
 from __future__ import annotations
@@ -44,8 +45,8 @@ from torch import nn
 from aitk.adapters.keys import ALPHA_SUFFIX, from_public_keys
 from aitk.errors import AdapterKeyError, ModelLoadError
 
-__all__ = ["LoraDelta", "merge", "merge_assistant", "read_lora_file", "removed",
-           "resolve_adapter_file"]
+__all__ = ["LoraDelta", "hook_deltas", "merge", "merge_assistant", "read_lora_file",
+           "removed", "resolve_adapter_file"]
 
 DOWN, UP = ".lora_A.weight", ".lora_B.weight"
 HUB_REPO_FILE = "pytorch_lora_weights.safetensors"  # what an `owner/repo` adapter holds
@@ -151,31 +152,39 @@ def merge_assistant(module: nn.Module, spec: str, arch: str,
     return deltas
 
 
+def hook_deltas(module: nn.Module, deltas: Mapping[str, LoraDelta],
+                sign: float = 1.0) -> list[torch.utils.hooks.RemovableHandle]:
+    """A forward hook on each Linear of `deltas` that adds `sign` times its adapter's
+    output (y + sign * scale * (x @ down.T) @ up.T), leaving the weights as they are
+    (quantized ones cannot be edited). Returns the handles."""
+    modules = dict(module.named_modules())
+
+    def hook_for(delta: LoraDelta):
+        cache: dict[tuple[torch.device, torch.dtype], tuple[torch.Tensor, torch.Tensor]] = {}
+
+        def add(_layer: nn.Module, args: tuple, output: torch.Tensor) -> torch.Tensor:
+            x = args[0]
+            key = (x.device, x.dtype)
+            if key not in cache:
+                cache[key] = (delta.down.to(x.device, x.dtype),
+                              (delta.up.float() * (delta.scale * sign)).to(x.device, x.dtype))
+            down, up = cache[key]
+            return output + (x @ down.T) @ up.T
+
+        return add
+
+    return [modules[name].register_forward_hook(hook_for(delta))
+            for name, delta in deltas.items()]
+
+
 @contextlib.contextmanager
 def removed(module: nn.Module, deltas: Mapping[str, LoraDelta]) -> Iterator[None]:
     """Inside the block each merged Linear's output has its adapter's part subtracted
     (y - scale * (x @ down.T) @ up.T): the model as it was before the merge. The hooks go
     when the block ends, even on error."""
-    modules = dict(module.named_modules())
     handles = []
-
-    def hook_for(delta: LoraDelta):
-        cache: dict[tuple[torch.device, torch.dtype], tuple[torch.Tensor, torch.Tensor]] = {}
-
-        def subtract(_layer: nn.Module, args: tuple, output: torch.Tensor) -> torch.Tensor:
-            x = args[0]
-            key = (x.device, x.dtype)
-            if key not in cache:
-                cache[key] = (delta.down.to(x.device, x.dtype),
-                              (delta.up.float() * delta.scale).to(x.device, x.dtype))
-            down, up = cache[key]
-            return output - (x @ down.T) @ up.T
-
-        return subtract
-
     try:
-        for name, delta in deltas.items():
-            handles.append(modules[name].register_forward_hook(hook_for(delta)))
+        handles = hook_deltas(module, deltas, sign=-1.0)
         yield
     finally:
         for handle in handles:

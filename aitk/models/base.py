@@ -313,19 +313,65 @@ class BaseModel:
             return load_part(cls, name_or_path, subfolder, self.arch, **kwargs)
         from aitk.models.quantized_loading import load_part_quantized
 
-        return load_part_quantized(cls, name_or_path, subfolder, self.arch,
-                                   getattr(cfg, qtype_key, "qfloat8"), exclude=exclude,
-                                   **kwargs)
+        qtype = getattr(cfg, qtype_key, "qfloat8")
+        adapter = self.recovery_adapter(subfolder) if switch == "quantize" else None
+        if adapter is None:
+            return load_part_quantized(cls, name_or_path, subfolder, self.arch, qtype,
+                                       exclude=exclude, **kwargs)
+        from aitk.models import recovery_adapter
+
+        path, deltas = adapter
+        module = load_part_quantized(
+            cls, name_or_path, subfolder, self.arch, recovery_adapter.UNCOVERED_QTYPE,
+            exclude=exclude, per_layer=dict.fromkeys(deltas, qtype), **kwargs)
+        recovery_adapter.apply_adapter(module, deltas, path)
+        module._aitk_recovery_adapter = str(path)
+        return module
+
+    # Where a transformer's layers sit in an accuracy recovery adapter file: upstream
+    # writes one file per model; an arch whose experts it combines (Wan 2.2) overrides.
+    def recovery_adapter_prefix(self, subfolder: str) -> str:
+        return ""
+
+    def recovery_adapter(self, subfolder: str = "transformer"
+                         ) -> tuple[Path, dict[str, Any]] | None:
+        """The accuracy recovery adapter's file and LoRA deltas for the denoiser part in
+        `subfolder` (aitk.models.recovery_adapter), when one is configured."""
+        cfg = self.model_config
+        if not getattr(cfg, "quantize", False):
+            return None
+        from aitk.models.qtypes import parse_qtype
+
+        spec = parse_qtype(getattr(cfg, "qtype", "qfloat8")).adapter or \
+            getattr(cfg, "accuracy_recovery_adapter", None)
+        if not spec:
+            return None
+        from aitk.models.recovery_adapter import read_adapter
+
+        return read_adapter(spec, self.arch, self.recovery_adapter_prefix(subfolder))
 
     # `model.quantize` / `quantize_te` for load_model: each arch names the layers it
     # keeps in float (embedders, output layers: small and the most rounding-sensitive).
     def quantize_transformer(self, module: nn.Module, exclude: Sequence[str] = ()) -> None:
         """With `model.quantize`, the denoiser's Linear layers to `model.qtype`."""
         cfg = self.model_config
-        if getattr(cfg, "quantize", False):
-            from aitk.models.quantize import quantize_linear_layers
+        if not getattr(cfg, "quantize", False):
+            return
+        from aitk.models.quantize import quantize_linear_layers
 
-            quantize_linear_layers(module, getattr(cfg, "qtype", "qfloat8"), exclude=exclude)
+        qtype = getattr(cfg, "qtype", "qfloat8")
+        adapter = None if hasattr(module, "_aitk_recovery_adapter") else \
+            self.recovery_adapter()
+        if adapter is None:  # (a part load_denoiser loaded is already quantized)
+            quantize_linear_layers(module, qtype, exclude=exclude)
+            return
+        from aitk.models import recovery_adapter
+
+        path, deltas = adapter
+        quantize_linear_layers(module, recovery_adapter.UNCOVERED_QTYPE, exclude=exclude,
+                               per_layer=dict.fromkeys(deltas, qtype))
+        recovery_adapter.apply_adapter(module, deltas, path)
+        module._aitk_recovery_adapter = str(path)
 
     def quantize_text_encoder(self, module: nn.Module, exclude: Sequence[str] = ()) -> None:
         """With `model.quantize_te`, a text encoder's Linear layers to `model.qtype_te`."""

@@ -29,7 +29,7 @@ import ctypes
 import os
 import sys
 import tempfile
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from fnmatch import fnmatch
 from functools import cache
 from pathlib import Path
@@ -116,31 +116,41 @@ def quanto_kernel_problem() -> str | None:
 def quantize_linear_layers(module: nn.Module, qtype: str = "qfloat8",
                            exclude: Sequence[str] = (),
                            progress: Callable[[str], None] | None = None,
-                           prefix: str = "") -> nn.Module:
+                           prefix: str = "",
+                           per_layer: Mapping[str, str] | None = None) -> nn.Module:
     """Quantize the weights of `module`'s Linear layers in place.
 
     Layers are swapped inside their parent, so `module` itself must be a container.
-    `prefix` is `module`'s own name in the model, for matching `exclude`.
+    `prefix` is `module`'s own name in the model, for matching `exclude`; `per_layer`
+    gives some layers (by name in `module`) another qtype than `qtype`.
     """
     kind = resolve_qtype(qtype)
     if isinstance(module, nn.Linear):
         raise QuantizeError("quantize_linear_layers swaps layers inside their parent; "
                             "pass the module that holds the Linear")
+    kinds = resolve_per_layer(per_layer)
     for name, unit in quantization_units(module):
-        quantize_unit(module, name, unit, kind, exclude, prefix)
+        quantize_unit(module, name, unit, kind, exclude, prefix, kinds)
         release_freed_memory()
         if progress is not None:
             progress(name)
     return module
 
 
+def resolve_per_layer(per_layer: Mapping[str, str] | None) -> dict[str, QType]:
+    """Layer name -> QType, each qtype resolved once."""
+    resolved = {q: resolve_qtype(q) for q in set((per_layer or {}).values())}
+    return {name: resolved[q] for name, q in (per_layer or {}).items()}
+
+
 def quantize_unit(root: nn.Module, name: str, unit: nn.Module, kind: QType,
-                  exclude: Sequence[str] = (), prefix: str = "") -> None:
+                  exclude: Sequence[str] = (), prefix: str = "",
+                  kinds: Mapping[str, QType] | None = None) -> None:
     """Quantize the Linear layers of `unit` (at `root.<name>`) that no `exclude` pattern
-    matches, one at a time: quantizing needs float32 temporaries of the layer being done,
-    never of a whole block."""
+    matches (to `kinds[layer]`, else `kind`), one at a time: quantizing needs float32
+    temporaries of the layer being done, never of a whole block."""
     for full in _linear_names(unit, name, exclude, prefix):
-        quantize_layer(root, full, kind)
+        quantize_layer(root, full, (kinds or {}).get(full, kind))
         # Per layer: the freed float weight and quantization temporaries go back to the
         # OS before the next layer allocates its own (else the block's peak doubles).
         release_freed_memory()

@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import json
 from collections import defaultdict
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -40,6 +40,7 @@ from aitk.models.quantize import (
     quantize_linear_layers,
     quantize_unit,
     release_freed_memory,
+    resolve_per_layer,
     resolve_qtype,
 )
 
@@ -47,9 +48,11 @@ from aitk.models.quantize import (
 def load_part_quantized(cls: Any, name_or_path: str, subfolder: str, arch: str,
                         qtype: str, exclude: Sequence[str] = (),
                         progress: Callable[[str], None] | None = None,
+                        per_layer: Mapping[str, str] | None = None,
                         **kwargs: Any) -> nn.Module:
     """`load_part(cls, ...)` with its Linear layers quantized to `qtype` (except the
-    `exclude` fnmatch patterns), quantizing each block as soon as it is read."""
+    `exclude` fnmatch patterns; `per_layer`: other qtypes for some layers), quantizing
+    each block as soon as it is read."""
     folder = _local_folder(name_or_path, subfolder)
     dtype = kwargs.get("torch_dtype", kwargs.get("dtype"))
     plan = None
@@ -57,11 +60,13 @@ def load_part_quantized(cls: Any, name_or_path: str, subfolder: str, arch: str,
         plan = _plan(cls, folder)
     if plan is None:  # the library's own loading, then quantization
         module = load_part(cls, name_or_path, subfolder, arch, **kwargs)
-        return quantize_linear_layers(module, qtype, exclude=exclude, progress=progress)
+        return quantize_linear_layers(module, qtype, exclude=exclude, progress=progress,
+                                      per_layer=per_layer)
     model, files = plan
     kind = resolve_qtype(qtype)
     try:
-        return _load_blockwise(model, files, kind, dtype, exclude, progress)
+        return _load_blockwise(model, files, kind, resolve_per_layer(per_layer), dtype,
+                               exclude, progress)
     except (OSError, ValueError, KeyError, safetensors_error()) as exc:
         detail = " ".join(str(exc).split())[:300] or type(exc).__name__
         raise ModelLoadError(f"cannot load the {arch} model's {subfolder}/ from {folder}: "
@@ -75,7 +80,7 @@ def safetensors_error() -> type[Exception]:
 
 
 def _load_blockwise(model: nn.Module, files: dict[str, Path], kind: QType,
-                    dtype: torch.dtype | None, exclude: Sequence[str],
+                    kinds: dict[str, QType], dtype: torch.dtype | None, exclude: Sequence[str],
                     progress: Callable[[str], None] | None) -> nn.Module:
     keep_fp32 = _kept_in_float32(model, dtype)
     names = _tensor_names(model)
@@ -85,7 +90,7 @@ def _load_blockwise(model: nn.Module, files: dict[str, Path], kind: QType,
     _read(model, files, owner.pop(None, []), dtype, keep_fp32)
     for name, unit in units:
         _read(model, files, owner.pop(name, []), dtype, keep_fp32)
-        quantize_unit(model, name, unit, kind, exclude)
+        quantize_unit(model, name, unit, kind, exclude, kinds=kinds)
         release_freed_memory()
         if progress is not None:
             progress(name)

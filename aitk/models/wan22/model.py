@@ -148,6 +148,11 @@ class Wan22Model(Wan21Model):
     switch_every = 1
 
     # ---- 1. load -------------------------------------------------------------------
+    def recovery_adapter_prefix(self, subfolder: str) -> str:
+        # Upstream fits one adapter to its combined model: `transformer_1.` (high
+        # noise) and `transformer_2.` (low noise) + each expert's module names.
+        return f"{COMBINED_MARK[subfolder]}."
+
     def load_transformers(self, name: str) -> nn.Module:
         # At least one is true: the knobs' own check (aitk.models.wan22.arch).
         kwargs = self.model_kwargs
