@@ -199,6 +199,32 @@ def _quantize(where: str, proc: ProcessConfig, loaded: LoadedConfig) -> list[Fin
     return []
 
 
+def _recovery_adapter(where: str, proc: ProcessConfig, loaded: LoadedConfig
+                      ) -> list[Finding]:
+    """An accuracy recovery adapter that is neither a file here nor a hub name that can
+    be had (offline with nothing cached) is found before anything loads."""
+    spec = proc.model.recovery_adapter
+    if not spec or Path(spec).expanduser().is_file():
+        return []
+    field = f"{where}.model.qtype" if "|" in proc.model.qtype else \
+        f"{where}.model.accuracy_recovery_adapter"
+    parts = spec.split("/")
+    if spec.startswith((".", "/", "~")) or len(parts) not in (2, 3) or not all(parts):
+        return [error(field, f"accuracy recovery adapter {spec} does not exist",
+                      "point it at a .safetensors file or owner/repo/file on the hub",
+                      "model")]
+    from huggingface_hub import constants, try_to_load_from_cache
+
+    # aitk.models.assistant.resolve_adapter_file's rule (not imported: it needs torch)
+    filename = parts[2] if len(parts) == 3 else "pytorch_lora_weights.safetensors"
+    cached = try_to_load_from_cache(f"{parts[0]}/{parts[1]}", filename)
+    if isinstance(cached, str) or not constants.HF_HUB_OFFLINE:
+        return []  # cached, or downloaded when the model loads
+    return [error(field, f"accuracy recovery adapter {spec} is not cached and "
+                  "HF_HUB_OFFLINE is set", "download it first (huggingface-cli download) "
+                  "or point at a local file", "model")]
+
+
 def _model_kwargs(where: str, proc: ProcessConfig, loaded: LoadedConfig) -> list[Finding]:
     """`model.model_kwargs` against the arch's typed knobs (its torch-free description),
     so a misspelt knob is found before the model loads. An extension's arch says at load."""
@@ -254,7 +280,7 @@ def _text_encoder(where: str, proc: ProcessConfig, loaded: LoadedConfig) -> list
 
 CHECKS: tuple[PreflightCheck, ...] = (_device, _optimizer, _model, _model_kwargs,
                                       _text_encoder, _datasets, _sample_controls, _output,
-                                      _quantize, _preservation)
+                                      _quantize, _recovery_adapter, _preservation)
 
 
 def preflight(loaded: LoadedConfig) -> list[Finding]:

@@ -154,3 +154,24 @@ def test_text_encoder_lr_without_a_training_text_encoder_is_a_warning(tmp_path):
     found = _by_path(preflight(loaded))
     assert (Level.WARNING, "config.process[0].train.text_encoder_lr") in found
     assert not any(level is Level.ERROR for level, _ in found)
+
+
+def test_an_accuracy_recovery_adapter_that_cannot_be_had(tmp_path, monkeypatch):
+    from huggingface_hub import constants
+
+    model = {"arch": "example", "name_or_path": str(tmp_path), "quantize": True}
+    field = (Level.ERROR, "config.process[0].model.qtype")
+    loaded = _loaded(tmp_path, model={**model, "qtype": "uint3|nowhere.safetensors"})
+    assert "nowhere.safetensors does not exist" in _by_path(preflight(loaded))[field].message
+    adapter = tmp_path / "ara.safetensors"
+    adapter.write_bytes(b"")
+    loaded = _loaded(tmp_path, model={**model, "qtype": f"uint3|{adapter}"})
+    assert field not in _by_path(preflight(loaded))
+    monkeypatch.setenv("HF_HOME", str(tmp_path / "hf"))
+    monkeypatch.setattr(constants, "HF_HUB_CACHE", str(tmp_path / "hf" / "hub"))
+    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", True)
+    loaded = _loaded(tmp_path, model={**model, "qtype": "uint4",
+                                      "accuracy_recovery_adapter": "o/r/ara.safetensors"})
+    found = _by_path(preflight(loaded))
+    assert "HF_HUB_OFFLINE" in found[(Level.ERROR, "config.process[0].model."
+                                                   "accuracy_recovery_adapter")].message

@@ -178,6 +178,36 @@ CORPUS: dict[str, tuple[dict[str, Any], str]] = {
                         "quantize": True, "low_vram": True,
                         "model_kwargs": {"train_high_noise": True, "train_low_noise": True}},
                        train={"switch_boundary_every": 10}), RUNS),
+    # The model sections of upstream's 24/32 GB examples (config/examples/
+    # train_lora_qwen_image_24gb.yaml, ..._qwen_image_edit_32gb.yaml,
+    # ..._qwen_image_edit_2509_32gb.yaml, train_lora_wan22_14b_24gb.yaml): 3- and 4-bit
+    # weights with an accuracy recovery adapter after the bar.
+    "qwen_image_24gb": (_trainer(
+        {"name_or_path": "Qwen/Qwen-Image", "arch": "qwen_image", "quantize": True,
+         "qtype": "uint3|ostris/accuracy_recovery_adapters/qwen_image_torchao_uint3"
+                  ".safetensors", "quantize_te": True, "qtype_te": "qfloat8",
+         "low_vram": True}, train={"cache_text_embeddings": True}), RUNS),
+    "qwen_image_edit_32gb": (_trainer(
+        {"name_or_path": "Qwen/Qwen-Image-Edit", "arch": "qwen_image_edit",
+         "quantize": True, "qtype": "uint3|qwen_image_edit_torchao_uint3.safetensors",
+         "quantize_te": True, "qtype_te": "qfloat8", "low_vram": True},
+        dataset={"control_path": "/path/to/control"},
+        sample=_sample(samples=[{"prompt": "make it red", "ctrl_img": "/c/1.jpg"}])), RUNS),
+    "qwen_image_edit_2509_32gb": (_trainer(
+        {"name_or_path": "Qwen/Qwen-Image-Edit-2509", "arch": "qwen_image_edit_plus",
+         "quantize": True, "qtype": "uint3|ostris/accuracy_recovery_adapters/"
+                                    "qwen_image_edit_2509_torchao_uint3.safetensors",
+         "quantize_te": True, "qtype_te": "qfloat8", "low_vram": True},
+        kind="diffusion_trainer", dataset={"control_path": ["/c/a", "/c/b"]},
+        sample=_sample(samples=[{"prompt": "combine", "ctrl_img_1": "/c/1.jpg",
+                                 "ctrl_img_2": "/c/2.jpg"}])), RUNS),
+    "wan22_14b_24gb": (_trainer(
+        {"name_or_path": "ai-toolkit/Wan2.2-T2V-A14B-Diffusers-bf16", "arch": "wan22_14b",
+         "quantize": True, "qtype": "uint4|ostris/accuracy_recovery_adapters/"
+                                    "wan22_14b_t2i_torchao_uint4.safetensors",
+         "quantize_te": True, "qtype_te": "qfloat8", "low_vram": True,
+         "model_kwargs": {"train_high_noise": True, "train_low_noise": True}},
+        dataset={"num_frames": 1}, train={"switch_boundary_every": 10}), RUNS),
     "lumina": (_trainer({"name_or_path": "Alpha-VLLM/Lumina-Image-2.0", "is_lumina2": True},
                         train={"timestep_type": "lumina2_shift"}), RUNS),
     "hidream": (_trainer({"arch": "hidream", "name_or_path": "HiDream-ai/HiDream-I1-Full",
