@@ -110,3 +110,44 @@ def test_each_backend_quantizes_a_network_that_still_learns(qtype: str) -> None:
 def test_quantize_error_for_a_refused_qtype() -> None:
     with pytest.raises(QuantizeError, match="nearest aitk runs is 'uint4'"):
         quantize_linear_layers(nn.Sequential(nn.Linear(64, 64)), "nvfp4")
+
+
+@pytest.fixture(scope="module")
+def spaced_example(example_model_dir, tmp_path_factory):
+    """The example model in a folder whose path has a space, as a new user's checkout."""
+    import shutil
+
+    target = tmp_path_factory.mktemp("checkout") / "new user" / "example"
+    shutil.copytree(example_model_dir, target)
+    return target
+
+
+# quanto's qint4/qint2 build a C++ kernel on first use (minutes, once per machine).
+@pytest.mark.parametrize("qtype", [
+    pytest.param(q, marks=pytest.mark.slow) if q in ("qint4", "qint2") else q
+    for q in QTYPE_NAMES])
+def test_every_qtype_trains_a_lora_from_a_path_with_a_space(spaced_example, qtype) -> None:
+    from aitk.adapters import AdapterNetwork
+    from aitk.models.registry import load_model
+    from tests.aitk.models.conftest import ModelCfg, NetCfg
+
+    model = load_model(ModelCfg(name_or_path=str(spaced_example), quantize=True,
+                                quantize_te=True, qtype=qtype, qtype_te=qtype))
+    assert " " in str(spaced_example) and is_quantized(model.model)
+    net = AdapterNetwork.attach(model, NetCfg())
+    latents = torch.randn(2, 4, 4, 4)
+    embeds = model.get_prompt_embeds(["a red square", "cat"])
+    pred = model.get_noise_prediction(latents, torch.tensor([300.0, 700.0]), embeds)
+    pred.pow(2).mean().backward()
+    grads = [p.grad for p in net.trainable_parameters()]
+    assert grads and all(g is not None and torch.isfinite(g).all() for g in grads)
+
+
+def test_a_kernel_that_cannot_build_falls_back_with_one_line(monkeypatch) -> None:
+    from aitk.models import quantize
+
+    monkeypatch.setattr(quantize, "quanto_kernel_problem", lambda: "no C++ compiler")
+    said: list[str] = []
+    assert quantize.resolve_qtype("qint4", said.append).name == "uint4"
+    assert quantize.resolve_qtype("qint2", said.append).name == "uint2"
+    assert len(said) == 2 and "no C++ compiler" in said[0] and "uint4" in said[0]
