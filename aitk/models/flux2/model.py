@@ -84,8 +84,8 @@ class Flux2Model(Flux2KleinModel):
 
         name, arch = str(self.model_config.name_or_path), self.arch
         check_source(name, arch, PARTS)
-        transformer = load_part(Flux2Transformer2DModel, name, "transformer", arch,
-                                torch_dtype=self.dtype)
+        transformer = self.load_denoiser(Flux2Transformer2DModel, name, "transformer",
+                                         TRANSFORMER_QUANT_EXCLUDE, torch_dtype=self.dtype)
         text_encoder = self._load_text_model(name)
         tokenizer = load_part(AutoProcessor, name, "tokenizer", arch)
         vae = load_part(AutoencoderKLFlux2, name, "vae", arch, torch_dtype=torch.float32)

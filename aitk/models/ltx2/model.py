@@ -88,8 +88,8 @@ class LTX2Model(BaseModel):
         from transformers import AutoTokenizer, Gemma3ForConditionalGeneration
 
         name = str(self.model_config.name_or_path)
-        transformer = load_part(LTX2VideoTransformer3DModel, name, "transformer", self.arch,
-                                dtype=self.dtype)
+        transformer = self.load_denoiser(LTX2VideoTransformer3DModel, name, "transformer",
+                                         TRANSFORMER_QUANT_EXCLUDE, dtype=self.dtype)
         freeze(transformer)
         self.quantize_transformer(transformer, exclude=TRANSFORMER_QUANT_EXCLUDE)
         self.model = transformer.to(self.device)
