@@ -133,7 +133,9 @@ def load_child(variant: str, folder: Path) -> dict:
 
 def spawn(*args: str) -> dict:
     out = subprocess.run(["/bin/sh", "-c", '"$0" "$@"; exit $?', sys.executable, __file__,
-                          *args], capture_output=True, text=True, check=True)
+                          *args], capture_output=True, text=True)
+    if out.returncode:
+        sys.exit(f"{' '.join(args)}: exit {out.returncode}\n{out.stderr[-2000:]}")
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 

@@ -160,3 +160,27 @@ def test_training_with_an_adapter_resumes_exactly_and_saves_only_the_lora(
     assert run_job(load_config(str(_job(plain, "plain", example_model_dir, f"uint{bits}")))
                    ) == EXIT_OK
     assert final(plain / "out" / "plain", "plain")["lora"].keys() == a["lora"].keys()
+
+
+def test_wan22_experts_take_their_own_layers_of_the_combined_adapter(tmp_path: Path) -> None:
+    """Upstream fits one adapter to its combined Wan 2.2 model: `transformer_1.` layers
+    go to the high-noise expert, `transformer_2.` ones to the low-noise expert."""
+    from aitk.models.registry import get_model_class
+    from tests.aitk.models.arch_checks import model_cfg
+
+    cls = get_model_class("wan22_14b")
+    cls.build_tiny(tmp_path / "wan22")
+    plain = cls(model_cfg("wan22_14b", tmp_path / "wan22"))
+    plain.load_model()
+    combined = nn.Module()
+    combined.transformer_1, combined.transformer_2 = plain.model.transformer, \
+        plain.model.transformer_2
+    path = write_adapter(tmp_path / "ara.safetensors", combined,
+                         names=("transformer_1.blocks.0.attn1.to_q",
+                                "transformer_2.blocks.0.attn1.to_k"))
+    m = cls(model_cfg("wan22_14b", tmp_path / "wan22", quantize=True,
+                      qtype=f"uint4|{path}"))
+    m.load_model()
+    hooked = {f"{e}.{n}" for e in ("transformer", "transformer_2")
+              for n, layer in getattr(m.model, e).named_modules() if layer._forward_hooks}
+    assert hooked == {"transformer.blocks.0.attn1.to_q", "transformer_2.blocks.0.attn1.to_k"}
