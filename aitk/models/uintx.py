@@ -7,7 +7,8 @@ point. torchao's affine primitives (`choose_qparams_affine`, `quantize_affine`,
 `dequantize_affine`) do that arithmetic here. What torchao 0.18 no longer has is a
 packed layout: its IntxWeightOnlyConfig keeps every code in one byte, so a 3-bit 20B
 model would take 20 GB instead of 8. `pack_codes` stores N bit planes of one bit per
-code (N/8 bytes per weight for any N), which two shifts and a mask undo.
+code (N/8 bytes per weight for any N), which two shifts and a mask undo; 8-bit codes are
+kept as they are.
 
 `UIntXLinear` replaces an nn.Linear (it stays one, so LoRA finds and wraps it) and
 holds the packed codes, scales and zero points as buffers. Its forward dequantizes the
@@ -32,6 +33,8 @@ def pack_codes(codes: torch.Tensor, bits: int) -> torch.Tensor:
     if pad:
         flat = torch.cat([flat, flat.new_zeros(pad)])
     eights = flat.view(-1, 8)
+    if bits == 8:  # a byte per code already: the planes would only cost time and memory
+        return eights.reshape(1, -1).clone()
     place = torch.arange(8, dtype=torch.uint8, device=flat.device)
     planes = torch.empty(bits, eights.shape[0], dtype=torch.uint8, device=flat.device)
     for b in range(bits):
@@ -40,8 +43,10 @@ def pack_codes(codes: torch.Tensor, bits: int) -> torch.Tensor:
     return planes
 
 
-def unpack_codes(planes: torch.Tensor, numel: int) -> torch.Tensor:
+def unpack_codes(planes: torch.Tensor, numel: int, bits: int) -> torch.Tensor:
     """The inverse of `pack_codes`: a flat uint8 tensor of `numel` codes."""
+    if bits == 8:  # stored whole
+        return planes.view(-1)[:numel]
     place = torch.arange(8, dtype=torch.uint8, device=planes.device)
     out = torch.zeros(planes.shape[1], 8, dtype=torch.uint8, device=planes.device)
     for b in range(planes.shape[0]):
@@ -107,7 +112,7 @@ class UIntXLinear(nn.Linear):
         """The float weight (out, in) the codes stand for, in `dtype` (the scale's)."""
         from torchao.quantization.quant_primitives import dequantize_affine
 
-        codes = unpack_codes(self.codes, self.out_features * self.in_features)
+        codes = unpack_codes(self.codes, self.out_features * self.in_features, self.bits)
         codes = codes.view(self.out_features, self.in_features)
         w = dequantize_affine(codes, (1, GROUP), self.scale, self.zero_point.to(torch.int32),
                               torch.uint8, 0, (1 << self.bits) - 1,

@@ -64,7 +64,7 @@ def test_codes_pack_to_their_bit_width_and_back(bits: int) -> None:
     codes = torch.randint(0, 1 << bits, (37, 13), dtype=torch.uint8)
     planes = pack_codes(codes, bits)
     assert planes.numel() == bits * -(-codes.numel() // 8)  # bits/8 bytes per code
-    assert torch.equal(unpack_codes(planes, codes.numel()).view(37, 13), codes)
+    assert torch.equal(unpack_codes(planes, codes.numel(), bits).view(37, 13), codes)
 
 
 @pytest.mark.parametrize("bits", [2, 3, 4, 8])
