@@ -350,6 +350,11 @@ class ModelConfig(_Strict):
     # Where the parts `name_or_path` lacks come from (text encoder, tokenizer, VAE,
     # scheduler): Z-Image De-Turbo ships only its transformer.
     extras_name_or_path: str | None = None
+    # A share of the denoiser's / text encoders' repeated blocks waits in CPU memory
+    # and visits the device for its forward and backward (aitk.models.block_offload).
+    layer_offloading: bool = False
+    layer_offloading_transformer_percent: Probability = 1.0
+    layer_offloading_text_encoder_percent: Probability = 1.0
     # DDPM archs (sdxl): true = v-prediction, false = epsilon; unset = the model's
     # scheduler config says.
     is_v_pred: bool | None = None

@@ -202,9 +202,7 @@ QUIET: dict[str, frozenset[str]] = {
                           "meta", "name"}),
     "model": frozenset({"compile", "block_compile", "compile_mode", "compile_fullgraph",
                         "compile_dynamic", "cache_size_limit", "vae_device", "te_device",
-                        "auto_memory", "layer_offloading",
-                        "layer_offloading_transformer_percent",
-                        "layer_offloading_text_encoder_percent", "split_model_over_gpus",
+                        "auto_memory", "split_model_over_gpus",
                         "split_model_other_module_param_count_scale",
                         # derivation flags: read into model.arch (see derive_arch)
                         "is_v2", "is_xl", "is_v3", "is_flux", "is_lumina2", "is_pixart",

@@ -111,7 +111,12 @@ from torch import nn
 
 from aitk.diffusion.noise import NoiseSchedule, NoiseSettings
 from aitk.errors import ModelError
-from aitk.models.description import ArchDescription, ArchKwargs, minimal_description
+from aitk.models.description import (
+    ArchDescription,
+    ArchKwargs,
+    PartRole,
+    minimal_description,
+)
 from aitk.models.offload import visiting
 from aitk.models.prompt_embeds import AdvancedPromptEmbeds
 
@@ -666,3 +671,24 @@ class BaseModel:
         self.text_encoder_trains = True
         for module in self.text_encoder_parts().values():
             module.to(self.device)
+
+    # ---- `model.layer_offloading` (aitk.models.block_offload) -------------------------
+    def text_encoders(self) -> list[nn.Module]:
+        """The loaded text encoders (`text_encoder`, `text_encoder_2`, ...)."""
+        names = sorted(n for n in vars(self) if n.startswith("text_encoder"))
+        return [m for n in names if isinstance(m := getattr(self, n), nn.Module)]
+
+    def offload_blocks(self, role: PartRole) -> list[nn.Module]:
+        """The repeated blocks of the denoiser (`PartRole.DENOISER`, those the description
+        counts as `Part.blocks`) or of the text encoders (`PartRole.TEXT_ENCODER`) that
+        `layer_offloading` may keep in CPU memory, in the order they run. Default: the
+        items of the trained module's top-level ModuleLists; each text encoder's largest
+        ModuleList. Override for a network whose blocks sit elsewhere."""
+        from aitk.models.block_offload import repeated_blocks
+
+        if role is PartRole.DENOISER:
+            return repeated_blocks(self.get_model_to_train())
+        if role is PartRole.TEXT_ENCODER:
+            return [b for te in self.text_encoders()
+                    for b in repeated_blocks(te, top_level=False)]
+        return []

@@ -35,6 +35,7 @@ from aitk.config.loading import LoadedConfig
 from aitk.config.schema import ProcessConfig
 from aitk.data.dataset import Item
 from aitk.data.masks import MaskRule, Masks
+from aitk.models.description import PartRole
 from aitk.run import distributed
 from aitk.run.assembly import (
     Reporter,
@@ -102,6 +103,7 @@ def train_process(p: Process) -> Outcome:
         refuse_foreign_loras(p.out_dir, p.name)
     device = join_ranks(p)
     model = load(p, device)
+    offload_layers(p, model, PartRole.TEXT_ENCODER)
     p.stop.check()
     items = scan_datasets(p.proc, model.get_bucket_divisibility(), p.say,
                           getattr(model, "is_video", False))
@@ -112,6 +114,7 @@ def train_process(p: Process) -> Outcome:
                            extra_captions(p.proc), held_out_prompts(p))
     trainable = attach_adapter(p.proc, model, items, inputs.latents, inputs.embeds,
                                inputs.control_embeds, inputs.vary_captions)
+    offload_layers(p, model, PartRole.DENOISER)
     start = resume(p.out_dir / "checkpoints", trainable, p.world, p.say, p.stream, p.name)
     if p.main:
         write_run_config(p.out_dir / "config.yaml", p.loaded, p.say)
@@ -140,6 +143,29 @@ def load(p: Process, device: torch.device) -> Any:
         claim(p.out_dir, p.name, model.lora_file_suffixes(),
               lambda m: print(m, file=p.stream, flush=True))
     return model
+
+
+def offload_layers(p: Process, model: Any, role: PartRole) -> None:
+    """`model.layer_offloading`: the configured share of a part's blocks waits in CPU
+    memory between its visits to the device (aitk.models.block_offload)."""
+    from aitk.models.block_offload import offload_part
+
+    cfg = p.proc.model
+    share = (cfg.layer_offloading_transformer_percent if role is PartRole.DENOISER
+             else cfg.layer_offloading_text_encoder_percent)
+    if not cfg.layer_offloading or share <= 0:
+        return
+    if role is PartRole.TEXT_ENCODER and not model.text_encoders():
+        return
+    offloader = offload_part(model, role, share)
+    if offloader is None:
+        p.say(f"layer_offloading: the {role.value} has no repeated blocks to offload")
+        return
+    if model.device.type == "cpu":
+        p.say("layer_offloading on the CPU copies blocks within host memory; it saves "
+              "nothing here")
+    print(f"layer offloading: {len(offloader.blocks)} {role.value} blocks wait in CPU "
+          "memory between their visits", file=p.stream, flush=True)
 
 
 def preview_configs(p: Process, model: Any, items: list[Item]) -> list[Any]:
