@@ -11,8 +11,10 @@ checked before anything loads, every problem listed at once.
 - quantizing has optimum-quanto to do it (the schema holds the qtype to aitk's list);
 - `model.model_kwargs` fit the arch's typed knobs (aitk.models.description);
 - differential output preservation has a trigger word to replace in every dataset it
-  applies to.
-- `train.train_text_encoder` is asked only of an arch with a text-encoder LoRA.
+  applies to;
+- `train.train_text_encoder` is asked only of an arch with a text-encoder LoRA;
+- the run's memory forecast (aitk.memory.forecast) fits the device's and the host's
+  free memory, else the cheapest changes that make it fit.
 
 The schema and the arch were checked by `load_config` already. `run.py` calls this
 before `run_job`; `run.py --check` runs only this.
@@ -278,9 +280,29 @@ def _text_encoder(where: str, proc: ProcessConfig, loaded: LoadedConfig) -> list
     return out
 
 
+def _memory(where: str, proc: ProcessConfig, loaded: LoadedConfig) -> list[Finding]:
+    """A run whose forecast peak is over the free memory stops here, naming the cheapest
+    changes that make it fit (aitk.memory.forecast.hints)."""
+    from aitk.memory.plan import gib, memory_forecast
+
+    found = memory_forecast(proc)
+    if found is None or found.fits is not False:
+        return []
+    if found.device_free_bytes is not None and \
+            found.device_peak_bytes > found.device_free_bytes:
+        where_ = "host memory" if found.device == "cpu" else f"{found.device} memory"
+        need, free = found.device_peak_bytes, found.device_free_bytes
+    else:
+        where_, need, free = "host memory", found.host_peak_bytes, found.host_free_bytes or 0
+    fix = " or ".join(found.hints) if found.hints else \
+        "a machine with more memory (no single change of this job is enough)"
+    return [error(f"{where}.model", f"this run is forecast to need {gib(need)} of "
+                  f"{where_} at its peak; {gib(free)} is free", fix, "memory")]
+
+
 CHECKS: tuple[PreflightCheck, ...] = (_device, _optimizer, _model, _model_kwargs,
                                       _text_encoder, _datasets, _sample_controls, _output,
-                                      _quantize, _recovery_adapter, _preservation)
+                                      _quantize, _recovery_adapter, _preservation, _memory)
 
 
 def preflight(loaded: LoadedConfig) -> list[Finding]:

@@ -1,5 +1,5 @@
-"""`python run.py CONFIG [CONFIG ...] [--recover] [--name NAME] [--log FILE] [--check]`
-(also `python -m aitk run ...`).
+"""`python run.py CONFIG [CONFIG ...] [--recover] [--name NAME] [--log FILE] [--check
+[--json]]` (also `python -m aitk run ...`).
 
 Each config is loaded and preflighted (aitk.audit.preflight: every problem that can be known
 without model weights, all at once) before anything loads. `--check` stops there.
@@ -7,12 +7,16 @@ Configs run in order; a failure stops the list unless --recover. Ctrl+C always s
 the list. Exit code: 0 all finished (or, with --check, all passed); otherwise the first
 failure's code (1 training failed or the disk is full, 2 bad config or inputs or the
 output folder in use, 130 stopped by Ctrl+C/SIGTERM/SIGHUP). `--name` names the run
-(output folder and files), replacing the config's own `name`.
+(output folder and files), replacing the config's own `name`. `--check --json` prints
+one JSON object a line on stdout for each run (each process of each config): its
+problems (the preflight's findings) and its memory forecast (aitk.memory.forecast);
+a config that does not load is one object with its problems.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -21,7 +25,14 @@ from typing import TextIO
 
 from aitk.cli.boundary import boundary, say
 from aitk.config.loading import LoadedConfig, load_config
-from aitk.errors import EXIT_INTERRUPTED, EXIT_OK, ConfigError, TrainerError, UsageError
+from aitk.errors import (
+    EXIT_INPUT,
+    EXIT_INTERRUPTED,
+    EXIT_OK,
+    ConfigError,
+    TrainerError,
+    UsageError,
+)
 from aitk.run.status import StatusFile
 from aitk_common.status import status_path
 
@@ -77,6 +88,9 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("-l", "--log", type=Path, help="also write the output to FILE")
     parser.add_argument("--check", action="store_true",
                         help="only check the configs (no model is loaded); exit 0 or 2")
+    parser.add_argument("--json", action="store_true",
+                        help="with --check: one JSON object a run on stdout (problems and "
+                        "the memory forecast)")
     ranks = parser.add_argument_group("several GPUs or machines (runs torchrun)")
     ranks.add_argument("--gpus", type=int, help="processes (GPUs) on this machine; "
                        "overrides the configs' `gpus:`")
@@ -145,6 +159,11 @@ def main(argv: list[str] | None = None) -> int:
         args = parse_args(argv)
     except SystemExit as exc:  # argparse: 2 on bad usage, 0 on --help
         return int(exc.code or 0)
+    if args.json and not args.check:
+        print("python run.py: --json goes with --check", file=sys.stderr)
+        return EXIT_INPUT
+    if args.json:
+        return check_json(args)
     if not args.check:  # a check is one process: nothing to spread over GPUs
         ranks_code = maybe_torchrun(args, argv)  # LaunchError: one line, exit 2
         if ranks_code is not None:
@@ -176,6 +195,43 @@ def check_passed(loaded: LoadedConfig) -> int:
         print(f"warning: {warning}", file=sys.stderr)
     print(f"check passed: {loaded.name} ({loaded.source})", file=sys.stderr)
     return EXIT_OK
+
+
+def check_json(args: argparse.Namespace) -> int:
+    """`--check --json`: each run's problems and memory forecast as one JSON line."""
+    from aitk.audit.preflight import preflight
+    from aitk.findings import Level
+    from aitk.memory.plan import memory_forecast
+
+    first_failure = EXIT_OK
+    for name in args.configs:
+        try:
+            loaded = load_config(name, name_override=args.name)
+        except TrainerError as exc:
+            problems = exc.problems if isinstance(exc, ConfigError) else [str(exc)]
+            _emit({"config": name, "process": None, "name": None, "ok": False,
+                   "problems": [{"level": "error", "message": p} for p in problems],
+                   "warnings": [], "memory": None})
+            first_failure = first_failure or exc.exit_code
+            continue
+        findings = preflight(loaded)
+        for i, proc in enumerate(loaded.job.config.process):
+            where = f"config.process[{i}]"
+            mine = [f for f in findings if f.path == where or f.path.startswith(
+                (f"{where}.", f"{where}["))]
+            forecast = memory_forecast(proc)
+            ok = not any(f.level is Level.ERROR for f in mine)
+            _emit({"config": str(loaded.source), "process": i, "name": loaded.name,
+                   "ok": ok, "problems": [f.as_dict() for f in mine],
+                   "warnings": list(loaded.warnings),
+                   "memory": None if forecast is None else forecast.to_json()})
+            if not ok:
+                first_failure = first_failure or EXIT_INPUT
+    return first_failure
+
+
+def _emit(record: dict) -> None:
+    print(json.dumps(record), flush=True)
 
 
 def _run(loaded: LoadedConfig) -> int:

@@ -355,6 +355,15 @@ class ModelConfig(_Strict):
     layer_offloading: bool = False
     layer_offloading_transformer_percent: Probability = 1.0
     layer_offloading_text_encoder_percent: Probability = 1.0
+    # torch.compile per denoiser block (aitk.models.block_compile); `compile` (upstream:
+    # the whole model) compiles per block too. Off by default, as upstream.
+    compile: bool = False
+    block_compile: bool = False
+    compile_mode: Literal["default", "reduce-overhead", "max-autotune",
+                          "max-autotune-no-cudagraphs"] = "default"
+    compile_fullgraph: bool = False
+    compile_dynamic: bool | None = True
+    cache_size_limit: PositiveInt | None = None
     # DDPM archs (sdxl): true = v-prediction, false = epsilon; unset = the model's
     # scheduler config says.
     is_v_pred: bool | None = None

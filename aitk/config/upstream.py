@@ -146,11 +146,28 @@ def screen_keys(raw: Any, model: type[BaseModel], path: str,
             if upstream_keys.changes_behaviour(section, key, value, raw) and \
                     name not in warned:
                 warned.add(name)
-                warnings.append(f"{where}: valid upstream but not supported by aitk; "
+                instead = upstream_keys.INSTEAD.get((section, key))
+                warnings.append(f"{where}: {instead}" if instead else
+                                f"{where}: valid upstream but not supported by aitk; "
                                 "ignored")
+            if isinstance(value, dict) and key in upstream_keys.SECTIONS:
+                # a section aitk drops whole (`logging`): its keys that matter still say so
+                _instead(key, value, where, warnings, warned)
         else:
             near = difflib.get_close_matches(str(key), list(fields), n=1, cutoff=0.6) or \
                 difflib.get_close_matches(str(key), list(upstream), n=1, cutoff=0.75)
             hint = f" (did you mean '{near[0]}'?)" if near else ""
             problems.append(f"{where}: unknown key{hint}")
     return kept
+
+
+def _instead(section: str, raw: dict[str, Any], path: str, warnings: list[str],
+             warned: set[str]) -> None:
+    """The INSTEAD warnings of a dropped section's keys, once per key name."""
+    for key, value in raw.items():
+        name = f"{section}.{key}"
+        instead = upstream_keys.INSTEAD.get((section, key))
+        if instead and name not in warned and upstream_keys.changes_behaviour(
+                section, key, value, raw):
+            warned.add(name)
+            warnings.append(f"{join_path(path, key)}: {instead}")

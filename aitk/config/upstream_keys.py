@@ -200,14 +200,11 @@ QUIET: dict[str, frozenset[str]] = {
     "config": frozenset({"device"}),
     "process": frozenset({"performance_log_every", "sqlite_db_path", "torch_profiler",
                           "meta", "name"}),
-    "model": frozenset({"compile", "block_compile", "compile_mode", "compile_fullgraph",
-                        "compile_dynamic", "cache_size_limit", "vae_device", "te_device",
-                        "auto_memory", "split_model_over_gpus",
-                        "split_model_other_module_param_count_scale",
+    "model": frozenset({"split_model_other_module_param_count_scale",
                         # derivation flags: read into model.arch (see derive_arch)
                         "is_v2", "is_xl", "is_v3", "is_flux", "is_lumina2", "is_pixart",
                         "is_pixart_sigma", "is_auraflow", "is_ssd", "is_vega", "dtype"}),
-    "network": frozenset({"layer_offloading"}),
+    "network": frozenset(),
     # content_or_style_reg: upstream's TrainConfig reads it from `content_or_style`, so
     # its own value never reaches training (reg batches lean as the others, in both).
     "train": frozenset({"xformers", "sdp", "attention_backend", "max_loss_debug",
@@ -219,6 +216,25 @@ QUIET: dict[str, frozenset[str]] = {
     # aitk logs every step it reads a loss (loss_log.jsonl); the UI logger is upstream's
     # database (aitk's web UI reads the loss log).
     "logging": frozenset({"log_every", "verbose", "use_ui_logger"}),
+}
+
+# Upstream keys aitk does not act on as upstream does, where that changes whether a run
+# fits or what the user sees: set away from upstream's default, each is warned about
+# once with what aitk does instead (docs/memory.md lists the memory ones).
+INSTEAD: dict[tuple[str, str], str] = {
+    ("model", "split_model_over_gpus"): "aitk keeps the model whole on each GPU; to fit "
+    "it use model.layer_offloading or quantize (`run.py --check` forecasts the peak), or "
+    "`--gpus N` to train data-parallel",
+    ("model", "auto_memory"): "aitk does not size offloading by itself; set "
+    "model.layer_offloading with layer_offloading_transformer_percent (`run.py --check` "
+    "forecasts the peak and suggests a share)",
+    ("model", "vae_device"): "aitk runs the VAE on the training device; model.low_vram "
+    "keeps it on the CPU between uses",
+    ("model", "te_device"): "aitk runs the text encoders on the training device; "
+    "model.low_vram keeps them on the CPU between uses and train.cache_text_embeddings "
+    "frees them after caching",
+    ("network", "layer_offloading"): "aitk keeps the adapter on the device; "
+    "model.layer_offloading offloads the frozen blocks",
 }
 
 # A dict-valued key that does nothing unless its switch is on (`ema_config.use_ema`;

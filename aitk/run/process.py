@@ -115,6 +115,7 @@ def train_process(p: Process) -> Outcome:
     trainable = attach_adapter(p.proc, model, items, inputs.latents, inputs.embeds,
                                inputs.control_embeds, inputs.vary_captions)
     offload_layers(p, model, PartRole.DENOISER)
+    compile_blocks(p, model)
     start = resume(p.out_dir / "checkpoints", trainable, p.world, p.say, p.stream, p.name)
     if p.main:
         write_run_config(p.out_dir / "config.yaml", p.loaded, p.say)
@@ -166,6 +167,21 @@ def offload_layers(p: Process, model: Any, role: PartRole) -> None:
               "nothing here")
     print(f"layer offloading: {len(offloader.blocks)} {role.value} blocks wait in CPU "
           "memory between their visits", file=p.stream, flush=True)
+
+
+def compile_blocks(p: Process, model: Any) -> None:
+    """`model.block_compile` / `compile`: torch.compile on each denoiser block."""
+    from aitk.models.block_compile import CompileSettings
+    from aitk.models.block_compile import compile_blocks as compile_each
+
+    cfg = p.proc.model
+    if not (cfg.compile or cfg.block_compile):
+        return
+    count = compile_each(model.offload_blocks(PartRole.DENOISER), CompileSettings(
+        cfg.compile_mode, cfg.compile_fullgraph, cfg.compile_dynamic, cfg.cache_size_limit))
+    key = "block_compile" if cfg.block_compile else "compile (aitk compiles per block)"
+    print(f"{key}: {count} denoiser blocks compiled with torch.compile (the first steps "
+          "take longer while they compile)", file=p.stream, flush=True)
 
 
 def preview_configs(p: Process, model: Any, items: list[Item]) -> list[Any]:
