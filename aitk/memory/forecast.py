@@ -120,6 +120,34 @@ class PartLoad:
     offload_share: float = 0.0  # `layer_offloading_*_percent` when offloading is on
     idle_on_host: bool = False  # `low_vram`: on the host except while it runs
     dropped_after_caching: bool = False  # a text encoder whose embeddings are cached
+    file_bytes: float | None = None  # its safetensors files' bytes (None: as `load_as`)
+
+    @property
+    def float_bytes(self) -> float:
+        """The part as the loader reads it, before quantizing."""
+        return self.params * weight_bytes(self.load_as)
+
+    @property
+    def zero_copy(self) -> bool:
+        """Whether the loaded tensors are the file's own mapped pages (same dtype): no
+        second copy while loading, and the pages stay mapped while any tensor of the
+        file lives (a quantized part's float pages stay with its float norms)."""
+        return self.file_bytes is None or \
+            abs(self.file_bytes - self.float_bytes) <= 0.02 * self.float_bytes
+
+    @property
+    def held_after_load(self) -> float:
+        """Host bytes once loaded and quantized (before anything moves to a device)."""
+        if not self.quantized_params:
+            return self.float_bytes
+        quantized = self.quantized_params * weight_bytes(self.stored_as)
+        return self.float_bytes + quantized if self.zero_copy else self.resting_bytes
+
+    @property
+    def largest_block_float(self) -> float:
+        """One block in float: what a quantized block dequantizes while it computes."""
+        return self.block_params / self.blocks * weight_bytes(self.load_as) \
+            if self.blocks else 0.0
 
     @property
     def quantized_params(self) -> int:
@@ -283,14 +311,38 @@ def device_weights(plan: Plan, training: bool) -> float:
     return total + max(visitors)
 
 
-def load_bytes(plan: Plan) -> float:
-    """The host's load peak: every part read in float at once, or (quantizing while
-    loading) every part as stored plus one block in float."""
-    if not QUANTIZES_WHILE_LOADING:
-        return LOAD_FACTOR * sum(p.params * weight_bytes(p.load_as) for p in plan.parts)
-    block = max((p.block_params / p.blocks * weight_bytes(p.load_as)
-                 for p in plan.parts if p.blocks), default=0.0)
-    return LOAD_FACTOR * (sum(p.resting_bytes for p in plan.parts) + block)
+def loading(plan: Plan) -> tuple[float, float]:
+    """(the host's peak while loading, what the host holds after loading and
+    quantizing). The parts load one after another, each read whole (its file pages
+    mapped, plus a converted copy when the file's dtype is not the load dtype), then
+    the quantized ones are converted layer by layer (aitk.models.quantize); a
+    zero-copy part keeps its float pages mapped (its float norms and embedders hold
+    the file). With QUANTIZES_WHILE_LOADING a part is read as stored plus one block
+    in float."""
+    held = peak = 0.0
+    if QUANTIZES_WHILE_LOADING:
+        for p in plan.parts:
+            peak = max(peak, held + p.resting_bytes + p.largest_block_float)
+            held += p.resting_bytes
+        return LOAD_FACTOR * peak, held
+    for p in plan.parts:
+        file = p.float_bytes if p.file_bytes is None else p.file_bytes
+        peak = max(peak, held + (file if p.zero_copy else file + p.float_bytes))
+        held += p.float_bytes
+    for p in plan.parts:
+        if p.quantized_params:
+            peak = max(peak, held + p.quantized_params * weight_bytes(p.stored_as))
+            held += p.held_after_load - p.float_bytes
+    return LOAD_FACTOR * peak, held
+
+
+def held_in_training(plan: Plan, held_after_load: float) -> float:
+    """What the host holds while a CPU run trains: the loaded parts without the text
+    encoders whose embeddings were cached, plus one quantized block in float."""
+    gone = sum(p.held_after_load for p in plan.parts if p.dropped_after_caching)
+    dequantized = max((p.largest_block_float for p in denoisers(plan)
+                       if p.quantized_params), default=0.0)
+    return held_after_load - gone + dequantized
 
 
 def host_resting(plan: Plan, training: bool) -> float:
@@ -307,21 +359,19 @@ def host_resting(plan: Plan, training: bool) -> float:
 
 def forecast(plan: Plan, with_hints: bool = True) -> Forecast:
     terms: dict[str, float] = {}
+    load_peak, held = loading(plan)
     if plan.on_host:
-        resting = sum(p.resting_bytes for p in plan.parts)
-        trained = sum(p.resting_bytes for p in plan.parts if not p.dropped_after_caching)
-        terms = {"base": HOST_BASE_BYTES, "load": load_bytes(plan),
-                 "train": trained + adapter_bytes(plan) + activation_bytes(plan)}
-        peak = HOST_BASE_BYTES + max(terms["load"], resting, terms["train"])
-        device_peak = host_peak = int(peak)
+        train = held_in_training(plan, held) + adapter_bytes(plan) + activation_bytes(plan)
+        terms = {"base": HOST_BASE_BYTES, "load": load_peak, "train": train}
+        device_peak = host_peak = int(HOST_BASE_BYTES + max(load_peak, train))
     else:
         caching = device_weights(plan, training=False)
         training = device_weights(plan, True) + adapter_bytes(plan) + activation_bytes(plan)
         terms = {"context": CUDA_CONTEXT_BYTES, "caching": caching, "train": training,
-                 "adapter": adapter_bytes(plan), "activations": activation_bytes(plan)}
+                 "adapter": adapter_bytes(plan), "activations": activation_bytes(plan),
+                 "host_load": load_peak}
         device_peak = int(CUDA_CONTEXT_BYTES + ALLOCATOR_SLACK * max(caching, training))
-        host_peak = int(HOST_CUDA_BASE_BYTES + max(load_bytes(plan),
-                                                   host_resting(plan, False)))
+        host_peak = int(HOST_CUDA_BASE_BYTES + max(load_peak, host_resting(plan, False)))
     result = Forecast(plan.device, device_peak, host_peak, plan.device_free_bytes,
                       plan.host_free_bytes, (), {k: int(v) for k, v in terms.items()})
     if with_hints and result.fits is False:

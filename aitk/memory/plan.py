@@ -24,15 +24,23 @@ MAX_HEADER_BYTES = 100 * 1024 * 1024  # safetensors' own cap on the JSON header
 _BLOCK_KEY = re.compile(r"^([A-Za-z_][A-Za-z0-9_]*)\.(\d+)\.")  # a top-level list's item
 
 
+# safetensors dtype codes -> bytes per element
+DTYPE_BYTES = {"F64": 8, "I64": 8, "U64": 8, "F32": 4, "I32": 4, "U32": 4, "F16": 2,
+               "BF16": 2, "I16": 2, "U16": 2, "F8_E4M3": 1, "F8_E5M2": 1, "I8": 1, "U8": 1,
+               "BOOL": 1}
+
+
 @dataclass(frozen=True)
 class Counted:
     params: int
     blocks: int
     block_params: int
+    file_bytes: int | None = None  # None: not read from files
 
 
-def header_shapes(path: Path) -> dict[str, list[int]]:
-    """{tensor name: shape} from a .safetensors file's header (8-byte length + JSON)."""
+def header_shapes(path: Path) -> dict[str, tuple[list[int], str]]:
+    """{tensor name: (shape, dtype)} from a .safetensors file's header (8-byte length +
+    JSON)."""
     with open(path, "rb") as fh:
         raw = fh.read(8)
         if len(raw) != 8:
@@ -41,7 +49,7 @@ def header_shapes(path: Path) -> dict[str, list[int]]:
         if length > MAX_HEADER_BYTES:
             return {}
         header = json.loads(fh.read(length))
-    return {k: v["shape"] for k, v in header.items() if k != "__metadata__"}
+    return {k: (v["shape"], v["dtype"]) for k, v in header.items() if k != "__metadata__"}
 
 
 def count_folder(folder: Path) -> Counted | None:
@@ -50,23 +58,24 @@ def count_folder(folder: Path) -> Counted | None:
     files = sorted(folder.glob("*.safetensors")) if folder.is_dir() else []
     if not files:
         return None
-    total = in_blocks = 0
+    total = in_blocks = size = 0
     blocks: set[tuple[str, str]] = set()
     for file in files:
         try:
             shapes = header_shapes(file)
         except (OSError, ValueError, KeyError, TypeError):
             return None
-        for name, shape in shapes.items():
+        for name, (shape, dtype) in shapes.items():
             n = 1
             for dim in shape:
                 n *= int(dim)
             total += n
+            size += n * DTYPE_BYTES.get(str(dtype), 2)
             match = _BLOCK_KEY.match(name)
             if match:
                 blocks.add(match.groups())
                 in_blocks += n
-    return Counted(total, len(blocks), in_blocks)
+    return Counted(total, len(blocks), in_blocks, size)
 
 
 def pick_variant(desc: ArchDescription, name_or_path: str) -> tuple[Variant | None, bool]:
@@ -129,7 +138,8 @@ def plan_of(proc: ProcessConfig, desc: ArchDescription, device: str,
         parts.append(PartLoad(
             part.subfolder, part.role.value, counted.params, counted.blocks,
             counted.block_params, load_as, stored_as, share, idle,
-            dropped_after_caching=cached and part.role is PartRole.TEXT_ENCODER))
+            dropped_after_caching=cached and part.role is PartRole.TEXT_ENCODER,
+            file_bytes=counted.file_bytes))
     caps = desc.capabilities
     tokens = getattr(desc.parse_model_kwargs(m.model_kwargs), "max_sequence_length", None)
     return Plan(
