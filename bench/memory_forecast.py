@@ -13,11 +13,14 @@ libraries included); the forecast comes from the same config through
 Each row prints forecast, measured and their ratio (target 0.8..1.2).
 
 `--device cuda`: full-size random-init FLUX.1 dev, Qwen-Image and Wan 2.2 14B
-transformers (built from the configs the arch descriptions count, weights random, no
-download) at upstream's 24 GB settings, each trained 2 steps on random latents and
-embeddings in a subprocess; forecast device peak (the transformer's share, without
-text encoders, which the rows do not load) vs `torch.cuda.max_memory_allocated`.
-Exits 0 without CUDA.
+denoisers (built from the real configs the arch descriptions are counted from,
+tests/aitk/models/real_configs.py; weights random, no download) inside the arch's own
+model class, at upstream's 24 GB settings (qfloat8, rank 16, checkpointing, 1024 px;
+Wan 81 frames at 512 px), each trained 2 steps on random latents and embeddings in a
+subprocess: the forecast's training term (weights, adapter, activations; the text
+encoders are not loaded full-size) vs `torch.cuda.max_memory_allocated`. Exits 0
+without CUDA. `--smoke` (any device, e.g. `--device cpu --smoke`) runs the same code
+with one block a list at 64 px.
 """
 
 from __future__ import annotations
@@ -126,51 +129,123 @@ def cpu_rows(rows: list[str], double: int, single: int, heads: int) -> None:
 
 
 # ---- --device cuda -----------------------------------------------------------------------
-CUDA_ROWS = ("flux", "qwen_image", "wan22_14b")
+# arch: (hub repo of the configs, denoiser subfolders, text width key, pooled width key,
+# side, frames) at upstream's 24 GB example settings (qfloat8, rank 16, checkpointing).
+DEVICE_ROWS = {
+    "flux": ("black-forest-labs/FLUX.1-dev", ("transformer",), "joint_attention_dim",
+             "pooled_projection_dim", 1024, 1),
+    "qwen_image": ("Qwen/Qwen-Image", ("transformer",), "joint_attention_dim", None, 1024, 1),
+    "wan22_14b": ("Wan-AI/Wan2.2-T2V-A14B-Diffusers", ("transformer", "transformer_2"),
+                  "text_dim", None, 512, 81),
+}
 
 
-def cuda_child(arch: str) -> None:
-    """Full-size random-init transformer at upstream's 24 GB settings (qfloat8 / uint3,
-    rank 16 or 32, 1024 px or 81 frames at 480p, checkpointing), 2 LoRA steps."""
+def device_row(arch: str, device: str, smoke: bool) -> dict:
+    """The arch's own model class (its tiny text encoders and VAE) with its denoiser
+    replaced by the full-size one built from the real config, random bf16 weights,
+    quantized to qfloat8, rank-16 LoRA, checkpointing, 2 steps on random latents and
+    embeddings. `smoke`: one block per list on the CPU at 64 px (checks the code path)."""
     sys.path.insert(0, str(REPO))
-    sys.path.insert(0, str(REPO / "tests" / "aitk" / "models"))
+    from types import SimpleNamespace
+
     import torch
 
     from aitk.adapters import AdapterNetwork
     from aitk.memory.forecast import PartLoad, Plan, forecast
-    from aitk.models import catalog
+    from aitk.models import catalog, registry
+    from aitk.models.prompt_embeds import AdvancedPromptEmbeds
     from aitk.models.quantize import quantize_linear_layers
-    from tests.aitk.models.real_configs import REAL_PARTS, build
+    from tests.aitk.models.real_configs import REAL_PARTS, RealPart, build
 
+    repo, subfolders, text_key, pooled_key, side, frames = DEVICE_ROWS[arch]
+    if smoke:
+        side, frames = 64, min(frames, 5)
+    cls = registry.get_model_class(arch)
+    with tempfile.TemporaryDirectory(prefix="aitk-device-") as tmp:
+        cls.build_tiny(Path(tmp) / "model")
+        cfg = SimpleNamespace(name_or_path=str(Path(tmp) / "model"), arch=arch,
+                              quantize=False, quantize_te=False, qtype="qfloat8",
+                              qtype_te="qfloat8", low_vram=False, model_kwargs={},
+                              assistant_lora_path=None, is_v_pred=None)
+        model = cls(cfg, device=device, dtype=torch.bfloat16)
+        model.load_model()
+    denoisers, real_cfg = [], {}
+    for sub in subfolders:
+        real = REAL_PARTS[(repo, sub)]
+        real_cfg = dict(real.config)
+        if smoke:
+            real_cfg |= {k: 1 for k in ("num_layers", "num_single_layers") if k in real_cfg}
+        module = build(RealPart(real.library, real.cls, real_cfg)).to_empty(device=device)
+        module = module.to(torch.bfloat16).requires_grad_(False)
+        with torch.no_grad():
+            for t in module.parameters():
+                t.normal_(0.0, 0.02)
+        quantize_linear_layers(module, "qfloat8")
+        denoisers.append(module)
+    if len(denoisers) == 2:
+        from aitk.models.wan22.model import WanExperts
+
+        model.model = WanExperts(*denoisers)
+    else:
+        model.model = denoisers[0]
+    model.configure_training(SimpleNamespace(
+        timestep_type="sigmoid", noise_offset=0.0, min_snr_gamma=None, cfg_scale=1.0,
+        bypass_guidance_embedding=False, switch_boundary_every=1))
+    if device.startswith("cuda"):
+        torch.cuda.synchronize()
+        torch.cuda.reset_peak_memory_stats()
+    torch.manual_seed(0)
+    net = AdapterNetwork.attach(model, SimpleNamespace(type="lora", linear=16,
+                                                       linear_alpha=16, dropout=0.0,
+                                                       network_kwargs={}))
+    for module in denoisers:
+        module.enable_gradient_checkpointing()
+        module.train()
+    params = list(net.trainable_parameters())
+    optimizer = torch.optim.AdamW(params, lr=1e-4)
+    embeds = {"text_embeds": [torch.randn(512, real_cfg[text_key])]}
+    if pooled_key:
+        embeds["pooled_embeds"] = [torch.randn(1, real_cfg[pooled_key])]
+    prompt = AdvancedPromptEmbeds(**embeds)
+    shape = (1, 16, side // 8, side // 8) if frames == 1 else \
+        (1, 16, (frames - 1) // 4 + 1, side // 8, side // 8)
+    for step in range(2):
+        model.begin_micro_step(step)
+        pred = model.get_noise_prediction(torch.randn(shape), torch.tensor([500.0]), prompt)
+        pred.float().pow(2).mean().backward()
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+    measured = torch.cuda.max_memory_allocated() if device.startswith("cuda") else None
     desc = catalog.description(arch)
-    variant = desc.variants[0]
-    part = variant.parts[0]
-    settings = {"flux": (1024, 1, "qfloat8", 16), "qwen_image": (1024, 1, "qfloat8", 16),
-                "wan22_14b": (480, 81, "qfloat8", 16)}[arch]
-    side, frames, qtype, rank = settings
-    real = REAL_PARTS[(variant.repos[0], part.subfolder)]
-    meta = build(real)
-    module = meta.to_empty(device="cuda").to(torch.bfloat16)
-    for p in module.parameters():
-        torch.nn.init.normal_(p, std=0.02)
-    module.requires_grad_(False)
-    quantize_linear_layers(module, qtype)
-    torch.cuda.reset_peak_memory_stats()
-    plan = Plan("cuda", (PartLoad(part.subfolder, "denoiser", part.params, part.blocks,
-                                  part.block_params, "bf16", qtype),), rank=rank,
-                resolution=side, frames=frames, size_multiple=desc.size_multiple or 16,
-                gradient_checkpointing=True, train_dtype="bf16")
-    predicted = forecast(plan).device_peak_bytes
-    del AdapterNetwork  # the adapter the forecast counts is peft's, attached below
-    from peft import LoraConfig, inject_adapter_in_model
+    counts = [(sum(t.numel() for t in m.parameters() if not t.requires_grad),
+               [b for lst in m.children() if isinstance(lst, torch.nn.ModuleList)
+                for b in lst]) for m in denoisers]
+    parts = tuple(PartLoad(sub, "denoiser", n, len(blocks),
+                           sum(t.numel() for b in blocks for t in b.parameters()
+                               if not t.requires_grad), "bf16", "qfloat8")
+                  for sub, (n, blocks) in zip(subfolders, counts, strict=True))
+    plan = Plan(device.split(":")[0], parts, rank=16, resolution=side, frames=frames,
+                size_multiple=desc.size_multiple or 16, gradient_checkpointing=True,
+                train_dtype="bf16")
+    predicted = forecast(plan).parts["train"]  # weights + adapter + activations
+    return {"arch": arch, "forecast": int(predicted), "measured": measured}
 
-    targets = [n for n, m in module.named_modules() if isinstance(m, torch.nn.Linear)
-               and any(n.startswith(p) for p in ("transformer_blocks.",
-                                                  "single_transformer_blocks.", "blocks."))]
-    inject_adapter_in_model(LoraConfig(r=rank, lora_alpha=rank, target_modules=targets),
-                            module)
-    print(json.dumps({"arch": arch, "forecast": predicted,
-                      "note": "run the arch's own training step here on a GPU"}))
+
+def device_rows(device: str, smoke: bool) -> None:
+    print(f"{'arch':12} {'forecast MiB':>12} {'max_allocated MiB':>17} {'ratio':>6}")
+    for arch in DEVICE_ROWS:
+        out = subprocess.run([sys.executable, __file__, "--device-child", arch, device]
+                             + (["--smoke"] if smoke else []), capture_output=True,
+                             text=True, check=False)
+        last = (out.stdout.strip().splitlines() or ["{}"])[-1]
+        if out.returncode != 0 or not last.startswith("{"):
+            print(f"{arch:12} failed: {out.stderr.strip().splitlines()[-1:]}", flush=True)
+            continue
+        row = json.loads(last)
+        got = row["measured"]
+        ratio = f"{row['forecast'] / got:6.2f}" if got else "     -"
+        print(f"{arch:12} {row['forecast'] / 2**20:12.0f} "
+              f"{(got or 0) / 2**20:17.0f} {ratio}", flush=True)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -181,6 +256,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--child", type=Path, help=argparse.SUPPRESS)
     parser.add_argument("--build", nargs=2, help=argparse.SUPPRESS)
+    parser.add_argument("--device-child", nargs=2, help=argparse.SUPPRESS)
+    parser.add_argument("--smoke", action="store_true",
+                        help="with --device: one block a list at 64 px (a code-path check, "
+                        "on any device)")
     args = parser.parse_args(argv)
     if args.child:
         child(args.child)
@@ -189,14 +268,16 @@ def main(argv: list[str] | None = None) -> int:
         double, single, heads = (int(x) for x in args.build[1].split(","))
         build(Path(args.build[0]), double, single, heads)
         return 0
-    if args.device == "cuda":
+    if args.device_child:
+        print(json.dumps(device_row(*args.device_child, smoke=args.smoke)))
+        return 0
+    if args.device != "cpu" or args.smoke:
         import torch
 
-        if not torch.cuda.is_available():
+        if args.device.startswith("cuda") and not torch.cuda.is_available():
             print("no CUDA device here: nothing to measure", file=sys.stderr)
             return 0
-        for arch in CUDA_ROWS:
-            subprocess.run([sys.executable, __file__, "--cuda-child", arch], check=False)
+        device_rows(args.device, args.smoke)
         return 0
     double, single = (int(x) for x in args.blocks.split(","))
     cpu_rows(args.rows.split(","), double, single, args.heads)
