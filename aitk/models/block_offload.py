@@ -99,6 +99,13 @@ class _Block:
     ready: Any = None  # CUDA event: the prefetch copy is done
     handles: list[Any] = field(default_factory=list)
 
+    @property
+    def plain(self) -> bool:
+        """Only plain tensors: a side-stream copy can be handed to the compute stream
+        (`record_stream`); a tensor subclass (a quantized weight) is copied on the
+        compute stream when its block runs instead."""
+        return all(type(s.home) is torch.Tensor for s in self.slots)
+
 
 class BlockOffloader:
     """Offloads `blocks` (the chosen share of a part's repeated blocks) to the CPU and
@@ -186,7 +193,8 @@ class BlockOffloader:
         direction = -1 if block.index < self._last else 1
         self._last = block.index
         following = block.index + direction
-        if self.stream is not None and 0 <= following < len(self.blocks):
+        if self.stream is not None and 0 <= following < len(self.blocks) and \
+                self.blocks[following].plain:
             self._prefetch(self.blocks[following])
 
     def _leave(self, block: _Block) -> None:

@@ -50,8 +50,8 @@ def flux4_dir(tmp_path_factory) -> Path:
     return target
 
 
-def loaded(flux4_dir: Path) -> FluxModel:
-    model = load_model(model_cfg("flux", flux4_dir))
+def loaded(flux4_dir: Path, **cfg) -> FluxModel:
+    model = load_model(model_cfg("flux", flux4_dir, **cfg))
     model.configure_training(train_cfg())
     return model
 
@@ -115,10 +115,11 @@ def test_the_offloaded_share_stays_off_the_device_at_every_block(flux4_dir, chec
                        if p.requires_grad}
 
 
-def test_offloading_changes_no_gradient(flux4_dir):
+@pytest.mark.parametrize("quantized", [False, True])
+def test_offloading_changes_no_gradient(flux4_dir, quantized):
     grads = []
     for share in (0.0, 1.0):
-        model = loaded(flux4_dir)
+        model = loaded(flux4_dir, quantize=quantized)
         torch.manual_seed(0)
         AdapterNetwork.attach(model, NetCfg())
         for p in model.model.parameters():  # a zero B would give A no gradient
