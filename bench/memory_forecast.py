@@ -155,7 +155,7 @@ def device_row(arch: str, device: str, smoke: bool) -> dict:
     from aitk.models import catalog, registry
     from aitk.models.prompt_embeds import AdvancedPromptEmbeds
     from aitk.models.quantize import quantize_linear_layers
-    from tests.aitk.models.real_configs import REAL_PARTS, RealPart, build
+    from tests.aitk.models.real_configs import REAL_PARTS
 
     repo, subfolders, text_key, pooled_key, side, frames = DEVICE_ROWS[arch]
     if smoke:
@@ -175,11 +175,17 @@ def device_row(arch: str, device: str, smoke: bool) -> dict:
         real_cfg = dict(real.config)
         if smoke:
             real_cfg |= {k: 1 for k in ("num_layers", "num_single_layers") if k in real_cfg}
-        module = build(RealPart(real.library, real.cls, real_cfg)).to_empty(device=device)
-        module = module.to(torch.bfloat16).requires_grad_(False)
-        with torch.no_grad():
-            for t in module.parameters():
-                t.normal_(0.0, 0.02)
+        # Built on the device in bf16 (its own random init): computed buffers (RoPE
+        # tables) are real, and no float32 copy of 20B parameters ever exists.
+        import diffusers
+
+        torch.set_default_dtype(torch.bfloat16)
+        try:
+            with torch.device(device):
+                module = getattr(diffusers, real.cls).from_config(real_cfg)
+        finally:
+            torch.set_default_dtype(torch.float32)
+        module.requires_grad_(False)
         quantize_linear_layers(module, "qfloat8")
         denoisers.append(module)
     if len(denoisers) == 2:

@@ -14,7 +14,8 @@ checked before anything loads, every problem listed at once.
   applies to;
 - `train.train_text_encoder` is asked only of an arch with a text-encoder LoRA;
 - the run's memory forecast (aitk.memory.forecast) fits the device's and the host's
-  free memory, else the cheapest changes that make it fit.
+  free memory, else the cheapest changes that make it fit (an error on a GPU, a
+  warning on a CPU run).
 
 The schema and the arch were checked by `load_config` already. `run.py` calls this
 before `run_job`; `run.py --check` runs only this.
@@ -296,7 +297,10 @@ def _memory(where: str, proc: ProcessConfig, loaded: LoadedConfig) -> list[Findi
         where_, need, free = "host memory", found.host_peak_bytes, found.host_free_bytes or 0
     fix = " or ".join(found.hints) if found.hints else \
         "a machine with more memory (no single change of this job is enough)"
-    return [error(f"{where}.model", f"this run is forecast to need {gib(need)} of "
+    # A GPU run that will not fit stops here. A CPU run only warns: the host may swap
+    # or overcommit, and the loaders' own errors (a hub id offline) say more.
+    level = warning if found.device == "cpu" else error
+    return [level(f"{where}.model", f"this run is forecast to need {gib(need)} of "
                   f"{where_} at its peak; {gib(free)} is free", fix, "memory")]
 
 
