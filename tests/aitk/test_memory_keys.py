@@ -28,7 +28,7 @@ def parsed(section: str, values: dict):
 @pytest.mark.parametrize(("section", "key", "value"), [
     ("model", "split_model_over_gpus", True), ("model", "auto_memory", True),
     ("model", "vae_device", "cpu"), ("model", "te_device", "cpu"),
-    ("network", "layer_offloading", True), ("logging", "use_wandb", True)])
+    ("network", "layer_offloading", True)])
 def test_each_key_warns_once_with_what_aitk_does_instead(section, key, value):
     loaded = parsed(section, {key: value})
     said = [w for w in loaded.warnings if f".{key}:" in w]
@@ -38,7 +38,7 @@ def test_each_key_warns_once_with_what_aitk_does_instead(section, key, value):
 
 
 @pytest.mark.parametrize(("section", "key", "value"), [
-    ("model", "split_model_over_gpus", False), ("logging", "use_wandb", False)])
+    ("model", "split_model_over_gpus", False), ("model", "auto_memory", False)])
 def test_upstream_defaults_say_nothing(section, key, value):
     assert not [w for w in parsed(section, {key: value}).warnings if key in w]
 
