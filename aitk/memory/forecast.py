@@ -92,10 +92,6 @@ HOST_CUDA_BASE_BYTES = int(1.5 * GIB)  # more than HOST_BASE_BYTES: CUDA librari
 # Loading reads a part in float while the model's other parts already sit in memory;
 # the loaders keep small transient copies (state-dict pages, a layer being quantized).
 LOAD_FACTOR = 1.05
-# Whether the loaders quantize block by block while reading (the float copy of one
-# block at a time, issue 22's quantized loading) rather than reading a part whole in
-# float first. Flip it with that change; the load peak follows.
-QUANTIZES_WHILE_LOADING = False
 
 
 def weight_bytes(kind: str) -> float:
@@ -218,6 +214,7 @@ class Plan:
     device_free_bytes: int | None = None  # None: unknown (no comparison, no hints)
     host_free_bytes: int | None = None  # on a GPU run: the host's available memory
     trained: tuple[str, ...] = ()  # the denoiser parts the adapter sits on (all: ())
+    quantizes_while_loading: bool = False  # the arch's loader: see `loading`
 
     @property
     def on_host(self) -> bool:
@@ -317,10 +314,10 @@ def loading(plan: Plan) -> tuple[float, float]:
     mapped, plus a converted copy when the file's dtype is not the load dtype), then
     the quantized ones are converted layer by layer (aitk.models.quantize); a
     zero-copy part keeps its float pages mapped (its float norms and embedders hold
-    the file). With QUANTIZES_WHILE_LOADING a part is read as stored plus one block
-    in float."""
+    the file). An arch that quantizes while loading (its description's
+    `quantizes_while_loading`) reads a part as stored plus one block in float."""
     held = peak = 0.0
-    if QUANTIZES_WHILE_LOADING:
+    if plan.quantizes_while_loading:
         for p in plan.parts:
             peak = max(peak, held + p.resting_bytes + p.largest_block_float)
             held += p.resting_bytes

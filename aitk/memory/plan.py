@@ -148,6 +148,7 @@ def plan_of(proc: ProcessConfig, desc: ArchDescription, device: str,
         resolution=max(r for ds in proc.datasets for r in ds.resolutions),
         frames=max(ds.num_frames for ds in proc.datasets),
         size_multiple=desc.size_multiple or 16,
+        quantizes_while_loading=desc.quantizes_while_loading,
         frame_step=caps.video.step if caps and caps.video else 4,
         gradient_checkpointing=tr.gradient_checkpointing, train_dtype=train_dtype,
         text_tokens=tokens or 512, device_free_bytes=device_free, host_free_bytes=host_free)

@@ -200,6 +200,11 @@ class ArchDescription:
     variants: tuple[Variant, ...] = ()
     defaults: Defaults | None = None
     examples: Examples = Examples()
+    # The loader reads the denoiser (and its text encoder where it can) block by block,
+    # quantizing each before the next (BaseModel.load_denoiser and
+    # aitk.models.quantized_loading), so no part exists whole in float; the memory
+    # forecast's load peak follows (aitk.memory.forecast.loading).
+    quantizes_while_loading: bool = False
 
     @property
     def names(self) -> tuple[str, ...]:

@@ -25,6 +25,7 @@ CHROMA = ArchDescription(
     summary="Chroma: an 8.9B open Flux-architecture text-to-image model (T5 only, no "
             "guidance embedding)",
     model_class="aitk.models.chroma.model:ChromaModel",
+    quantizes_while_loading=True,
     size_multiple=16,
     capabilities=Capabilities(),
     schedule=FLOW_MATCHING,

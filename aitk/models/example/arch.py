@@ -35,6 +35,7 @@ EXAMPLE = ArchDescription(
     name="example",
     summary="aitk's tiny example model: trains in about a minute on a CPU",
     model_class="aitk.models.example.model:ExampleModel",
+    quantizes_while_loading=True,
     size_multiple=8,  # VAE 4 x patch 2
     capabilities=Capabilities(),
     schedule=Schedule("flowmatch", FLOWMATCH_SCHEDULERS),

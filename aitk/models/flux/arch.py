@@ -51,6 +51,7 @@ FLUX = ArchDescription(
     name="flux",
     summary="FLUX.1 dev and schnell: Black Forest Labs' 12B text-to-image transformer",
     model_class="aitk.models.flux.model:FluxModel",
+    quantizes_while_loading=True,
     aliases=("flex1",),  # upstream reads `arch: flex1` as flux
     upstream_flags=("is_flux",),
     size_multiple=16,  # VAE 8 x 2x2 packing

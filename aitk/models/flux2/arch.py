@@ -52,6 +52,7 @@ FLUX2 = ArchDescription(
     summary="FLUX.2 [dev]: Black Forest Labs' 32B model, text to image or editing up to "
             "3 references",
     model_class="aitk.models.flux2.model:Flux2Model",
+    quantizes_while_loading=True,
     size_multiple=16,  # VAE 8 x 2x2 patchified latents
     capabilities=Capabilities(control_images=3),
     schedule=Schedule("flowmatch", FLOWMATCH_SCHEDULERS),

@@ -66,6 +66,7 @@ FLUX2_KLEIN_4B = ArchDescription(
     name="flux2_klein_4b",
     summary="FLUX.2 [klein] 4B: a small, fast Black Forest Labs text-to-image model",
     model_class="aitk.models.flux2_klein.model:Flux2Klein4BModel",
+    quantizes_while_loading=True,
     size_multiple=16,  # VAE 8 x 2x2 patchified latents
     capabilities=Capabilities(),
     schedule=Schedule("flowmatch", FLOWMATCH_SCHEDULERS),
@@ -85,11 +86,13 @@ FLUX2_KLEIN_4B = ArchDescription(
 FLUX2_KLEIN_9B = replace(
     FLUX2_KLEIN_4B, name="flux2_klein_9b",
     summary="FLUX.2 [klein] 9B: the larger FLUX.2 [klein] (non-commercial license)",
-    model_class="aitk.models.flux2_klein.model:Flux2Klein9BModel", variants=(VARIANT_9B,))
+    model_class="aitk.models.flux2_klein.model:Flux2Klein9BModel",
+    quantizes_while_loading=True, variants=(VARIANT_9B,))
 FLUX2_KLEIN = replace(
     FLUX2_KLEIN_4B, name="flux2_klein",
     summary="FLUX.2 [klein], 4B or 9B: the size follows the weights in name_or_path",
     model_class="aitk.models.flux2_klein.model:Flux2KleinModel",
+    quantizes_while_loading=True,
     variants=(VARIANT_4B, VARIANT_9B))
 
 DESCRIPTIONS = (FLUX2_KLEIN_4B, FLUX2_KLEIN_9B, FLUX2_KLEIN)

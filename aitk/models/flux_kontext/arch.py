@@ -27,6 +27,7 @@ FLUX_KONTEXT = ArchDescription(
     summary="FLUX.1 Kontext dev: edits an image as a prompt says (pairs of control and "
             "target images)",
     model_class="aitk.models.flux_kontext.model:FluxKontextModel",
+    quantizes_while_loading=True,
     size_multiple=16,
     capabilities=Capabilities(control_images=1),
     schedule=FLOW_MATCHING,

@@ -33,6 +33,7 @@ LTX2 = ArchDescription(
     name="ltx2",
     summary="LTX-2: Lightricks' 19B video model with a sound stream (trained on video)",
     model_class="aitk.models.ltx2.model:LTX2Model",
+    quantizes_while_loading=True,
     size_multiple=32,  # VAE 32 x patch 1
     # The transformer makes sound too; aitk's datasets decode no audio yet, so a LoRA
     # trains on the video stream (upstream's path for a clip without sound).

@@ -34,6 +34,7 @@ QWEN_IMAGE = ArchDescription(
     name="qwen_image",
     summary="Qwen-Image: Alibaba's 20B text-to-image model (Qwen2.5-VL text encoder)",
     model_class="aitk.models.qwen_image.model:QwenImageModel",
+    quantizes_while_loading=True,
     size_multiple=32,  # VAE 8 x 2x2 packing, x 2 as upstream buckets it
     capabilities=Capabilities(),
     schedule=Schedule("flowmatch", FLOWMATCH_SCHEDULERS),

@@ -37,6 +37,7 @@ QWEN_IMAGE_EDIT = ArchDescription(
     summary="Qwen-Image-Edit: edits an image as a prompt says (pairs of control and target "
             "images)",
     model_class="aitk.models.qwen_image_edit.model:QwenImageEditModel",
+    quantizes_while_loading=True,
     size_multiple=32,
     capabilities=Capabilities(control_images=1),
     schedule=QWEN_IMAGE.schedule,
@@ -54,6 +55,7 @@ QWEN_IMAGE_EDIT_PLUS = ArchDescription(
     name="qwen_image_edit_plus",
     summary="Qwen-Image-Edit-2509: edits with up to three reference images",
     model_class="aitk.models.qwen_image_edit.model:QwenImageEditPlusModel",
+    quantizes_while_loading=True,
     size_multiple=32,
     capabilities=Capabilities(control_images=3),
     schedule=QWEN_IMAGE.schedule,

@@ -39,6 +39,7 @@ WAN21 = ArchDescription(
     name="wan21",
     summary="Wan 2.1: Alibaba's open text-to-video model, 1.3B or 14B",
     model_class="aitk.models.wan21.model:Wan21Model",
+    quantizes_while_loading=True,
     size_multiple=16,  # VAE 8 x patch 2
     capabilities=Capabilities(video=WAN_FRAMES),
     schedule=FLOW_MATCHING,
@@ -60,6 +61,7 @@ WAN21_I2V = ArchDescription(
     name="wan21_i2v",
     summary="Wan 2.1 image to video (14B): a clip that starts from a given picture",
     model_class="aitk.models.wan21.model:Wan21I2VModel",
+    quantizes_while_loading=True,
     size_multiple=16,
     capabilities=Capabilities(video=WAN_FRAMES, first_frame=True),
     schedule=FLOW_MATCHING,

@@ -21,6 +21,7 @@ WAN22_5B = ArchDescription(
     name="wan22_5b",
     summary="Wan 2.2 TI2V 5B: one 5B transformer for text (or a first frame) to video",
     model_class="aitk.models.wan22_5b.model:Wan22_5BModel",
+    quantizes_while_loading=True,
     size_multiple=32,  # VAE 16 (2x2 patchify, then 8x) x patch 2
     # Training is text to video; image to video is a preview with `ctrl_img`.
     capabilities=Capabilities(video=WAN_FRAMES),

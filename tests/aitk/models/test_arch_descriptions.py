@@ -87,6 +87,23 @@ def test_description_is_complete_and_names_its_class(arch: str) -> None:
 
 
 @pytest.mark.parametrize("arch", ARCHS)
+def test_quantizes_while_loading_is_what_its_loader_does(arch: str) -> None:
+    """The forecast trusts `quantizes_while_loading`: it holds exactly when the arch's
+    model class (or a base it inherits from) loads its denoiser through
+    BaseModel.load_denoiser, the block-by-block quantizing loader."""
+    import importlib
+    import inspect
+
+    desc = catalog.description(arch)
+    module, _, name = desc.model_class.partition(":")
+    cls = getattr(importlib.import_module(module), name)
+    ours = [k for k in cls.__mro__ if k.__module__.startswith("aitk.models.")
+            and k is not BaseModel]
+    uses = any("self.load_denoiser(" in inspect.getsource(k) for k in ours)
+    assert desc.quantizes_while_loading == uses
+
+
+@pytest.mark.parametrize("arch", ARCHS)
 def test_examples_exist_run_this_arch_and_give_its_defaults(arch: str) -> None:
     """The shipped examples name this arch (or a sibling of its folder, whose example
     says to set `model.arch`); the web UI's defaults are the 24 GB example's values."""
