@@ -315,19 +315,20 @@ def loading(plan: Plan) -> tuple[float, float]:
     the quantized ones are converted layer by layer (aitk.models.quantize); a
     zero-copy part keeps its float pages mapped (its float norms and embedders hold
     the file). An arch that quantizes while loading (its description's
-    `quantizes_while_loading`) reads a part as stored plus one block in float."""
+    `quantizes_while_loading`) reads each quantized part as stored plus one block in
+    float; its unquantized parts load as above."""
     held = peak = 0.0
-    if plan.quantizes_while_loading:
-        for p in plan.parts:
+    streamed = plan.quantizes_while_loading
+    for p in plan.parts:
+        if streamed and p.quantized_params:  # as stored, plus one block in float
             peak = max(peak, held + p.resting_bytes + p.largest_block_float)
             held += p.resting_bytes
-        return LOAD_FACTOR * peak, held
-    for p in plan.parts:
+            continue
         file = p.float_bytes if p.file_bytes is None else p.file_bytes
         peak = max(peak, held + (file if p.zero_copy else file + p.float_bytes))
         held += p.float_bytes
     for p in plan.parts:
-        if p.quantized_params:
+        if p.quantized_params and not streamed:
             peak = max(peak, held + p.quantized_params * weight_bytes(p.stored_as))
             held += p.held_after_load - p.float_bytes
     return LOAD_FACTOR * peak, held

@@ -71,6 +71,20 @@ def test_each_setting_moves_the_peaks_its_way():
     assert fc.adapter_params(flux_plan(rank=32)) == 2 * fc.adapter_params(flux_plan())
 
 
+def test_quantizing_while_loading_lowers_only_the_quantized_parts_load_peak():
+    """An arch whose loader quantizes block by block never holds a quantized part whole
+    in float; its unquantized parts load as before."""
+    float_only = flux_plan()
+    assert fc.loading(float_only) == fc.loading(replace(float_only,
+                                                         quantizes_while_loading=True))
+    parts = tuple(replace(p, stored_as="qfloat8") if p.role == "denoiser" else p
+                  for p in float_only.parts)
+    whole, streamed = (replace(float_only, parts=parts, quantizes_while_loading=on)
+                       for on in (False, True))
+    [denoiser] = [p for p in parts if p.role == "denoiser"]
+    assert fc.loading(streamed)[0] < fc.loading(whole)[0] - 0.9 * denoiser.float_bytes
+
+
 def test_the_adapter_estimate_is_near_the_real_flux_lora():
     # rank 16 on every Linear of FLUX.1's 57 blocks: 16 * 5,369,856 (the meta-device
     # build of the real config, see the forecast's sources)
