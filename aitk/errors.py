@@ -35,10 +35,15 @@ line's (aitk.cli.boundary). Code in between lets them rise. Standard library onl
     │   │   │                               file that does not fit the model
     │   │   ├── AdapterKeyError             a LoRA key outside the public layout
     │   │   ├── AdapterFileError            not a safetensors file (`aitk audit adapter`)
-    │   │   └── PeftExportError             not an aitk LoRA file (prx_pixel's export)
+    │   │   ├── PeftExportError             not an aitk LoRA file (prx_pixel's export)
+    │   │   └── LoraFileError               a LoRA file extract/merge/rescale/generate
+    │   │                                   cannot read, or LoRAs that do not combine
     │   ├── AttentionBackendError           an unknown attention backend, or flash-attn
     │   │                                   asked for but not installed
     │   ├── QuantizeError                   an unknown qtype, or optimum-quanto missing
+    │   ├── PromptFlagError                 a prompt's `--flag value` that is unknown or
+    │   │                                   does not parse (also a ValueError: a field
+    │   │                                   error when the schema reads it)
     │   ├── OptimizerUnavailable            adamw8bit without bitsandbytes
     │   ├── ObjectiveError                  a loss setting the model's noise schedule
     │   │                                   cannot train (stepped, next_sample on DDPM)
@@ -231,8 +236,17 @@ class PeftExportError(AdapterError):
     """A file that is not an aitk LoRA file."""
 
 
+class LoraFileError(AdapterError):
+    """Not a LoRA file aitk can read, or LoRAs that do not combine (one layout, one
+    model's shapes)."""
+
+
 class AttentionBackendError(InputError):
     """An unknown backend name, or one whose package is not installed."""
+
+
+class PromptFlagError(InputError, ValueError):
+    """A prompt flag that is unknown, or whose value does not parse."""
 
 
 class QuantizeError(InputError):

@@ -18,7 +18,7 @@ import os
 import re
 import shutil
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -129,6 +129,29 @@ def atomic_write_bytes(path: Path, data: bytes, mode: int | None = None) -> None
         Path(tmp).unlink(missing_ok=True)
         if is_disk_full(exc):
             raise disk_full(path.parent, len(data)) from None
+        raise
+    fsync_dir(path.parent)
+
+
+def atomic_write_with(path: Path, write: Callable[[Path], None],
+                      expected_bytes: int | None = None) -> None:
+    """`write(tmp)` writes the content at a temp path beside `path` (a writer that
+    streams, for files too large to hold as bytes: safetensors' save_file); then fsync
+    and one rename, as atomic_write_bytes."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    os.close(fd)
+    try:
+        write(Path(tmp))
+        os.chmod(tmp, file_mode())  # mkstemp makes 0600; outputs follow the umask
+        with open(tmp, "rb+") as fh:
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    except BaseException as exc:
+        Path(tmp).unlink(missing_ok=True)
+        if is_disk_full(exc):
+            raise disk_full(path.parent, expected_bytes) from None
         raise
     fsync_dir(path.parent)
 

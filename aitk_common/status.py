@@ -48,6 +48,9 @@ class Phase(str, Enum):
     SAMPLING = "sampling"
     SAVING = "saving"
     CAPTIONING = "captioning"  # `python -m aitk caption`: step/total_steps count files
+    # A job that does not train (extract, merge, generate) at work: `step` and
+    # `total_steps` count its units (layers, files, images), `message` says what.
+    WORKING = "working"
     FINISHED = "finished"
     STOPPED = "stopped"
     FAILED = "failed"

@@ -1,5 +1,21 @@
-"""Trainable adapters (LoRA, LoKr) through peft; see aitk.adapters.network."""
+"""Trainable adapters (LoRA, LoKr) through peft (aitk.adapters.network), and LoRA files
+as data: read, rescaled, merged (lora_files), factorised (svd), applied at inference
+(hooks).
 
-from aitk.adapters.network import AdapterNetwork
+`AdapterNetwork` imports peft and torch on first use only, so the torch-free readers
+here (lora_files.read_layout) stay light for `run.py --check`.
+"""
+
+from __future__ import annotations
+
+from typing import Any
 
 __all__ = ["AdapterNetwork"]
+
+
+def __getattr__(name: str) -> Any:
+    if name in __all__:
+        from aitk.adapters import network
+
+        return getattr(network, name)
+    raise AttributeError(f"module 'aitk.adapters' has no attribute {name!r}")

@@ -1,5 +1,7 @@
 """Preflight: everything about a loaded job that can be known without model weights,
-checked before anything loads, every problem listed at once.
+checked before anything loads, every problem listed at once. Training jobs (LoRA, full
+fine-tune, sliders) get the checks below; the jobs that read and write model and LoRA
+files (extract, mod, merge, generate) get theirs from aitk.audit.file_jobs.
 
 - the device asked for exists (torch is imported only for an explicit cuda/mps device);
 - the optimizer can be built (adamw8bit needs bitsandbytes);
@@ -16,6 +18,8 @@ checked before anything loads, every problem listed at once.
 - the run's memory forecast (aitk.memory.forecast) fits the device's and the host's
   free memory, else the cheapest changes that make it fit (an error on a GPU, a
   warning on a CPU run).
+- what a full fine-tune trains can be trained (no quantized weights, something chosen),
+  and a LoRA run says when it ignores `train_unet`.
 
 The schema and the arch were checked by `load_config` already. `run.py` calls this
 before `run_job`; `run.py --check` runs only this.
@@ -32,19 +36,24 @@ from pathlib import Path
 from aitk.audit.dataset import DatasetOptions, audit_dataset
 from aitk.config import optimizers
 from aitk.config.loading import LoadedConfig
-from aitk.config.schema import ProcessConfig
+from aitk.config.schema import ModelConfig, TrainingProcess
 from aitk.findings import Finding, Level, error, info, warning
 
 MIN_FREE_BYTES = 512 * 1024 * 1024  # a LoRA checkpoint set fits; less is a warning
 CHECKPOINT_PREFIX = "step_"  # aitk.run.checkpoint's directory names (that module hashes)
-PreflightCheck = Callable[[str, ProcessConfig, LoadedConfig], list[Finding]]
+PreflightCheck = Callable[[str, TrainingProcess, LoadedConfig], list[Finding]]
 
 
-def _device(where: str, proc: ProcessConfig, loaded: LoadedConfig) -> list[Finding]:
-    requested = proc.device
+def _device(where: str, proc: TrainingProcess, loaded: LoadedConfig) -> list[Finding]:
+    return device_findings(f"{where}.device", proc.device)
+
+
+def device_findings(path: str, requested: str | None) -> list[Finding]:
+    """The device a config asks for (`path` its field) exists here."""
     if requested is None or requested == "cpu":
         return []
     kind, _, index_text = requested.partition(":")
+    where = path.rsplit(".", 1)[0] if path.endswith(".device") else path
     if kind not in ("cuda", "mps") or (":" in requested and not (
             kind == "cuda" and index_text.isdigit() and index_text.isascii())):
         return [error(f"{where}.device", f"unknown device {requested!r}",
@@ -67,7 +76,7 @@ def _device(where: str, proc: ProcessConfig, loaded: LoadedConfig) -> list[Findi
     return []
 
 
-def _optimizer(where: str, proc: ProcessConfig, loaded: LoadedConfig) -> list[Finding]:
+def _optimizer(where: str, proc: TrainingProcess, loaded: LoadedConfig) -> list[Finding]:
     spec = optimizers.OPTIMIZERS[proc.train.optimizer]
     missing = optimizers.missing_packages(spec)
     if missing:
@@ -79,7 +88,7 @@ def _optimizer(where: str, proc: ProcessConfig, loaded: LoadedConfig) -> list[Fi
     return []
 
 
-def _datasets(where: str, proc: ProcessConfig, loaded: LoadedConfig) -> list[Finding]:
+def _datasets(where: str, proc: TrainingProcess, loaded: LoadedConfig) -> list[Finding]:
     out: list[Finding] = []
     for j, ds in enumerate(proc.datasets):
         path = f"{where}.datasets[{j}]"
@@ -92,7 +101,7 @@ def _datasets(where: str, proc: ProcessConfig, loaded: LoadedConfig) -> list[Fin
     return out
 
 
-def _sample_controls(where: str, proc: ProcessConfig, loaded: LoadedConfig
+def _sample_controls(where: str, proc: TrainingProcess, loaded: LoadedConfig
                      ) -> list[Finding]:
     """Each preview's ctrl_img / ctrl_img_1..3 names a file (an edit preview needs it)."""
     out = []
@@ -136,13 +145,20 @@ def _summarised(path: str, findings: list[Finding]) -> list[Finding]:
     return out
 
 
-def _output(where: str, proc: ProcessConfig, loaded: LoadedConfig) -> list[Finding]:
-    out_dir = Path(proc.training_folder).expanduser() / loaded.name
-    path = f"{where}.training_folder"
-    existing = out_dir
+def nearest_existing(target: Path) -> tuple[Path, bool]:
+    """The nearest existing path at or above `target`, and whether it is a folder this
+    process can write into (so `target` can be made)."""
+    existing = target
     while not existing.exists() and existing != existing.parent:
         existing = existing.parent
-    if not existing.is_dir() or not os.access(existing, os.W_OK | os.X_OK):
+    return existing, existing.is_dir() and os.access(existing, os.W_OK | os.X_OK)
+
+
+def _output(where: str, proc: TrainingProcess, loaded: LoadedConfig) -> list[Finding]:
+    out_dir = Path(proc.training_folder).expanduser() / loaded.name
+    path = f"{where}.training_folder"
+    existing, writable = nearest_existing(out_dir)
+    if not writable:
         return [error(path, f"{out_dir} cannot be written ({existing} is not a writable "
                       "folder)", "point training_folder somewhere writable", "output")]
     found: list[Finding] = []
@@ -171,22 +187,33 @@ def _output(where: str, proc: ProcessConfig, loaded: LoadedConfig) -> list[Findi
     return found
 
 
-def _model(where: str, proc: ProcessConfig, loaded: LoadedConfig) -> list[Finding]:
-    name = proc.model.name_or_path
+def _model(where: str, proc: TrainingProcess, loaded: LoadedConfig) -> list[Finding]:
+    return model_findings(f"{where}.model", proc.model)
+
+
+def model_findings(where: str, model: ModelConfig) -> list[Finding]:
+    """A model the config names is there (a folder or file), or could be a hub id."""
+    name = model.name_or_path
+    if looks_missing(name) and not model.create_if_missing:
+        return [error(f"{where}.name_or_path", f"model folder {name} does not exist",
+                      "point name_or_path at a model folder or a hub id (org/name)",
+                      "model")]
+    return []
+
+
+def looks_missing(name: str) -> bool:
+    """A local path that is not there (an `org/name` that is not a path may be a hub id)."""
     path = Path(name).expanduser()
     looks_local = name.startswith(("/", "./", "../", "~")) or path.is_absolute() or \
         name.count("/") != 1
-    if path.exists() or proc.model.create_if_missing or not looks_local:
-        return []
-    return [error(f"{where}.model.name_or_path", f"model folder {name} does not exist",
-                  "point name_or_path at a model folder or a hub id (org/name)", "model")]
+    return looks_local and not path.exists()
 
 
 _LIBRARY = {"quanto": ("optimum.quanto", "optimum-quanto"),
             "torchao": ("torchao", "torchao"), "uintx": ("torchao", "torchao")}
 
 
-def _quantize(where: str, proc: ProcessConfig, loaded: LoadedConfig) -> list[Finding]:
+def _quantize(where: str, proc: TrainingProcess, loaded: LoadedConfig) -> list[Finding]:
     """The schema holds qtype to aitk.models.qtypes; quantizing also needs the library
     that qtype names installed here."""
     from aitk.models.qtypes import parse_qtype
@@ -202,7 +229,7 @@ def _quantize(where: str, proc: ProcessConfig, loaded: LoadedConfig) -> list[Fin
     return []
 
 
-def _recovery_adapter(where: str, proc: ProcessConfig, loaded: LoadedConfig
+def _recovery_adapter(where: str, proc: TrainingProcess, loaded: LoadedConfig
                       ) -> list[Finding]:
     """An accuracy recovery adapter that is neither a file here nor a hub name that can
     be had (offline with nothing cached) is found before anything loads."""
@@ -228,7 +255,7 @@ def _recovery_adapter(where: str, proc: ProcessConfig, loaded: LoadedConfig
                   "or point at a local file", "model")]
 
 
-def _model_kwargs(where: str, proc: ProcessConfig, loaded: LoadedConfig) -> list[Finding]:
+def _model_kwargs(where: str, proc: TrainingProcess, loaded: LoadedConfig) -> list[Finding]:
     """`model.model_kwargs` against the arch's typed knobs (its torch-free description),
     so a misspelt knob is found before the model loads. An extension's arch says at load."""
     from aitk.models import catalog
@@ -242,7 +269,7 @@ def _model_kwargs(where: str, proc: ProcessConfig, loaded: LoadedConfig) -> list
     return out
 
 
-def _preservation(where: str, proc: ProcessConfig, loaded: LoadedConfig) -> list[Finding]:
+def _preservation(where: str, proc: TrainingProcess, loaded: LoadedConfig) -> list[Finding]:
     """DOP swaps the trigger word for the class word: a dataset it applies to without a
     trigger word would train nothing but the class prompt."""
     out = []
@@ -260,14 +287,14 @@ def _preservation(where: str, proc: ProcessConfig, loaded: LoadedConfig) -> list
     return list({f.path: f for f in out}.values())  # once per field
 
 
-def _text_encoder(where: str, proc: ProcessConfig, loaded: LoadedConfig) -> list[Finding]:
+def _text_encoder(where: str, proc: TrainingProcess, loaded: LoadedConfig) -> list[Finding]:
     """Text encoders train only where the arch has a text-encoder LoRA (its
     description); a text-encoder rate without them is unused. The `noise_scheduler` is
     the arch's fact checked at load (aitk.config.archfit)."""
     from aitk.models import catalog
 
     arch, tr = proc.model.arch, proc.train
-    if arch not in catalog.builtin_archs():
+    if arch not in catalog.builtin_archs() or proc.full_fine_tune:  # see _trained_parts
         return []
     out = []
     if tr.train_text_encoder and not catalog.trains_text_encoders(arch):
@@ -281,7 +308,7 @@ def _text_encoder(where: str, proc: ProcessConfig, loaded: LoadedConfig) -> list
     return out
 
 
-def _memory(where: str, proc: ProcessConfig, loaded: LoadedConfig) -> list[Finding]:
+def _memory(where: str, proc: TrainingProcess, loaded: LoadedConfig) -> list[Finding]:
     """A run whose forecast peak is over the free memory stops here, naming the cheapest
     changes that make it fit (aitk.memory.forecast.hints)."""
     from aitk.memory.plan import gib, memory_forecast
@@ -304,17 +331,50 @@ def _memory(where: str, proc: ProcessConfig, loaded: LoadedConfig) -> list[Findi
                   f"{where_} at its peak; {gib(free)} is free", fix, "memory")]
 
 
+def _trained_parts(where: str, proc: TrainingProcess, loaded: LoadedConfig
+                   ) -> list[Finding]:
+    """A full fine-tune trains the model's own weights: what it needs; a LoRA run says
+    when it ignores the full fine-tune's switches."""
+    tr, model, path = proc.train, proc.model, f"{where}.train"
+    if not proc.full_fine_tune:
+        out = []
+        if not tr.train_unet:
+            out.append(warning(f"{path}.train_unet", "a LoRA run always trains the "
+                               "denoiser's adapter; ignored", "remove it", "upstream_only"))
+        return out
+    out = []
+    if model.quantize:
+        out.append(error(f"{where}.model.quantize", "a full fine-tune updates the "
+                         "denoiser's weights, which quantized layers cannot take",
+                         "set quantize: false (quantize_te may stay)", "full_fine_tune"))
+    if model.assistant_lora_path:
+        out.append(error(f"{where}.model.assistant_lora_path", "a full fine-tune would "
+                         "save the assistant LoRA merged into the model", "remove it",
+                         "full_fine_tune"))
+    if not (tr.train_unet or tr.train_text_encoder):
+        out.append(error(f"{path}.train_unet", "train_unet and train_text_encoder are both "
+                         "off: nothing to train", "set train_unet: true", "full_fine_tune"))
+    return out
+
+
 CHECKS: tuple[PreflightCheck, ...] = (_device, _optimizer, _model, _model_kwargs,
                                       _text_encoder, _datasets, _sample_controls, _output,
-                                      _quantize, _recovery_adapter, _preservation, _memory)
+                                      _quantize, _recovery_adapter, _preservation, _memory,
+                                      _trained_parts)
+TRAINING_KINDS = ("extension", "train")
 
 
 def preflight(loaded: LoadedConfig) -> list[Finding]:
     """Every finding for every process, errors first."""
     findings: list[Finding] = []
-    for i, proc in enumerate(loaded.job.config.process):
-        where = f"config.process[{i}]"
-        for check in CHECKS:
-            findings += check(where, proc, loaded)
+    if loaded.kind in TRAINING_KINDS:
+        for i, proc in enumerate(loaded.job.processes):
+            where = f"config.process[{i}]"
+            for check in CHECKS:
+                findings += check(where, proc, loaded)
+    else:
+        from aitk.audit.file_jobs import file_job_findings
+
+        findings += file_job_findings(loaded)
     order = {Level.ERROR: 0, Level.WARNING: 1, Level.INFO: 2}
     return sorted(findings, key=lambda f: order[f.level])

@@ -8,24 +8,26 @@ Archs from extensions carry no description here and are not checked.
 
 from __future__ import annotations
 
-from aitk.config.schema import JobConfig, ProcessConfig
+from aitk.config.schema import JobBase, TrainingProcess
 from aitk.models import catalog
 from aitk.models.description import Frames
 
 
-def arch_fit_problems(job: JobConfig) -> list[str]:
-    """One "path: message" line per setting the process's arch cannot take."""
+def arch_fit_problems(job: JobBase) -> list[str]:
+    """One "path: message" line per setting a training process's arch cannot take (the
+    file jobs, extract/mod/merge/generate, train nothing and are not checked)."""
     out: list[str] = []
-    for i, proc in enumerate(job.config.process):
+    for i, proc in enumerate(job.processes):
         where = f"config.process[{i}]"
-        if proc.model.arch not in catalog.builtin_archs():
+        if not isinstance(proc, TrainingProcess) or \
+                proc.model.arch not in catalog.builtin_archs():
             continue
         out += _noise_scheduler(where, proc)
         out += _frames(where, proc)
     return out
 
 
-def _noise_scheduler(where: str, proc: ProcessConfig) -> list[str]:
+def _noise_scheduler(where: str, proc: TrainingProcess) -> list[str]:
     names = catalog.noise_schedulers(proc.model.arch)
     chosen = proc.train.noise_scheduler
     if chosen is None or chosen in names:
@@ -35,12 +37,13 @@ def _noise_scheduler(where: str, proc: ProcessConfig) -> list[str]:
             f"{also}; got {chosen!r}"]
 
 
-def _frames(where: str, proc: ProcessConfig) -> list[str]:
+def _frames(where: str, proc: TrainingProcess) -> list[str]:
     caps = catalog.description(proc.model.arch).capabilities
     rule = caps.video if caps is not None else None
     if rule is None:  # an image arch: the run refuses num_frames > 1 with its own line
         return []
-    asked = [(f"datasets[{i}].num_frames", ds.num_frames) for i, ds in enumerate(proc.datasets)]
+    datasets = getattr(proc, "datasets", [])  # a slider may have none
+    asked = [(f"datasets[{i}].num_frames", ds.num_frames) for i, ds in enumerate(datasets)]
     return [f"{where}.{path}: {frame_problem(rule, n)}" for path, n in asked
             if not rule.allows(n)]
 

@@ -29,9 +29,9 @@ from typing import Any
 import yaml
 from pydantic import ValidationError
 
-from aitk.config import upstream_keys
-from aitk.config.schema import JobConfig, join_path, validation_problems
-from aitk.config.upstream import processes, refusal, screen_keys, upstream_form
+from aitk.config import kinds, upstream_keys
+from aitk.config.schema import JobBase, join_path, validation_problems
+from aitk.config.upstream import ArchDetector, processes, refusal, screen_keys, upstream_form
 from aitk.errors import ConfigError
 from aitk_common import yamlload
 
@@ -43,7 +43,7 @@ CONFIG_EXTENSIONS = ("", ".yml", ".yaml", ".json")
 class LoadedConfig:
     """A validated job plus what the run needs to record it."""
 
-    job: JobConfig
+    job: JobBase  # one of aitk.config.kinds.SCHEMAS
     raw: dict[str, Any]  # after [name]/${VAR} substitution, unsupported keys dropped
     source: Path
     warnings: list[str] = field(default_factory=list)
@@ -56,7 +56,12 @@ class LoadedConfig:
 
     @property
     def name(self) -> str:
-        return self.job.config.name
+        return self.job.name
+
+    @property
+    def kind(self) -> str:
+        """The `job:` value: extension, train, extract, mod, merge or generate."""
+        return str(self.job.job)
 
 
 # ---- file resolution ------------------------------------------------------------------
@@ -140,10 +145,12 @@ def substitute(raw: Any, name: str, env: typing.Mapping[str, str] | None,
 
 def parse_job(raw: Any, source: str, *, name_override: str | None = None,
               env: typing.Mapping[str, str] | None = None,
-              check_arch: ArchCheck | None = None) -> LoadedConfig:
-    """Pure core of `load_config`: raw data -> validated config, all problems at once.
-    A job aitk does not run, or an upstream arch it does not support yet, stops with
-    that one line."""
+              check_arch: ArchCheck | None = None,
+              detect_arch: ArchDetector | None = None) -> LoadedConfig:
+    """Pure core of `load_config`: raw data -> validated config of its job kind
+    (aitk.config.kinds), all problems at once. A job aitk does not run, or an upstream
+    arch it does not support yet, stops with that one line. `detect_arch` reads the arch
+    of a model folder a config names without saying which it is."""
     env = os.environ if env is None else env
     if not isinstance(raw, dict):
         raise ConfigError(source, ["the file must hold a mapping with `job` and `config`"])
@@ -158,7 +165,8 @@ def parse_job(raw: Any, source: str, *, name_override: str | None = None,
         raw = {**raw, "config": {**section, "name": name_override}}
         section = raw["config"]
     job_name = name_override or (section.get("name") if isinstance(section, dict) else None)
-    data = upstream_form(substitute(raw, str(job_name or "[name]"), env, problems))
+    data = upstream_form(substitute(raw, str(job_name or "[name]"), env, problems),
+                         detect_arch)
     if check_arch is not None:
         found = arch_problems(data, check_arch)
         stop = [p for p, arch in found if arch in upstream_keys.UPSTREAM_ARCHS]
@@ -166,10 +174,12 @@ def parse_job(raw: Any, source: str, *, name_override: str | None = None,
             raise ConfigError(source, stop[:1])
         problems += [p for p, _ in found]
     written = data
-    data = screen_keys(data, JobConfig, "", problems, warnings)
-    job: JobConfig | None = None
+    schema = kinds.schema_for(data.get("job", kinds.DEFAULT_JOB))
+    assert schema is not None  # refusal() named any other kind
+    data = screen_keys(data, schema, "", problems, warnings)
+    job: JobBase | None = None
     try:
-        job = JobConfig.model_validate(data)
+        job = schema.model_validate(data)
     except ValidationError as exc:
         problems += validation_problems(exc, data)
     if job is not None:
@@ -179,8 +189,8 @@ def parse_job(raw: Any, source: str, *, name_override: str | None = None,
     if problems:
         raise ConfigError(source, problems)
     assert job is not None
-    recorded = screen_keys(upstream_form(substitute(raw, str(job_name), None, [])),
-                           JobConfig, "", [], [])
+    recorded = screen_keys(upstream_form(substitute(raw, str(job_name), None, []),
+                                         detect_arch), schema, "", [], [])
     return LoadedConfig(job=job, raw=data, source=Path(source), warnings=warnings,
                         recorded=recorded, written=written)
 
@@ -189,16 +199,22 @@ ArchCheck = Callable[[str], "str | None"]  # arch -> problem text, None when kno
 
 
 def arch_problems(data: Any, check_arch: ArchCheck) -> list[tuple[str, str]]:
-    """(problem, arch) for each `model.arch` the checker does not know; its text lists
-    the known archs."""
-    out = []
+    """(problem, arch) for each `model.arch` (an extract job's `config.arch`) the checker
+    does not know; its text lists the known archs."""
+    places = []
+    section = data.get("config") if isinstance(data, dict) else None
+    if isinstance(section, dict) and data.get("job") == "extract":
+        places.append(("config.arch", section.get("arch")))
     for i, proc in enumerate(processes(data)):
         model = proc.get("model") if isinstance(proc, dict) else None
-        arch = model.get("arch") if isinstance(model, dict) else None
+        places.append((f"config.process[{i}].model.arch",
+                       model.get("arch") if isinstance(model, dict) else None))
+    out = []
+    for where, arch in places:
         if isinstance(arch, str):
             problem = check_arch(arch)
             if problem is not None:
-                out.append((f"config.process[{i}].model.arch: {problem}", arch))
+                out.append((f"{where}: {problem}", arch))
     return out
 
 
@@ -226,12 +242,20 @@ def registry_arch_check(arch: str) -> str | None:
             "lists them with their source)")
 
 
+def folder_arch(location: str) -> str | None:
+    """The arch of a local model folder (aitk.models.detect); torch-free."""
+    from aitk.models.detect import detect_arch
+
+    return detect_arch(Path(location).expanduser())
+
+
 def load_config(name_or_path: str, *, name_override: str | None = None,
                 env: typing.Mapping[str, str] | None = None,
-                check_arch: ArchCheck | None = registry_arch_check) -> LoadedConfig:
+                check_arch: ArchCheck | None = registry_arch_check,
+                detect_arch: ArchDetector | None = folder_arch) -> LoadedConfig:
     path = resolve_config_path(name_or_path)
     return parse_job(read_config_file(path), str(path), name_override=name_override,
-                     env=env, check_arch=check_arch)
+                     env=env, check_arch=check_arch, detect_arch=detect_arch)
 
 
 def dump_yaml(raw: dict[str, Any]) -> str:

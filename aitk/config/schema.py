@@ -1,22 +1,25 @@
-"""The job config's schema: upstream's YAML format as pydantic models, and pydantic's
+"""The training job's schema: upstream's YAML format as pydantic models, and pydantic's
 errors turned into one line per problem, each naming its field path.
 
     job: extension
     config:
       name: my_lora
       process:
-        - type: sd_trainer
+        - type: sd_trainer            # or ui_trainer, diffusion_trainer, concept_slider
           training_folder: output
-          network: {type: lora, linear: 16, linear_alpha: 16}
+          network: {type: lora, linear: 16, linear_alpha: 16}   # absent: full fine-tune
           save / sample / train / model / datasets: ...
     meta: {name: "[name]", version: "1.0"}
 
-Every model forbids unknown keys (aitk.config.upstream screens them first, so an
-upstream-only key is a warning and a misspelling an error with a suggestion).
+The other job kinds (`job: train` sliders, extract, mod, merge, generate) have their own
+modules beside this one; aitk.config.kinds names them all. Every model forbids unknown
+keys (aitk.config.upstream screens them first, so an upstream-only key is a warning and
+a misspelling an error with a suggestion).
 """
 
 from __future__ import annotations
 
+import typing
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Annotated, Any, Literal
@@ -26,7 +29,9 @@ from pydantic import (
     BaseModel,
     BeforeValidator,
     ConfigDict,
+    Discriminator,
     Field,
+    Tag,
     ValidationError,
     ValidationInfo,
     create_model,
@@ -84,12 +89,17 @@ class NetworkConfig(_Strict):
         return float(self.dim)
 
 
+SaveDtype = Literal["float16", "fp16", "bfloat16", "bf16", "float32", "fp32"]
+
+
 class SaveConfig(_Strict):
-    dtype: Literal["float16", "fp16", "bfloat16", "bf16", "float32", "fp32"] = "float16"
+    dtype: SaveDtype = "float16"
     save_every: PositiveInt = 250
     max_step_saves_to_keep: PositiveInt = 4
-    # upstream writes "diffusers" for flux; aitk always writes the layout the arch's
-    # loaders read (see aitk.adapters.keys), so both are accepted
+    # A LoRA is always one file in the layout the arch's loaders read (see
+    # aitk.adapters.keys), so for LoRAs both values mean that (upstream's UI writes
+    # "diffusers" into LoRA jobs). A full fine-tune saves a diffusers folder
+    # ("diffusers") or one safetensors file of the denoiser (aitk.run.model_files).
     save_format: Literal["safetensors", "diffusers"] = "safetensors"
     # Upload the output folder's LoRA files and previews to this Hugging Face repo at
     # the end of the run (aitk.run.hub); offline or without a token, one line.
@@ -123,6 +133,7 @@ class SampleItem(_Strict):
     sample_steps: PositiveInt | None = None
     num_frames: PositiveInt | None = None  # video archs; unset: the sample section's
     fps: PositiveInt | None = None
+    network_multiplier: float | None = None  # the adapter's weight; unset: the section's
     # Edit models: the control (reference) image(s) a preview edits; `ctrl_img` or
     # `ctrl_img_1..3` (upstream's names), in that order (aitk.data.controls).
     ctrl_img: str | None = None
@@ -153,6 +164,9 @@ class SampleConfig(_Strict):
     # Video archs: frames per preview (the arch may round to its 4k+1) and playback rate.
     num_frames: PositiveInt = 1
     fps: PositiveInt = 16
+    # The adapter's weight in previews; a prompt's `--m W` flag or an item's own key
+    # overrides it (sliders preview both directions, e.g. --m -3 and --m 3).
+    network_multiplier: float = 1.0
 
     @property
     def items(self) -> list[SampleItem]:
@@ -219,9 +233,13 @@ class TrainConfig(_Strict):
     lr: Annotated[float, Field(gt=0.0)] = 1e-4
     # A LoRA on the text encoder(s) too, for the archs whose description names their
     # text-encoder keys (sd1, sd2, sdxl); the preflight refuses it for the others. Its
-    # rate is `text_encoder_lr` (unset: `lr`), on the same schedule.
+    # rate is `text_encoder_lr` (unset: `lr`), on the same schedule. A full fine-tune
+    # (no `network`) trains the denoiser's own weights (`train_unet`) and with
+    # `train_text_encoder` the text encoders' (aitk.run.finetune); a LoRA run always
+    # trains the denoiser's adapter (the preflight says so when `train_unet` is off).
     train_text_encoder: bool = False
     text_encoder_lr: Annotated[float, Field(gt=0.0)] | None = None
+    train_unet: bool = True
     # aitk.config.optimizers lists them, with the packages they need and their settings.
     optimizer: Annotated[Literal[optimizers.NAMES],  # type: ignore[valid-type]
                          BeforeValidator(_optimizer_name)] = "adamw"
@@ -371,6 +389,11 @@ class ModelConfig(_Strict):
     # aitk: build the arch's tiny random model (BaseModel.build_tiny) at name_or_path
     # when it is absent, so the tiny example jobs run on a fresh checkout.
     create_if_missing: bool = False
+    # A full fine-tune trains the parameters whose name (`transformer.` + the name in the
+    # denoiser) contains one of `only_if_contains` and none of `ignore_if_contains`
+    # (upstream's keys and matching); a LoRA run selects layers with network_kwargs.
+    only_if_contains: list[str] | None = None
+    ignore_if_contains: list[str] | None = None
 
     @model_validator(mode="after")
     def _te_follows_quantize(self) -> ModelConfig:
@@ -464,8 +487,10 @@ class DatasetConfig(_Strict):
         return sorted(set(res))
 
 
-class ProcessConfig(_Strict):
-    type: Literal["sd_trainer", "ui_trainer", "diffusion_trainer"] = "sd_trainer"
+class TrainingProcess(_Strict):
+    """What every training process has: LoRA/LoKr training, a full fine-tune, both
+    sliders. `network` absent means a full fine-tune (aitk.run.finetune)."""
+
     training_folder: str = "output"
     device: str | None = None  # None: cuda when available, else cpu
     gpus: PositiveInt = 1  # > 1: run.py starts torchrun (aitk.run.torchrun)
@@ -473,11 +498,19 @@ class ProcessConfig(_Strict):
     # TensorBoard event files go under it (aitk.run.trackers); unset: the config's.
     log_dir: str | None = None
     logging: LoggingConfig = LoggingConfig()
-    network: NetworkConfig
+    network: NetworkConfig | None = None
     save: SaveConfig = SaveConfig()
     sample: SampleConfig = SampleConfig()
     train: TrainConfig = TrainConfig()
     model: ModelConfig
+
+    @property
+    def full_fine_tune(self) -> bool:
+        return self.network is None
+
+
+class ProcessConfig(TrainingProcess):
+    type: Literal["sd_trainer", "ui_trainer", "diffusion_trainer"] = "sd_trainer"
     datasets: Annotated[list[DatasetConfig], Field(min_length=1)]
 
     @model_validator(mode="after")
@@ -494,6 +527,66 @@ class ProcessConfig(_Strict):
         return self
 
 
+class ConceptSliderSettings(_Strict):
+    """The `slider:` section of a `concept_slider` process (upstream's names and
+    defaults): the LoRA at +1 moves the `target_class` prediction towards
+    `positive_prompt` and away from `negative_prompt` by `guidance_strength`, at -1 the
+    other way; `anchor_class` (when set, even to "") keeps its prediction unchanged,
+    weighted by `anchor_strength` (aitk.run.slider)."""
+
+    guidance_strength: float = 3.0
+    anchor_strength: float = 1.0
+    positive_prompt: str = ""
+    negative_prompt: str = ""
+    target_class: str = ""
+    anchor_class: str | None = None
+
+    @model_validator(mode="after")
+    def _has_a_direction(self) -> ConceptSliderSettings:
+        if not (self.positive_prompt.strip() or self.negative_prompt.strip()):
+            raise ValueError("set positive_prompt or negative_prompt (the two ends of the "
+                             "slider)")
+        return self
+
+
+class ConceptSliderProcess(ProcessConfig):
+    """`type: concept_slider`: a LoRA trained on the datasets' images with the slider
+    loss instead of the denoising loss."""
+
+    type: Literal["concept_slider"] = "concept_slider"  # type: ignore[assignment]
+    network: NetworkConfig  # a slider is a LoRA: required
+    slider: ConceptSliderSettings
+
+
+def by_type(*models: type[BaseModel]) -> Any:
+    """A union of section models told apart by their `type:` value. A value none of
+    them takes validates against the first (its error lists the values it takes). The
+    union's tags carry a ':' so that error paths skip them (see _loc)."""
+    tags: dict[Any, str] = {}
+    for model in models:
+        for value in typing.get_args(model.model_fields["type"].annotation):
+            tags.setdefault(value, f"type:{model.__name__}")
+
+    def pick(value: Any) -> str:
+        kind = value.get("type") if isinstance(value, dict) else getattr(value, "type", None)
+        return tags.get(kind, f"type:{models[0].__name__}")
+
+    members = tuple(Annotated[m, Tag(f"type:{m.__name__}")] for m in models)
+    return Annotated[typing.Union[members], Discriminator(pick)]  # noqa: UP007
+
+
+def model_for_type(models: Iterable[type[BaseModel]], value: Any) -> type[BaseModel]:
+    """The model of `models` whose `type` takes value["type"] (the first one else)."""
+    models = list(models)
+    kind = value.get("type") if isinstance(value, dict) else None
+    for model in models:
+        field = model.model_fields.get("type")
+        if field is not None and kind in typing.get_args(field.annotation):
+            return model
+    return models[0]
+
+
+ExtensionProcess = by_type(ProcessConfig, ConceptSliderProcess)
 # Filesystems allow 255 bytes a name; the longest one a run writes is the temp file of a
 # step LoRA, `.NAME_000000250_high_noise.safetensors.XXXXXXXX.tmp` (NAME + 47 bytes).
 MAX_NAME_BYTES = 200
@@ -513,21 +606,58 @@ def one_path_component(name: str) -> str:
     return name
 
 
+JobName = Annotated[str, Field(min_length=1), AfterValidator(one_path_component)]
+
+
+class JobBase(_Strict):
+    """What every job kind answers (aitk.config.kinds lists the kinds, by their `job:`
+    value): its name, its processes, and the folder it writes in."""
+
+    job: str  # each kind narrows it to its one value
+    meta: dict[str, Any] = {}
+
+    @property
+    def name(self) -> str:
+        return self.config.name  # type: ignore[attr-defined]
+
+    @property
+    def processes(self) -> list[Any]:
+        return list(self.config.process)  # type: ignore[attr-defined]
+
+    def output_dir(self) -> Path:
+        """The folder this job writes in (the first process's; the web UI lists it)."""
+        raise NotImplementedError
+
+    def status_dir(self) -> Path | None:
+        """Where `status.json` goes when no watcher names a file (AITK_STATUS_FILE): a
+        training run's own folder; None for jobs that write into a user's folder."""
+        return None
+
+
 class JobSection(_Strict):
-    name: Annotated[str, Field(min_length=1), AfterValidator(one_path_component)]
-    process: Annotated[list[ProcessConfig], Field(min_length=1)]
+    name: JobName
+    process: Annotated[list[ExtensionProcess], Field(min_length=1)]
     log_dir: str | None = None  # every process's TensorBoard folder (upstream's)
 
 
-class JobConfig(_Strict):
+class JobConfig(JobBase):
+    """`job: extension`: LoRA/LoKr training, full fine-tunes and concept sliders."""
+
     job: Literal["extension"] = "extension"
     config: JobSection
-    meta: dict[str, Any] = {}
+
+    def output_dir(self) -> Path:
+        return Path(self.config.process[0].training_folder).expanduser() / self.name
+
+    def status_dir(self) -> Path | None:
+        return self.output_dir()
 
 
-# Each schema class is the aitk side of one upstream section (aitk.config.upstream_keys).
+# Each schema class is the aitk side of one upstream section (aitk.config.upstream_keys);
+# the other kinds' modules add theirs (aitk.config.kinds).
 SECTION_NAMES: dict[type[BaseModel], str] = {
     JobConfig: "job", JobSection: "config", ProcessConfig: "process",
+    ConceptSliderProcess: "process", ConceptSliderSettings: "concept_slider",
     NetworkConfig: "network", NetworkKwargs: "network.network_kwargs", SaveConfig: "save",
     LoggingConfig: "logging",
     SampleConfig: "sample", SampleItem: "sample.samples", TrainConfig: "train",
@@ -553,7 +683,7 @@ def _loc(loc: Iterable[Any], data: Any) -> str:
         elif isinstance(part, str) and isinstance(data, dict) and part in data:
             out, data = join_path(out, part), data[part]
         elif isinstance(part, str) and isinstance(data, dict | None) and \
-                not any(c in part for c in "[-"):
+                not any(c in part for c in "[-:"):  # union tags: `int`, `process:...`
             out, data = join_path(out, part), None  # a missing key
     return out
 

@@ -194,6 +194,46 @@ SECTIONS: dict[str, dict[str, Any]] = {
     },
 }
 
+# The other job kinds (aitk.config.kinds), from upstream's jobs/*Job.py and
+# jobs/process/*.py.
+SECTIONS.update({
+    "concept_slider": {"guidance_strength": 3.0, "anchor_strength": 1.0,
+                       "positive_prompt": "", "negative_prompt": "", "target_class": "",
+                       "anchor_class": None},
+    "slider": {"targets": [], "anchors": [], "resolutions": [[512, 512]],
+               "prompt_file": None, "prompt_tensors": None, "batch_full_slide": True,
+               "use_adapter": None, "adapter_img_dir": None, "low_ram": False},
+    "slider.targets": {"target_class": "", "positive": "", "negative": "",
+                       "multiplier": 1.0, "weight": 1.0, "shuffle": False},
+    "slider.anchors": {"prompt": "", "neg_prompt": "", "multiplier": 1.0},
+    "extract": {"name": None, "process": None, "base_model": None, "extract_model": None,
+                "output_folder": None, "is_v2": False, "dtype": "fp16", "device": "cpu",
+                "extract_unet": True, "extract_text_encoder": True, "arch": None,
+                "log_dir": None},
+    "extract.process": {"type": None, "filename": None, "output_path": None,
+                        "dtype": VARIES, "mode": "fixed", "linear": VARIES, "conv": VARIES,
+                        "use_sparse_bias": False, "sparsity": 0.98, "disable_cp": False,
+                        "extract_unet": True, "extract_text_encoder": True},
+    "mod": {"name": None, "process": None, "device": "cpu", "log_dir": None},
+    "mod.process": {"type": None, "input_path": None, "output_path": None,
+                    "replace_meta": False, "scale_target": "up_down", "save_dtype": "fp16",
+                    "current_weight": None, "target_weight": None, "is_xl": False,
+                    "is_v2": False},
+    "merge": {"name": None, "process": None, "device": "cpu", "dtype": "fp16",
+              "is_v2": False, "log_dir": None},
+    "merge.process": {},
+    "merge.loras": {},
+    "generate": {"name": None, "process": None, "device": "cpu", "log_dir": None},
+    "generate.process": {"type": None, "output_folder": None, "device": None,
+                         "generate": None, "model": None, "dtype": "float16"},
+    "generate.generate": {
+        "sampler": "ddpm", "width": 512, "height": 512, "size_list": None, "neg": "",
+        "seed": -1, "guidance_scale": 7, "sample_steps": 20, "prompt_2": None,
+        "neg_2": None, "prompts": None, "guidance_rescale": 0.0, "compile": False,
+        "ext": "png", "prompt_file": False, "num_repeats": 1, "random_prompts": False,
+        "max_random_per_prompt": 1, "max_images": 10000, "shuffle": False},
+})
+
 # Accepted and never warned about: they change logs, speed, memory or bookkeeping, not
 # what is learned.
 QUIET: dict[str, frozenset[str]] = {
@@ -216,6 +256,15 @@ QUIET: dict[str, frozenset[str]] = {
     # aitk logs every step it reads a loss (loss_log.jsonl); the UI logger is upstream's
     # database (aitk's web UI reads the loss log).
     "logging": frozenset({"log_every", "verbose", "use_ui_logger"}),
+    # Flags read into the arch (derive_arch), and metadata-only keys.
+    "extract": frozenset({"is_v2", "log_dir"}),
+    "extract.process": frozenset({"disable_cp"}),  # aitk makes no CP decomposition
+    "mod": frozenset({"device", "log_dir"}),
+    "mod.process": frozenset({"is_xl", "is_v2"}),  # metadata only
+    "merge": frozenset({"dtype", "is_v2", "log_dir"}),
+    "generate": frozenset({"log_dir"}),
+    "generate.generate": frozenset({"compile", "sampler"}),
+    "slider": frozenset({"batch_full_slide", "low_ram"}),
 }
 
 # Upstream keys aitk does not act on as upstream does, where that changes whether a run
@@ -311,24 +360,22 @@ def _same(value: Any, default: Any) -> bool:
 
 
 # ---- job and process types -------------------------------------------------------------
-RUN_JOB = "extension"
-RUN_PROCESS_TYPES = ("sd_trainer", "ui_trainer", "diffusion_trainer")
-# What upstream runs that aitk does not: named in the one-line refusal.
-OTHER_JOB_TYPES = {
-    "extract": "LoRA/LoCon extraction", "generate": "image generation",
-    "mod": "LoRA modification (rescale)", "train": "legacy training processes (slider, "
-    "VAE, ESRGAN, ...)", "merge": "model merging",
-}
+# aitk.config.kinds has the job kinds aitk runs (all of upstream's); these are the process
+# types upstream runs beyond them, named in the one-line refusal.
 OTHER_PROCESS_TYPES = {
-    "slider": "slider training", "concept_slider": "concept slider training",
     "ultimate_slider_trainer": "slider training",
     "image_reference_slider_trainer": "slider training",
     "textual_inversion_trainer": "textual inversion", "concept_replacer": "concept replacing",
     "reference_generator": "generation", "pure_lora_generator": "generation",
-    "batch_img2img": "generation", "to_folder": "generation", "locon": "extraction",
-    "lora": "extraction", "rescale_lora": "LoRA modification", "dataset_tools": "dataset tools",
+    "batch_img2img": "generation", "dataset_tools": "dataset tools",
     "sync_from_collection": "dataset tools", "super_tagger": "captioning",
+    "vae": "VAE training", "esrgan": "ESRGAN training", "slider_old": "slider training",
+    "lora_hack": "LoRA training", "rescale_sd": "SD rescale training",
+    "reference": "reference training",
 }
+# What a process without `network` trains instead of the denoiser, when it says so.
+OTHER_TRAINED = {"adapter": "an adapter ({type})", "embedding": "a textual-inversion "
+                 "embedding", "decorator": "a decorator"}
 
 
 # ---- model archs -----------------------------------------------------------------------

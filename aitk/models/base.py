@@ -59,7 +59,12 @@ The trainer calls these hooks in this order:
    conditional_embeds, unconditional_embeds, generator)` per config, under
    `torch.no_grad()` in eval mode, with a CPU generator seeded from `config.seed`.
    The pipeline receives embeds only, never text.
-5. Saving: full fine-tunes use `save_model(path)`; LoRA files are written by
+5. Saving: a full fine-tune (and a LoRA merged into the model) saves the parts
+   `denoiser_parts()` names (subfolder -> module: `transformer` by default, per
+   `denoiser_subfolders`) plus, with `train.train_text_encoder`, `text_encoder_parts()`
+   (trained as the text-encoder LoRA trains them, through `train_text_encoders()`),
+   through aitk.run.model_files (`save_model(path)`
+   writes a complete diffusers folder). LoRA files are written by
    aitk.adapters.AdapterNetwork, which maps keys through
    `convert_lora_weights_before_save/load()` (public keys with the `diffusion_model.`
    prefix; see aitk.adapters.keys), then splits them into one file per
@@ -566,8 +571,29 @@ class BaseModel:
                 sub.training = mode
 
     # ---- 5. saving -----------------------------------------------------------------
+    # The denoiser's subfolders in the diffusers layout. Several: get_model_to_train()
+    # holds each as the attribute of that name (Wan 2.2's two experts).
+    denoiser_subfolders: ClassVar[tuple[str, ...]] = ("transformer",)
+
+    def denoiser_parts(self) -> dict[str, nn.Module]:
+        """What a full fine-tune trains and saves of the denoiser: subfolder -> module."""
+        module = self.get_model_to_train()
+        if len(self.denoiser_subfolders) == 1:
+            return {self.denoiser_subfolders[0]: module}
+        return {sub: getattr(module, sub) for sub in self.denoiser_subfolders}
+
     def save_model(self, output_path: str, dtype: torch.dtype = torch.float32) -> None:
-        raise NotImplementedError
+        """This model as a complete diffusers folder at `output_path`: the denoiser from
+        memory, the other parts from `name_or_path` (aitk.run.model_files)."""
+        import json
+
+        import aitk
+        from aitk.run.model_files import write_diffusers
+
+        software = json.dumps({"name": aitk.SOFTWARE_NAME, "version": aitk.__version__})
+        write_diffusers(Path(output_path), self.denoiser_parts(),
+                        str(self.model_config.name_or_path), dtype,
+                        {"software": software, "arch": self.arch})
 
     def convert_lora_weights_before_save(self, state_dict: dict[str, torch.Tensor]
                                          ) -> dict[str, torch.Tensor]:
@@ -595,6 +621,22 @@ class BaseModel:
                         ) -> dict[str, dict[str, torch.Tensor]]:
         """Public state dict -> {suffix: the keys of that file}."""
         return {"": state_dict}
+
+    def extraction_targets(self, weights: Mapping[str, Sequence[int]],
+                           conv: bool = False) -> list[str]:
+        """The layers whose difference `job: extract` writes as LoRA, from the denoiser's
+        weight names and shapes alone (`weights`: `<layer>.weight` -> shape; names as in
+        get_model_to_train()): the Linear (2-D) weights under `lora_block_prefixes`, and
+        with `conv` the Conv (4-D) ones there too. Extraction builds no model: this, the
+        key conversion and the file split run on an instance that has not loaded."""
+        prefixes = tuple(self.lora_block_prefixes)
+        out = []
+        for name, shape in weights.items():
+            layer = name[: -len(".weight")]
+            if name.endswith(".weight") and layer.startswith(prefixes) and \
+                    (len(shape) == 2 or (conv and len(shape) == 4)):
+                out.append(layer)
+        return sorted(out)
 
     def join_lora_files(self, parts: dict[str, dict[str, torch.Tensor]]
                         ) -> dict[str, torch.Tensor]:
@@ -656,9 +698,10 @@ class BaseModel:
 
     # ---- text-encoder LoRA (`train.train_text_encoder`) ------------------------------
     def text_encoder_parts(self) -> dict[str, nn.Module]:
-        """The text encoders this arch can train, by subfolder (`text_encoder`,
-        `text_encoder_2`); none by default. An arch that names them embeds prompts
-        under `text_encoder_grad()` and names their LoRA keys in its key conversion."""
+        """The text encoders this arch can train (a LoRA on them, or a full fine-tune of
+        them), by subfolder (`text_encoder`, `text_encoder_2`); none by default. An arch
+        that names them embeds prompts under `text_encoder_grad()` and names their LoRA
+        keys in its key conversion."""
         return {}
 
     def text_encoder_grad(self) -> contextlib.AbstractContextManager[Any]:

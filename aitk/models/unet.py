@@ -17,6 +17,7 @@ its prompt embeds, the UNet call and its preview pipeline:
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from typing import Any, ClassVar
 
 import numpy as np
@@ -78,6 +79,7 @@ class UNetModel(BaseModel):
     text_encoder_lora_prefixes = kohya.CLIP_LORA_PREFIXES
     text_encoder_subfolders: ClassVar[tuple[str, ...]] = ("text_encoder",)
     kohya_layout: ClassVar[kohya.KohyaLayout]
+    denoiser_subfolders: ClassVar[tuple[str, ...]] = ("unet",)
 
     # ---- latents ---------------------------------------------------------------------
     @property
@@ -122,6 +124,25 @@ class UNetModel(BaseModel):
                 if (module := getattr(self, sub, None)) is not None}
 
     # ---- LoRA files --------------------------------------------------------------------
+    def extraction_targets(self, weights: Mapping[str, Sequence[int]],
+                           conv: bool = False) -> list[str]:
+        """What training targets (the Linear layers of the blocks' attention modules),
+        read from the names as attention_prefixes reads the loaded UNet; with `conv` the
+        convolutions of the UNet (resnets, up/down samplers, conv_in/out) too, as
+        LyCORIS's LoCon extraction takes them. All have kohya names ComfyUI maps."""
+        out = []
+        for name, shape in weights.items():
+            if not name.endswith(".weight"):
+                continue
+            layer, parts = name[: -len(".weight")], name.split(".")
+            in_blocks = parts[0] in BLOCK_ROOTS
+            if len(shape) == 2 and in_blocks and "attentions" in parts:
+                out.append(layer)
+            elif conv and len(shape) == 4 and (in_blocks or parts[0] in ("conv_in",
+                                                                         "conv_out")):
+                out.append(layer)
+        return sorted(out)
+
     def convert_lora_weights_before_save(self, state_dict: dict[str, torch.Tensor]
                                          ) -> dict[str, torch.Tensor]:
         return kohya.to_kohya(state_dict, self.kohya_layout)

@@ -16,7 +16,7 @@ from typing import Any, TextIO
 
 import torch
 
-from aitk.config.schema import ProcessConfig
+from aitk.config.schema import ModelConfig, ProcessConfig
 from aitk.data import controls
 from aitk.data.batches import BatchSource, DatasetRules
 from aitk.data.captions import CaptionRules
@@ -42,20 +42,20 @@ def pick_device(requested: str | None) -> torch.device:
     return device
 
 
-def ensure_example_model(proc: ProcessConfig) -> None:
+def ensure_example_model(model: ModelConfig) -> None:
     """`model.create_if_missing`: build the arch's tiny random model on first use."""
     from aitk.models import registry
 
-    path = Path(proc.model.name_or_path).expanduser()
-    if not proc.model.create_if_missing or path.exists():
+    path = Path(model.name_or_path).expanduser()
+    if not model.create_if_missing or path.exists():
         return
-    model_cls = registry.get_model_class(proc.model.arch)
-    print(f"building a tiny random {proc.model.arch} model at {path} (create_if_missing)",
+    model_cls = registry.get_model_class(model.arch)
+    print(f"building a tiny random {model.arch} model at {path} (create_if_missing)",
           file=sys.stderr)
     try:
         model_cls.build_tiny(path)
     except NotImplementedError:
-        raise ModelError(f"model.create_if_missing: the {proc.model.arch} arch has no "
+        raise ModelError(f"model.create_if_missing: the {model.arch} arch has no "
                          "tiny random model to build; point name_or_path at a model"
                          ) from None
 

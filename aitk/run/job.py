@@ -32,7 +32,6 @@ from aitk.errors import (
     TrainerError,
 )
 from aitk.run import distributed
-from aitk.run.process import run_process
 from aitk.run.signals import LenientStream, StopFlag
 from aitk.run.status import StatusFile
 from aitk.run.train import Outcome
@@ -58,13 +57,13 @@ def registered(name: str, config: Path) -> Iterator[None]:
 
 
 def run_job(loaded: LoadedConfig, stream: TextIO | None = None) -> int:
-    """Run every process of one config; returns the exit code (never raises)."""
+    """Run every process of one config, of any job kind; returns the exit code (never
+    raises)."""
     stream = LenientStream(stream or sys.stderr)  # type: ignore[assignment]
-    first = loaded.job.config.process[0]
     # Under torchrun rank 0 alone writes the status file (aitk.run.distributed).
     writes = os.environ.get("RANK", "0") == "0"
-    status = StatusFile(status_path(Path(first.training_folder).expanduser() / loaded.name)
-                        if writes else None, loaded.name)
+    status = StatusFile(status_path(loaded.job.status_dir()) if writes else None,
+                        loaded.name)
     status.phase("loading")
     code = _run_job(loaded, stream, status)
     status.finish(code)
@@ -72,14 +71,17 @@ def run_job(loaded: LoadedConfig, stream: TextIO | None = None) -> int:
 
 
 def _run_job(loaded: LoadedConfig, stream: TextIO, status: StatusFile) -> int:
+    from aitk.jobs import runner_for
+
     for warning in loaded.warnings:
         print(f"warning: {warning}", file=stream)
     stop = StopFlag(say=lambda m: print(m, file=stream, flush=True))
     world = distributed.SINGLE
     try:
         world = distributed.World.from_env()
+        run_process = runner_for(loaded.kind)
         with stop.installed(), registered(loaded.name, loaded.source):
-            for proc in loaded.job.config.process:
+            for proc in loaded.job.processes:
                 if run_process(loaded, proc, stop, stream, world, status) is Outcome.STOPPED:
                     if world.is_main:
                         print(f"stopped; run the same config again to resume "

@@ -2,7 +2,10 @@
 (a user's file at one of its names is left alone). Light on purpose: the web UI uses it
 too, and it must not import torch.
 
-- LoRA files: safetensors metadata `software` names aitk (aitk.run.provenance writes it);
+- LoRA files (and a full fine-tune's single-file model): safetensors metadata
+  `software` names aitk (aitk.run.provenance writes it);
+- model folders (a full fine-tune or a merge saved as diffusers): MODEL_MARKER inside,
+  naming aitk and listing every file written (only those are ever removed);
 - previews: EXIF `Software` = aitk (PNG, JPEG, WebP, animated WebP);
 - config.yaml: its first line is CONFIG_HEADER;
 - loss_log.jsonl: aitk.run.metrics.is_loss_log; checkpoints: aitk.run.checkpoint.is_ours.
@@ -18,6 +21,7 @@ from typing import Any
 import aitk
 
 CONFIG_HEADER = "# the config as run, written by aitk at every start of this job\n"
+MODEL_MARKER = "aitk_model.json"
 EXIF_SOFTWARE = 0x0131  # the EXIF tag PNG, JPEG and WebP all carry
 
 
@@ -87,3 +91,28 @@ def config_is_ours(path: Path) -> bool:
             return fh.read(len(CONFIG_HEADER.encode())).decode("utf-8") == CONFIG_HEADER
     except (OSError, ValueError):
         return False
+
+
+def model_folder_files(path: Path) -> list[Path] | None:
+    """The files aitk wrote in a model folder (from its MODEL_MARKER, which is among
+    them); None when the folder is not one aitk wrote."""
+    if path.is_symlink() or not path.is_dir():
+        return None
+    marker = path / MODEL_MARKER
+    if not _regular(marker):
+        return None
+    try:
+        with open(marker, "rb") as fh:
+            data = json.loads(fh.read(1 << 20))
+        if json.loads(data["software"]).get("name") != aitk.SOFTWARE_NAME:
+            return None
+        files = [path / name for name in data["files"]]
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        return None
+    if any(".." in Path(name).parts or Path(name).is_absolute() for name in data["files"]):
+        return None
+    return [*files, marker]
+
+
+def model_folder_is_ours(path: Path) -> bool:
+    return model_folder_files(path) is not None

@@ -135,7 +135,7 @@ def load(p: Process, device: torch.device) -> Any:
     first (`create_if_missing`); the others wait for it."""
     quiet_library_progress()
     if p.main:
-        ensure_example_model(p.proc)
+        ensure_example_model(p.proc.model)
     distributed.barrier(p.world)
     model = load_model(p.proc, device, report=p.say)
     model.configure_training(p.proc.train)

@@ -31,8 +31,10 @@ class StatusFile:
         self.problems: list[str] = []
 
     def phase(self, phase: Phase | str, *, step: int | None = None,
-              total_steps: int | None = None) -> None:
+              total_steps: int | None = None, message: str | None = None) -> None:
+        """A new phase; `message` says what a `working` job is at (cleared otherwise)."""
         self.status.phase = Phase(phase)
+        self.status.message = message
         if step is not None:
             self.status.step = step
         if total_steps is not None:

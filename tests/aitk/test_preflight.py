@@ -142,10 +142,10 @@ def test_output_folder_resume_and_overwrite_are_reported(tmp_path):
 
 def test_check_reports_every_config_even_after_a_failure(tmp_path, capsys):
     bad = tmp_path / "bad.yml"
-    bad.write_text("job: extract\nconfig: {name: x, process: []}\n")
+    bad.write_text("job: ensemble\nconfig: {name: x, process: []}\n")
     assert run_main([str(bad), str(EXAMPLE), "--check"]) == 2
     err = capsys.readouterr().err
-    assert "job: 'extract'" in err and "check passed: example_lora" in err
+    assert "job: 'ensemble'" in err and "check passed: example_lora" in err
 
 
 def test_text_encoder_lr_without_a_training_text_encoder_is_a_warning(tmp_path):

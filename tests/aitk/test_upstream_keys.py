@@ -105,10 +105,19 @@ def test_training_seed_and_locon_follow_upstream():
 
 
 @pytest.mark.parametrize("mutate,start", [
-    (lambda r: r.update(job="generate"), "job: 'generate' (image generation)"),
-    (lambda r: proc(r).update(type="concept_slider"),
-     "config.process[0].type: process type 'concept_slider'"),
-    (lambda r: proc(r).pop("network"), "config.process[0]: a full fine-tune"),
+    (lambda r: r.update(job="ensemble"), "job: 'ensemble' is not a job kind aitk runs; it "
+     "runs job: extension, train, extract, mod, merge, generate"),
+    (lambda r: r.update(job="generate"), "config.process[0].type: process type "
+     "'sd_trainer' belongs to `job: extension`, not `job: generate`"),
+    (lambda r: proc(r).update(type="textual_inversion_trainer"),
+     "config.process[0].type: process type 'textual_inversion_trainer' (textual "
+     "inversion) is not supported by aitk"),
+    (lambda r: (r.update(job="train"), proc(r).update(type="vae")),
+     "config.process[0].type: process type 'vae' (VAE training) is not supported by aitk; "
+     "`job: train` runs slider"),
+    (lambda r: (proc(r).pop("network"), proc(r).update(adapter={"type": "redux"})),
+     "config.process[0].adapter: this process trains an adapter (redux) instead of the "
+     "model"),
 ])
 def test_jobs_aitk_does_not_run_stop_with_one_line(mutate, start):
     r = raw()
@@ -143,9 +152,9 @@ def test_config_errors_carry_path_message_records():
 
 
 def test_every_upstream_section_maps_to_a_schema_class():
-    from aitk.config.schema import SECTION_NAMES
+    from aitk.config.kinds import SECTIONS
 
-    mapped = set(SECTION_NAMES.values())
+    mapped = set(SECTIONS.values())
     assert {"job", "config", "process", "network", "save", "sample", "sample.samples",
             "train", "model", "datasets"} <= mapped
     assert set(uk.SECTIONS) - mapped <= {"logging", "train.ema_config"}  # whole sections

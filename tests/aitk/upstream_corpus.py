@@ -55,10 +55,12 @@ def _trainer(model: dict[str, Any], *, network: dict[str, Any] | None = None,
             "meta": {"name": "[name]", "version": "1.0"}}
 
 
-def _ui_job(arch: str, name_or_path: str, **model: Any) -> dict[str, Any]:
-    """What the upstream web UI writes for a new job (its defaults)."""
+def _ui_job(arch: str, name_or_path: str, kind: str = "diffusion_trainer",
+            slider: dict[str, Any] | None = None, **model: Any) -> dict[str, Any]:
+    """What the upstream web UI writes for a new job (its defaults; a concept slider
+    adds its `slider` section)."""
     proc = {
-        "type": "diffusion_trainer", "training_folder": "output",
+        "type": kind, "training_folder": "output",
         "sqlite_db_path": "./aitk_db.db", "device": "cuda", "trigger_word": None,
         "performance_log_every": 10,
         "network": {"type": "lora", "linear": 32, "linear_alpha": 32, "conv": 16,
@@ -101,6 +103,8 @@ def _ui_job(arch: str, name_or_path: str, **model: Any) -> dict[str, Any]:
                    "neg": "", "seed": 42, "walk_seed": True, "guidance_scale": 4,
                    "sample_steps": 25, "num_frames": 1, "fps": 1},
     }
+    if slider is not None:
+        proc["slider"] = slider
     return {"job": "extension", "config": {"name": "ui_job_v1", "process": [proc]},
             "meta": {"name": "[name]", "version": "1.0"}}
 
@@ -229,29 +233,49 @@ CORPUS: dict[str, tuple[dict[str, Any], str]] = {
                        "is_xl": True}, train={"noise_scheduler": "ddpm"},
                       sample=_sample(sampler="ddpm")), RUNS),
     "full_fine_tune": (_trainer({"name_or_path": "ostris/Flex.1-alpha", "is_flux": True},
-                                network=False, train={"lr": 1e-5}),
-                       "config.process[0]: a full fine-tune (no `network` section) is not "
-                       "supported by aitk"),
-    "extract": (_refused("extract", [{"type": "locon", "filename": "[save_path]/x.safetensors",
-                                      "mode": "fixed", "linear": 64}],
+                                network=False, train={"lr": 1e-5}), RUNS),
+    "flex_redux": (_trainer({"name_or_path": "ostris/Flex.1-alpha", "is_flux": True},
+                            network=False, adapter={"type": "redux", "train": True}),
+                   "config.process[0].adapter: this process trains an adapter (redux) "
+                   "instead of the model, which aitk does not do"),
+    "extract": (_refused("extract", [{"type": "locon", "filename": "[name]_64_32.safetensors",
+                                      "mode": "fixed", "linear": 64, "conv": 32}],
                          base_model="/m/base.safetensors", extract_model="/m/x.safetensors",
-                         output_folder="/out"),
-                "job: 'extract' (LoRA/LoCon extraction) is not supported by aitk"),
-    "generate": (_refused("generate", [{"type": "to_folder", "output_folder": "/out",
-                                        "generate": {"prompts": ["a cat"], "width": 512}}]),
-                 "job: 'generate' (image generation) is not supported by aitk"),
+                         output_folder="/out", is_v2=False, dtype="fp16", device="cpu"),
+                # a single file says nothing of its arch, and no flag is set: SD 1.x
+                RUNS),
+    "generate": (_refused("generate", [{
+        "type": "to_folder", "output_folder": "/out", "device": "cuda:0",
+        "generate": {"prompts": ["a cat --n dog"], "width": 512, "seed": -1, "ext": ".png"},
+        "model": {"name_or_path": "runwayml/stable-diffusion-v1-5", "is_v2": False,
+                  "is_xl": False, "dtype": "bf16"}}]), RUNS),
     "mod": (_refused("mod", [{"type": "rescale_lora", "input_path": "/in.safetensors",
                               "output_path": "/out.safetensors", "current_weight": 6,
-                              "target_weight": 1.0}]),
-            "job: 'mod' (LoRA modification (rescale)) is not supported by aitk"),
-    "slider": (_refused("train", [{"type": "slider", "slider": {"targets": [
-        {"target_class": "", "positive": "happy", "negative": "sad"}]}}],
-        training_folder="/out"),
-        "job: 'train' (legacy training processes"),
-    "concept_slider": (_refused("extension", [{"type": "concept_slider", "slider": {
-        "guidance_strength": 3.0, "positive_prompt": "person who is happy"}}]),
-        "config.process[0].type: process type 'concept_slider' (concept slider training) "
-        "is not supported by aitk"),
+                              "target_weight": 1.0, "replace_meta": True,
+                              "scale_target": "up_down", "save_dtype": "fp16",
+                              "is_xl": False, "is_v2": False}]), RUNS),
+    "merge": (_refused("merge", [{"type": "merge_loras", "output_path": "/out/m.safetensors",
+                                  "loras": [{"path": "/a.safetensors", "strength": 0.5},
+                                            {"path": "/b.safetensors", "weight": 0.5}]}]),
+              RUNS),
+    "slider": (_refused("train", [{
+        "type": "slider", "network": {"type": "lierla", "linear": 8, "linear_alpha": 4},
+        "train": {"noise_scheduler": "ddpm", "steps": 500, "lr": 2e-4,
+                  "max_denoising_steps": 40, "min_snr_gamma": 5.0},
+        "model": {"name_or_path": "runwayml/stable-diffusion-v1-5", "is_v2": False},
+        "logging": {"log_every": 10},
+        "slider": {"resolutions": [[512, 512]], "batch_full_slide": True, "targets": [
+            {"target_class": "", "positive": "happy", "negative": "sad",
+             "shuffle": True}]}}], training_folder="/out", device="cuda:0"), RUNS),
+    "train_vae": (_refused("train", [{"type": "vae"}], training_folder="/out"),
+                  "config.process[0].type: process type 'vae' (VAE training) is not "
+                  "supported by aitk"),
+    "ui_concept_slider": (_ui_job("flex1", "ostris/Flex.1-alpha", kind="concept_slider",
+                                  slider={"guidance_strength": 3.0, "anchor_strength": 1.0,
+                                          "positive_prompt": "person who is happy",
+                                          "negative_prompt": "person who is sad",
+                                          "target_class": "person", "anchor_class": ""}),
+                          RUNS),
     "ui_flex1": (_ui_job("flex1", "ostris/Flex.1-alpha"), RUNS),
     "ui_hidream": (_ui_choice("hidream", "HiDream-ai/HiDream-I1-Full",
                               train={"lr": 0.0002, "timestep_type": "shift"}), RUNS),

@@ -14,7 +14,6 @@ with the same layout), each part saved with `save_pretrained`:
 
 from __future__ import annotations
 
-import shutil
 from pathlib import Path
 from typing import Any
 
@@ -29,7 +28,6 @@ from aitk.models.base import BaseModel, GenerateImageConfig
 from aitk.models.example.sizes import MAX_TOKENS
 from aitk.models.loading import freeze
 from aitk.models.prompt_embeds import AdvancedPromptEmbeds
-from aitk_common.files import staged_dir
 
 PARTS = ("transformer", "text_encoder", "tokenizer", "vae")
 # Kept in float32 by quantization: the token/time/text embedders and the output layer are
@@ -159,22 +157,6 @@ class ExampleModel(BaseModel):
         return tensor_to_pil(pixels[0])
 
     # ---- 5. saving -----------------------------------------------------------------
-    def save_model(self, output_path: str, dtype: torch.dtype = torch.float32) -> None:
-        """Write a complete model folder (loadable by load_model) and publish it by rename."""
-        from diffusers import FlowMatchEulerDiscreteScheduler
-
-        out = Path(output_path)
-        with staged_dir(out) as tmp:
-            self.model.to(dtype).save_pretrained(tmp / "transformer")
-            self.model.to(self.dtype)
-            src = Path(self.model_config.name_or_path)
-            for part in ("text_encoder", "tokenizer", "vae", "scheduler"):
-                if (src / part).is_dir():
-                    shutil.copytree(src / part, tmp / part)
-            if not (tmp / "scheduler").is_dir():
-                FlowMatchEulerDiscreteScheduler.from_config(
-                    self.noise_scheduler.config).save_pretrained(tmp / "scheduler")
-
     def convert_lora_weights_before_save(self, state_dict: dict[str, torch.Tensor]
                                          ) -> dict[str, torch.Tensor]:
         return to_public_keys(state_dict)

@@ -144,6 +144,11 @@ class ExpertSchedule:
 class Wan22Model(Wan21Model):
     arch = "wan22_14b"
     tiny_variant = WAN22_14B
+    denoiser_subfolders = EXPERTS  # get_model_to_train(): WanExperts, one attribute each
+    # Until load_model reads model_kwargs, both experts (what an unloaded instance
+    # answers: extraction converts and splits LoRA keys without loading).
+    trainable: tuple[str, ...] = EXPERTS
+    lora_block_prefixes = tuple(f"{e}.blocks." for e in EXPERTS)
     boundary: float = BOUNDARY_T2V
     switch_every = 1
 
