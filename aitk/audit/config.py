@@ -13,7 +13,7 @@ from __future__ import annotations
 from typing import Any
 
 from aitk.config.loading import LoadedConfig, load_config
-from aitk.config.schema import ProcessConfig
+from aitk.config.schema import TrainingProcess as ProcessConfig
 from aitk.data.formats import TRIGGER_TAG
 from aitk.errors import ConfigError, split_problem
 from aitk.findings import Finding, Report, error, warning
@@ -73,9 +73,13 @@ def _prompts_without_trigger(where: str, proc: ProcessConfig) -> list[Finding]:
 
 
 def conflicts(loaded: LoadedConfig) -> list[Finding]:
+    from aitk.audit.preflight import TRAINING_KINDS
+
     out: list[Finding] = []
+    if loaded.kind not in TRAINING_KINDS:  # extract, mod, merge, generate: no training
+        return out
     written = loaded.written.get("config", {}).get("process", [])
-    for i, proc in enumerate(loaded.job.config.process):
+    for i, proc in enumerate(loaded.job.processes):
         where = f"config.process[{i}]"
         raw = written[i] if i < len(written) and isinstance(written[i], dict) else {}
         out += _caching_conflicts(where, proc, raw)
@@ -99,7 +103,7 @@ def audit_config(name: str) -> Report:
     report.findings = [warning(*split_problem(w), code="upstream_only")
                        for w in loaded.warnings]
     report.findings += preflight(loaded) + conflicts(loaded)
-    report.summary = {"name": loaded.name,
-                      "processes": len(loaded.job.config.process),
-                      "archs": [p.model.arch for p in loaded.job.config.process]}
+    procs = loaded.job.processes
+    report.summary = {"name": loaded.name, "job": loaded.kind, "processes": len(procs),
+                      "archs": [p.model.arch for p in procs if getattr(p, "model", None)]}
     return report

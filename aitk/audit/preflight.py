@@ -354,6 +354,16 @@ def _trained_parts(where: str, proc: TrainingProcess, loaded: LoadedConfig
     if not (tr.train_unet or tr.train_text_encoder):
         out.append(error(f"{path}.train_unet", "train_unet and train_text_encoder are both "
                          "off: nothing to train", "set train_unet: true", "full_fine_tune"))
+    # The prior terms ask the base model, which a LoRA run gets by turning its adapter
+    # off; a full fine-tune keeps no untouched copy (aitk.run.process.refuse_priors).
+    priors = [(f"{path}.{key}", key) for key in (
+        "diff_output_preservation", "blank_prompt_preservation", "inverted_mask_prior")
+        if getattr(tr, key)]
+    priors += [(f"{where}.datasets[{i}].diff_output_preservation", "diff_output_preservation")
+               for i, ds in enumerate(proc.datasets) if ds.diff_output_preservation]
+    out += [error(field, f"{key} compares with the base model, which a full fine-tune "
+                  "does not keep", "turn it off, or train a LoRA", "full_fine_tune")
+            for field, key in priors]
     return out
 
 

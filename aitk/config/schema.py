@@ -123,8 +123,19 @@ class LoggingConfig(_Strict):
     run_name: str | None = None  # unset: the job's name
 
 
+def flags_parse(prompt: str) -> str:
+    """A prompt's `--flag value` parts (aitk.config.prompt_flags) are known and parse."""
+    from aitk.config.prompt_flags import parse_prompt
+
+    parse_prompt(prompt)  # PromptFlagError is a ValueError: a field error
+    return prompt
+
+
+Prompt = Annotated[str, AfterValidator(flags_parse)]
+
+
 class SampleItem(_Strict):
-    prompt: str
+    prompt: Prompt
     width: PositiveInt | None = None
     height: PositiveInt | None = None
     neg: str | None = None
@@ -153,7 +164,7 @@ class SampleConfig(_Strict):
     sample_every: PositiveInt = 250
     width: PositiveInt = 512
     height: PositiveInt = 512
-    prompts: list[str] = []
+    prompts: list[Prompt] = []
     samples: list[SampleItem] | None = None
     neg: str | Literal[False] = ""
     seed: int = 0
@@ -503,6 +514,7 @@ class TrainingProcess(_Strict):
     sample: SampleConfig = SampleConfig()
     train: TrainConfig = TrainConfig()
     model: ModelConfig
+    datasets: list[DatasetConfig] = []  # required (min 1) but for the slider
 
     @property
     def full_fine_tune(self) -> bool:

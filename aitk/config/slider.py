@@ -30,7 +30,6 @@ from typing import Annotated, Literal
 from pydantic import Field, model_validator
 
 from aitk.config.schema import (
-    DatasetConfig,
     JobBase,
     JobName,
     NetworkConfig,
@@ -76,9 +75,7 @@ class SliderSettings(_Strict):
     anchors: list[SliderAnchor] = []
     # [width, height] pairs the training latents are drawn at, one per step (seeded).
     resolutions: Annotated[list[Resolution], Field(min_length=1)] = [(512, 512)]
-    # Neutral prompts, one per line: appended to the target class in turn.
-    prompt_file: str | None = None
-    # Upstream runs the four slider passes in one batch; aitk always does.
+    # Upstream batches the slider's passes; a speed setting only.
     batch_full_slide: bool = True
 
 
@@ -92,9 +89,8 @@ class SliderProcess(TrainingProcess):
     type: Literal["slider"]
     network: NetworkConfig  # a slider is a LoRA: required
     train: SliderTrainConfig = SliderTrainConfig()
-    # Optional: with datasets the latents are the images' (noised as in training);
-    # without, each step denoises from pure noise (upstream's two modes).
-    datasets: list[DatasetConfig] = []
+    # `datasets` optional: with them the latents are the images' (noised as in
+    # training); without, each step denoises from pure noise (upstream's two modes).
     slider: SliderSettings
 
 

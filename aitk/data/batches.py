@@ -170,3 +170,19 @@ class BatchSource:
         self.calls = int(state.get("calls", 0))
         if self.reg_sampler is not None and "reg" in state:
             self.reg_sampler.load_state_dict(state["reg"])
+
+
+class NoImages:
+    """The batch source of a process without datasets (a slider that makes its own
+    latents): empty batches, no order to resume."""
+
+    epoch = 0
+
+    def next_for(self, rank: int, world_size: int) -> DataBatch:
+        return DataBatch(captions=[""])
+
+    def state_dict(self) -> dict[str, int]:
+        return {"epoch": 0}
+
+    def load_state_dict(self, state: dict[str, int]) -> None:
+        """Nothing to restore."""

@@ -94,3 +94,24 @@ class DDPMSchedule:
         """A noise level s -> step round(s * N), at most N - 1 (as upstream validates)."""
         n = self.num_train_timesteps
         return (sigmas.float() * n).round().clamp(0, n - 1)
+
+    def denoise_step(self, noisy: torch.Tensor, pred: torch.Tensor, timesteps: torch.Tensor,
+                     next_timesteps: torch.Tensor) -> torch.Tensor:
+        """DDIM (eta 0): the clean latents and the noise read from the prediction, then
+        noised again to `next_timesteps` (integer steps, 999 at most)."""
+        shape = (-1, *([1] * (noisy.ndim - 1)))
+        abar = self.scheduler.alphas_cumprod.float()
+        last = self.num_train_timesteps - 1
+
+        def at(t: torch.Tensor) -> torch.Tensor:
+            return abar[t.long().clamp(0, last).cpu()].view(shape).to(noisy.device)
+
+        a, a_next = at(timesteps), at(next_timesteps)
+        x, p = noisy.float(), pred.float()
+        if self.prediction_type == "v_prediction":
+            clean = a.sqrt() * x - (1 - a).sqrt() * p
+            noise = (1 - a).sqrt() * x + a.sqrt() * p
+        else:
+            noise = p
+            clean = (x - (1 - a).sqrt() * p) / a.sqrt()
+        return (a_next.sqrt() * clean + (1 - a_next).sqrt() * noise).to(noisy.dtype)

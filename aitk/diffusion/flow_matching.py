@@ -36,6 +36,14 @@ def velocity_target(clean: torch.Tensor, noise: torch.Tensor) -> torch.Tensor:
     return noise - clean
 
 
+def euler_step(noisy: torch.Tensor, velocity: torch.Tensor, timesteps: torch.Tensor,
+               next_timesteps: torch.Tensor) -> torch.Tensor:
+    """x_next = x + (s_next - s) * v with s = t / 1000 (per item, float32 math)."""
+    shape = (-1, *([1] * (noisy.ndim - 1)))
+    ds = ((next_timesteps.float() - timesteps.float()) / 1000.0).view(shape)
+    return (noisy.float() + ds.to(noisy.device) * velocity.float()).to(noisy.dtype)
+
+
 def flow_matching_loss(pred: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
     """Mean squared error in float32, whatever dtype the model ran in."""
     return diffusion_loss(pred, target)
@@ -102,3 +110,8 @@ class FlowMatchSchedule:
 
     def timesteps_at(self, sigmas: torch.Tensor) -> torch.Tensor:
         return sigmas.float() * 1000.0
+
+    def denoise_step(self, noisy: torch.Tensor, pred: torch.Tensor, timesteps: torch.Tensor,
+                     next_timesteps: torch.Tensor) -> torch.Tensor:
+        """Euler along the velocity: x_next = x + (s_next - s) * v, s = t / 1000."""
+        return euler_step(noisy, pred, timesteps, next_timesteps)

@@ -63,6 +63,12 @@ class NoiseSchedule(Protocol):
         levels)."""
         ...
 
+    def denoise_step(self, noisy: torch.Tensor, pred: torch.Tensor, timesteps: torch.Tensor,
+                     next_timesteps: torch.Tensor) -> torch.Tensor:
+        """One deterministic sampling step from `timesteps` to `next_timesteps` (lower),
+        given the model's prediction: what a slider's latents are made with."""
+        ...
+
 
 def sample_noise(clean: torch.Tensor, generator: torch.Generator,
                  noise_offset: float = 0.0) -> torch.Tensor:

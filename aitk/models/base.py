@@ -165,6 +165,7 @@ class GenerateImageConfig:
     num_frames: int = 1  # video archs: frames to generate
     fps: int = 16  # video archs: playback rate of the preview (upstream's sample default)
     output_path: str | None = None
+    network_multiplier: float = 1.0  # the adapter's weight for this image (the caller's)
 
 
 class BaseModel:

@@ -16,9 +16,9 @@ from typing import Any, TextIO
 
 import torch
 
-from aitk.config.schema import ModelConfig, ProcessConfig
+from aitk.config.schema import ModelConfig, TrainingProcess
 from aitk.data import controls
-from aitk.data.batches import BatchSource, DatasetRules
+from aitk.data.batches import BatchSource, DatasetRules, NoImages
 from aitk.data.captions import CaptionRules
 from aitk.data.dataset import Item, scan_folder
 from aitk.errors import DatasetError, DeviceUnavailable, ModelError
@@ -69,7 +69,7 @@ def quiet_library_progress() -> None:
     diffusers_logging.disable_progress_bar()
 
 
-def load_model(proc: ProcessConfig, device: torch.device,
+def load_model(proc: TrainingProcess, device: torch.device,
                report: Callable[[str], None] | None = None) -> Any:
     from aitk.models import registry
 
@@ -80,7 +80,7 @@ def load_model(proc: ProcessConfig, device: torch.device,
     return model
 
 
-def create_network(model: Any, proc: ProcessConfig) -> Any:
+def create_network(model: Any, proc: TrainingProcess) -> Any:
     from aitk.adapters import AdapterNetwork
 
     net = proc.network
@@ -93,7 +93,7 @@ def create_network(model: Any, proc: ProcessConfig) -> Any:
     return AdapterNetwork.attach(model, spec)
 
 
-def parameter_groups(network: Any, proc: ProcessConfig) -> list[dict[str, Any]]:
+def parameter_groups(network: Any, proc: TrainingProcess) -> list[dict[str, Any]]:
     """The optimizer's groups: the denoiser's adapter at `lr`, a text encoder's at
     `text_encoder_lr` (as a scale of `lr`, so both follow the one LR schedule)."""
     tr = proc.train
@@ -114,7 +114,7 @@ def enable_gradient_checkpointing(module: torch.nn.Module) -> None:
         module.gradient_checkpointing = True
 
 
-def scan_datasets(proc: ProcessConfig, divisibility: int, report: Callable[[str], None],
+def scan_datasets(proc: TrainingProcess, divisibility: int, report: Callable[[str], None],
                   is_video: bool = False) -> list[Item]:
     """Every dataset's items, each tagged with its dataset's index (and the mirrored
     copies flip_x/flip_y ask for). For a video arch (`is_video`) each dataset's frame
@@ -179,7 +179,7 @@ def random_triggers(value: list[str] | str, where: str) -> tuple[str, ...]:
     return tuple(line.strip() for line in text.splitlines() if line.strip())
 
 
-def dataset_rules(proc: ProcessConfig, vary_captions: bool) -> list[DatasetRules]:
+def dataset_rules(proc: TrainingProcess, vary_captions: bool) -> list[DatasetRules]:
     """Each dataset's per-draw settings (aitk.data.batches.DatasetRules). Captions vary
     only when `vary_captions` (their text embeddings are not cached once per caption)."""
     out = []
@@ -213,15 +213,16 @@ class Reporter:
 
 @dataclass
 class Trainable:
-    """What the loop updates and a checkpoint holds: the adapter on the model, its
-    optimizer and LR schedule, and the batch source (its order is resumed too)."""
+    """What the loop updates and a checkpoint holds: the adapter on the model (or, for a
+    full fine-tune, aitk.run.finetune.FullWeights), its optimizer and LR schedule, and
+    the batch source (its order is resumed too)."""
 
     network: Any
-    module: torch.nn.Module  # the denoiser the adapter sits on (see network.trained_parts())
-    params: list[torch.nn.Parameter]
+    module: torch.nn.Module  # the denoiser that trains (see network.trained_parts())
+    params: list[torch.nn.Parameter]  # every trained parameter: optimizer, clip, average
     optimizer: torch.optim.Optimizer
     schedule: Schedule
-    data: BatchSource
+    data: BatchSource | NoImages
     ema: AdapterEMA | None = None  # train.ema_config: what is saved and previewed
 
     @contextlib.contextmanager
@@ -248,7 +249,7 @@ class Trainable:
                 self.ema.load_state_dict(state)
 
 
-def attach_adapter(proc: ProcessConfig, model: Any, items: list[Item],
+def attach_adapter(proc: TrainingProcess, model: Any, items: list[Item],
                    latents: Callable[[Sequence[Item]], torch.Tensor] | None,
                    embeds: Callable[..., Any],
                    control_embeds: controls.ControlEmbeds | None,
@@ -262,11 +263,24 @@ def attach_adapter(proc: ProcessConfig, model: Any, items: list[Item],
     if tr.gradient_checkpointing:
         enable_gradient_checkpointing(module)
     params = list(network.trainable_parameters())
+    return trainable_over(proc, model, network, module, params, items, latents, embeds,
+                          control_embeds, vary_captions)
+
+
+def trainable_over(proc: TrainingProcess, model: Any, network: Any,
+                   module: torch.nn.Module, params: list[torch.nn.Parameter],
+                   items: list[Item], latents: Callable[[Sequence[Item]], torch.Tensor] | None,
+                   embeds: Callable[..., Any],
+                   control_embeds: controls.ControlEmbeds | None,
+                   vary_captions: bool = True) -> Trainable:
+    """The optimizer and LR schedule over `params`, and the batch source (none for a
+    process without datasets: a slider makes its own latents)."""
+    tr = proc.train
     optimizer = build_optimizer(tr.optimizer, parameter_groups(network, proc), tr.lr,
                                 tr.optimizer_params)
     schedule = schedule_from_config(tr)
     data = BatchSource(items, tr.batch_size, tr.seed, latents, model.encode_images, embeds,
                        control_embeds, dataset_rules(proc, vary_captions),
-                       tr.accumulation)
+                       tr.accumulation) if items else NoImages()
     ema = AdapterEMA(params, tr.ema_config.ema_decay) if tr.ema_config.use_ema else None
     return Trainable(network, module, params, optimizer, schedule, data, ema)

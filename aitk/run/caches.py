@@ -17,7 +17,7 @@ from typing import Any, TextIO
 import torch
 
 from aitk.config.loading import REPO_ROOT
-from aitk.config.schema import ProcessConfig
+from aitk.config.schema import TrainingProcess
 from aitk.data import controls
 from aitk.data.cache import LatentCache, TextEmbedCache, default_cache_dir
 from aitk.data.dataset import Item
@@ -48,13 +48,13 @@ class Inputs:
         return self.embeds(captions)
 
 
-def caches_text(proc: ProcessConfig) -> bool:
+def caches_text(proc: TrainingProcess) -> bool:
     tr = proc.train
     return tr.cache_text_embeddings or tr.unload_text_encoder or \
         any(ds.cache_text_embeddings for ds in proc.datasets)
 
 
-def caption_changes_off(proc: ProcessConfig, say: Callable[[str], None]) -> bool:
+def caption_changes_off(proc: TrainingProcess, say: Callable[[str], None]) -> bool:
     """Whether caption changes are dropped for cached text embeddings (said once)."""
     if not caches_text(proc):
         return False
@@ -69,7 +69,7 @@ def caption_changes_off(proc: ProcessConfig, say: Callable[[str], None]) -> bool
     return True
 
 
-def encode_inputs(proc: ProcessConfig, model: Any, items: list[Item], samples: list[Any],
+def encode_inputs(proc: TrainingProcess, model: Any, items: list[Item], samples: list[Any],
                   stop: StopFlag, say: Callable[[str], None], stream: TextIO,
                   world: distributed.World = distributed.SINGLE,
                   extra: Callable[[Item], list[str]] = lambda item: [],
@@ -83,7 +83,7 @@ def encode_inputs(proc: ProcessConfig, model: Any, items: list[Item], samples: l
     cache_dir = usable_cache_dir(say)
     latents = cached_latents(proc, model, items, stop, say, stream, cache_dir, world)
     vary = not caption_changes_off(proc, say)
-    if model.encode_control_in_text_embeddings and items[0].controls:
+    if model.encode_control_in_text_embeddings and items and items[0].controls:
         control_embeds, sample_embeds = control_text_embeddings(
             proc, model, items, samples, stop, say, cache_dir, world, extra)
         # unused: every item has its controls
@@ -127,7 +127,7 @@ def fill_shared(fill: Callable[..., Any], entries: Sequence[Any], world: distrib
     fill(entries, stop=stop.check)
 
 
-def cached_latents(proc: ProcessConfig, model: Any, items: list[Item], stop: StopFlag,
+def cached_latents(proc: TrainingProcess, model: Any, items: list[Item], stop: StopFlag,
                    say: Callable[[str], None], stream: TextIO, cache_dir: Path | None,
                    world: distributed.World = distributed.SINGLE
                    ) -> Callable[[Sequence[Item]], torch.Tensor] | None:
@@ -149,7 +149,7 @@ def cached_latents(proc: ProcessConfig, model: Any, items: list[Item], stop: Sto
     return cache.get
 
 
-def text_embeddings(proc: ProcessConfig, model: Any, items: list[Item],
+def text_embeddings(proc: TrainingProcess, model: Any, items: list[Item],
                     samples: list[Any], stop: StopFlag, say: Callable[[str], None],
                     cache_dir: Path | None, world: distributed.World = distributed.SINGLE,
                     extra: Callable[[Item], list[str]] = lambda item: []
@@ -164,6 +164,8 @@ def text_embeddings(proc: ProcessConfig, model: Any, items: list[Item],
     preservation caption follows its class word."""
     tr = proc.train
     wanted = tr.cache_text_embeddings or tr.unload_text_encoder
+    if getattr(model, "text_encoder_trains", False):
+        return model.get_prompt_embeds, None  # with gradients: a full fine-tune trains it
     if not (wanted or any(ds.cache_text_embeddings for ds in proc.datasets)):
         def embed(captions: list[str]) -> Any:
             if model.text_encoder_trains:  # the text encoders' LoRA learns from this loss
@@ -186,7 +188,7 @@ def text_embeddings(proc: ProcessConfig, model: Any, items: list[Item],
     return cache.get, cache.mapping()
 
 
-def control_text_embeddings(proc: ProcessConfig, model: Any, items: list[Item],
+def control_text_embeddings(proc: TrainingProcess, model: Any, items: list[Item],
                             samples: list[Any], stop: StopFlag, say: Callable[[str], None],
                             cache_dir: Path | None,
                             world: distributed.World = distributed.SINGLE,

@@ -2,6 +2,8 @@
 
     training_folder/NAME/checkpoints/step_000000250/
         adapter.safetensors   adapter weights, internal names, full precision
+        weights*.safetensors  instead, for a full fine-tune: the trained parameters as
+                              they are in memory, sharded (+ weights.safetensors.index.json)
         optimizer.pt          optimizer state
         rng.pt                python / numpy / torch CPU (+ CUDA) generator states
         state.json            step, epoch, data-order position, LR schedule, job name
@@ -35,7 +37,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from aitk.errors import CorruptCheckpoint
-from aitk_common.files import disk_full, fsync_dir, is_disk_full, publish_dir
+from aitk_common.files import disk_full, fsync_dir, is_disk_full, publish_dir, sha256_file
 
 FORMAT = 1
 MANIFEST = "manifest.json"
@@ -44,11 +46,19 @@ TMP_PREFIX = ".tmp-"
 OLD_PREFIX = ".old-"
 INVALID_PREFIX = "invalid-"
 # The files the trainer puts in a checkpoint (aitk.run.saving.checkpoint_files; ema.pt
-# with train.ema_config) + the manifest.
+# with train.ema_config; weights*.safetensors for a full fine-tune) + the manifest.
 FILES = frozenset({"adapter.safetensors", "optimizer.pt", "rng.pt", "state.json", "ema.pt",
-                   MANIFEST})
+                   MANIFEST, "weights.safetensors", "weights.safetensors.index.json"})
+_SHARD = re.compile(r"weights-\d{5}-of-\d{5}\.safetensors")
 _PUBLISHED = re.compile(r"step_(\d{9})")
 _STALE = re.compile(r"\.(tmp|old)-step_\d{9}-\d+")
+# A file's content: bytes, or a writer that writes it at the path it is given (for
+# content too large to hold twice: a full fine-tune's weights and optimizer state).
+Content = bytes | Callable[[Path], None]
+
+
+def is_checkpoint_file(name: str) -> bool:
+    return name in FILES or bool(_SHARD.fullmatch(name))
 
 
 @dataclass(frozen=True)
@@ -59,6 +69,12 @@ class Checkpoint:
     def read(self, name: str) -> bytes:
         return (self.path / name).read_bytes()
 
+    def file(self, name: str) -> Path:
+        return self.path / name
+
+    def has(self, name: str) -> bool:
+        return (self.path / name).is_file()
+
     def state(self) -> dict:
         return json.loads(self.read("state.json"))
 
@@ -67,14 +83,20 @@ def dir_name(step: int) -> str:
     return f"{PREFIX}{step:09d}"
 
 
-def _write_synced(path: Path, data: bytes) -> None:
+def _write_synced(path: Path, data: Content) -> None:
+    if callable(data):
+        data(path)
+        with open(path, "rb+") as fh:
+            os.fsync(fh.fileno())
+        return
     with open(path, "wb") as fh:
         fh.write(data)
         fh.flush()
         os.fsync(fh.fileno())
 
 
-def save_checkpoint(root: Path, step: int, files: Mapping[str, bytes]) -> Checkpoint:
+def save_checkpoint(root: Path, step: int, files: Mapping[str, Content],
+                    expected_bytes: int | None = None) -> Checkpoint:
     """Publish `files` as the checkpoint for `step`; returns it once durable."""
     root.mkdir(parents=True, exist_ok=True)
     final = root / dir_name(step)
@@ -86,7 +108,8 @@ def save_checkpoint(root: Path, step: int, files: Mapping[str, bytes]) -> Checkp
         digests = {}
         for name, data in files.items():
             _write_synced(tmp / name, data)
-            digests[name] = hashlib.sha256(data).hexdigest()
+            digests[name] = (sha256_file(tmp / name) if callable(data)
+                             else hashlib.sha256(data).hexdigest())
         manifest = {"format": FORMAT, "step": step, "files": digests}
         _write_synced(tmp / MANIFEST, json.dumps(manifest, indent=2).encode())
         fsync_dir(tmp)
@@ -95,7 +118,8 @@ def save_checkpoint(root: Path, step: int, files: Mapping[str, bytes]) -> Checkp
     except BaseException as exc:
         shutil.rmtree(tmp, ignore_errors=True)
         if is_disk_full(exc):
-            raise disk_full(root, sum(len(d) for d in files.values())) from None
+            raise disk_full(root, expected_bytes or sum(
+                len(d) for d in files.values() if not callable(d))) from None
         raise
     return Checkpoint(final, step)
 
@@ -112,10 +136,10 @@ def validate(path: Path) -> Checkpoint:
         raise CorruptCheckpoint(f"unknown checkpoint format {manifest!r:.60}")
     for name, digest in manifest.get("files", {}).items():
         try:
-            data = (path / name).read_bytes()
+            actual = sha256_file(path / name)  # in chunks: shards are gigabytes
         except OSError:
             raise CorruptCheckpoint(f"{name} is missing") from None
-        if hashlib.sha256(data).hexdigest() != digest:
+        if actual != digest:
             raise CorruptCheckpoint(f"{name} does not match its checksum")
     return Checkpoint(path, int(manifest["step"]))
 
@@ -129,12 +153,16 @@ def _published(root: Path) -> list[Path]:
     return sorted(found, key=lambda p: int(p.name[len(PREFIX):]), reverse=True)
 
 
-def _only_checkpoint_files(path: Path, allowed: frozenset[str] = FILES) -> bool:
-    """A real directory holding nothing but regular files named in `allowed`."""
+def _only_checkpoint_files(path: Path, allowed: frozenset[str] | None = None) -> bool:
+    """A real directory holding nothing but regular files named in `allowed` (default:
+    the names the trainer gives checkpoint files)."""
+    def named(name: str) -> bool:
+        return is_checkpoint_file(name) if allowed is None else name in allowed
+
     try:
         if path.is_symlink() or not path.is_dir():
             return False
-        return all(e.name in allowed and stat.S_ISREG(e.stat(follow_symlinks=False).st_mode)
+        return all(named(e.name) and stat.S_ISREG(e.stat(follow_symlinks=False).st_mode)
                    for e in os.scandir(path))
     except OSError:
         return False

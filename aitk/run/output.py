@@ -62,21 +62,32 @@ def output_lock(out_dir: Path, config: Path) -> Iterator[None]:
         lock.release()
 
 
-def foreign_loras(out_dir: Path, name: str, suffixes: Sequence[str] = ("",)) -> list[Path]:
+def foreign_loras(out_dir: Path, name: str, suffixes: Sequence[str] = ("",),
+                  folders: bool = False) -> list[Path]:
     """LoRA-named files in `out_dir` that aitk did not write (it would overwrite them).
-    `suffixes`: the model's per-file suffixes (`_high_noise`, ... for multi-expert)."""
+    `suffixes`: the model's per-file suffixes (`_high_noise`, ... for multi-expert).
+    With `folders`, also folders at those names without aitk's model marker (a full
+    fine-tune's diffusers outputs: `NAME/`, `NAME_000000250/`)."""
+    from aitk.run.ownership import model_folder_is_ours
+
     if not out_dir.is_dir():
         return []
     finals = {f"{name}{s}.safetensors" for s in suffixes}
-    return [p for p in out_dir.iterdir() if (p.name in finals
-                                             or step_lora_step(p, name, suffixes) is not None)
-            and not lora_is_ours(p)]
+    found = [p for p in out_dir.iterdir() if (p.name in finals
+                                              or step_lora_step(p, name, suffixes) is not None)
+             and not lora_is_ours(p)]
+    if folders:
+        found += [p for p in out_dir.iterdir() if p.is_dir() and (
+            p.name == name or step_lora_step(p.with_name(p.name + ".safetensors"), name)
+            is not None) and not model_folder_is_ours(p)]
+    return found
 
 
-def refuse_foreign_loras(out_dir: Path, name: str, suffixes: Sequence[str] = ("",)) -> None:
-    """Stop (exit 2) before anything is trained when a LoRA file this run would write is
-    someone else's."""
-    foreign = foreign_loras(out_dir, name, suffixes)
+def refuse_foreign_loras(out_dir: Path, name: str, suffixes: Sequence[str] = ("",),
+                         folders: bool = False) -> None:
+    """Stop (exit 2) before anything is trained when a LoRA file (with `folders`, a
+    model folder) this run would write is someone else's."""
+    foreign = foreign_loras(out_dir, name, suffixes, folders)
     if foreign:
         raise OutputFolderError(f"{', '.join(str(p) for p in foreign)} "
                                 f"{'was' if len(foreign) == 1 else 'were'} not written by "
@@ -85,10 +96,11 @@ def refuse_foreign_loras(out_dir: Path, name: str, suffixes: Sequence[str] = (""
 
 
 def claim(out_dir: Path, name: str, suffixes: Sequence[str],
-          say: Callable[[str], None]) -> None:
+          say: Callable[[str], None], folders: bool = False) -> None:
     """Rank 0, once the model (and so every LoRA file name) is known: refuse LoRA files
-    aitk did not write, and remove the temp files of a LoRA write that was killed."""
-    refuse_foreign_loras(out_dir, name, suffixes)
+    (with `folders`, a full fine-tune's model folders) aitk did not write, and remove
+    the temp files of a LoRA write that was killed."""
+    refuse_foreign_loras(out_dir, name, suffixes, folders)
     remove_interrupted_lora_writes(out_dir, name, suffixes, say)
 
 

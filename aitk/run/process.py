@@ -1,30 +1,36 @@
-"""One process of a job (a `config.process[i]` entry): a LoRA/LoKr training run, as a
-short sequence of named steps. Each step lives in the module that owns its concern:
+"""One training process of a job (a `config.process[i]` entry): a LoRA/LoKr run, a full
+fine-tune (no `network`) or a slider, as a short sequence of named steps. Each step
+lives in the module that owns its concern:
 
-    refuse foreign LoRAs   output     a file at this run's LoRA names that aitk did not
-                                      write stops the run before anything loads
-    join the ranks         distributed  the device, the process group
-    load the model         assembly   built first with `create_if_missing`; configured;
-                                      then rank 0 claims the folder (output.claim)
-    scan the datasets      assembly   items with buckets, repeats and control images
-    encode the inputs      caches     latents and text embeddings, cached or per batch
-    attach the adapter     assembly   network, optimizer, LR schedule, batch source
-    resume                 saving     the newest checkpoint that validates
-    train                  train      the loop; saving.Saver and sampling.Previews are
-                                      its `save` and `sample`, objectives its loss,
-                                      validation its held-out loss, data.masks its
-                                      batches' loss masks
+    refuse foreign outputs  output     a file (a full fine-tune's folder) at this run's
+                                       output names that aitk did not write stops the
+                                       run before anything loads
+    join the ranks          distributed  the device, the process group
+    load the model          assembly   built first with `create_if_missing`; configured;
+                                       then rank 0 claims the folder (output.claim)
+    scan the datasets       assembly   items with buckets, repeats and control images
+                                       (a slider may have none)
+    embed the slider        slider     a slider's prompts, before any text-encoder unload
+    encode the inputs       caches     latents and text embeddings, cached or per batch
+    attach what trains      assembly   the adapter, or the model's own weights
+                            finetune   (full fine-tune); optimizer, LR, batch source, EMA
+    resume                  saving     the newest checkpoint that validates
+    train                   train      the loop; saving.Saver (with the LoRA or model
+                                       outputs) and sampling.Previews are its `save` and
+                                       `sample`, objectives (or a slider's) its loss,
+                                       validation its held-out loss, data.masks its
+                                       batches' loss masks
 
 Under torchrun every rank runs all of it; rank 0 alone writes (outputs, checkpoints,
 samples, logs, the status file) and holds the output folder's lock, and the others
-train their shard. Another kind of job (a full fine-tune, generate, merge) is another
-function like `train_process`, built from the same steps.
+train their shard. The jobs that train nothing (extract, mod, merge, generate) have
+their runners in aitk.jobs.
 """
 
 from __future__ import annotations
 
 import io
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TextIO
@@ -32,9 +38,10 @@ from typing import Any, TextIO
 import torch
 
 from aitk.config.loading import LoadedConfig
-from aitk.config.schema import ProcessConfig
+from aitk.config.schema import TrainingProcess
 from aitk.data.dataset import Item
 from aitk.data.masks import MaskRule, Masks
+from aitk.errors import ObjectiveError
 from aitk.models.description import PartRole
 from aitk.run import distributed
 from aitk.run.assembly import (
@@ -49,14 +56,19 @@ from aitk.run.assembly import (
 )
 from aitk.run.caches import Inputs, encode_inputs
 from aitk.run.metrics import Metrics
-from aitk.run.objectives import build_objective, check_objective, extra_captions
+from aitk.run.objectives import (
+    build_objective,
+    check_objective,
+    extra_captions,
+    preservation_rules,
+)
 from aitk.run.output import claim, output_lock, refuse_foreign_loras, write_run_config
-from aitk.run.saving import Saver, resume
+from aitk.run.saving import LoraOutputs, Outputs, Saver, resume
 from aitk.run.signals import StopFlag
 from aitk.run.status import StatusFile
 from aitk.run.trackers import NONE as NO_TRACKERS
 from aitk.run.trackers import Trackers, open_trackers
-from aitk.run.train import LoopSettings, Outcome, Run, train
+from aitk.run.train import LoopSettings, LossFn, Outcome, Run, train
 from aitk_common import requests
 from aitk_common.requests import Request
 
@@ -66,7 +78,7 @@ class Process:
     """What every step of one process reads."""
 
     loaded: LoadedConfig
-    proc: ProcessConfig
+    proc: TrainingProcess
     out_dir: Path
     stop: StopFlag
     stream: TextIO  # rank 0's console; the other ranks write to a buffer
@@ -83,7 +95,7 @@ class Process:
         return self.loaded.name
 
 
-def run_process(loaded: LoadedConfig, proc: ProcessConfig, stop: StopFlag,
+def run_process(loaded: LoadedConfig, proc: TrainingProcess, stop: StopFlag,
                 stream: TextIO, world: distributed.World = distributed.SINGLE,
                 status: StatusFile | None = None) -> Outcome:
     """One process of a job, holding its output folder's lock on rank 0."""
@@ -100,7 +112,7 @@ def run_process(loaded: LoadedConfig, proc: ProcessConfig, stop: StopFlag,
 
 def train_process(p: Process) -> Outcome:
     if p.main:
-        refuse_foreign_loras(p.out_dir, p.name)
+        refuse_foreign_outputs(p, ("",))
     device = join_ranks(p)
     model = load(p, device)
     offload_layers(p, model, PartRole.TEXT_ENCODER)
@@ -109,18 +121,84 @@ def train_process(p: Process) -> Outcome:
                           getattr(model, "is_video", False))
     masks = Masks([MaskRule.of(ds) for ds in p.proc.datasets], items, p.say)
     previews = preview_configs(p, model, items)
+    slider_embeds = embed_slider(p, model)
     p.status.phase("caching")
     inputs = encode_inputs(p.proc, model, items, previews, p.stop, p.say, p.stream, p.world,
                            extra_captions(p.proc), held_out_prompts(p))
-    trainable = attach_adapter(p.proc, model, items, inputs.latents, inputs.embeds,
-                               inputs.control_embeds, inputs.vary_captions)
+    trainable, outputs = attach(p, model, items, inputs)
     offload_layers(p, model, PartRole.DENOISER)
     compile_blocks(p, model)
-    start = resume(p.out_dir / "checkpoints", trainable, p.world, p.say, p.stream, p.name)
+    objective = objective_for(p.proc, model, trainable.network, inputs, slider_embeds)
+    start = resume(p.out_dir / "checkpoints", trainable, outputs, p.world, p.say, p.stream,
+                   p.name)
     if p.main:
         write_run_config(p.out_dir / "config.yaml", p.loaded, p.say)
     announce(p, items, device)
-    return train_from(p, model, trainable, inputs, previews, start, device, masks)
+    return train_from(p, model, trainable, outputs, objective, inputs, previews, start,
+                      device, masks)
+
+
+def writes_folders(proc: TrainingProcess) -> bool:
+    """A full fine-tune saved as diffusers folders: its outputs are folders."""
+    return proc.full_fine_tune and proc.save.save_format == "diffusers"
+
+
+def refuse_foreign_outputs(p: Process, suffixes: Sequence[str]) -> None:
+    """Stop before anything trains when this run's output names hold someone else's
+    files (and, for a full fine-tune saved as folders, folders)."""
+    refuse_foreign_loras(p.out_dir, p.name, suffixes, folders=writes_folders(p.proc))
+
+
+def attach(p: Process, model: Any, items: list[Item], inputs: Inputs
+           ) -> tuple[Trainable, Outputs]:
+    """What trains (an adapter, or the model's own weights) and what a save writes."""
+    if p.proc.full_fine_tune:
+        from aitk.run.finetune import ModelOutputs, attach_full
+
+        trainable = attach_full(p.proc, model, items, inputs.latents, inputs.embeds,
+                                inputs.control_embeds, inputs.vary_captions)
+        return trainable, ModelOutputs(p.loaded, p.proc, p.out_dir, model, trainable.network)
+    trainable = attach_adapter(p.proc, model, items, inputs.latents, inputs.embeds,
+                               inputs.control_embeds, inputs.vary_captions)
+    return trainable, LoraOutputs(p.loaded, p.proc, p.out_dir, trainable.network,
+                                  model.lora_file_suffixes())
+
+
+def embed_slider(p: Process, model: Any) -> dict[str, Any] | None:
+    """A slider's prompts, embedded before caching may unload the text encoder."""
+    if getattr(p.proc, "slider", None) is None:
+        return None
+    from aitk.run.slider import slider_prompts
+
+    return model.encode_prompts(slider_prompts(p.proc))
+
+
+def objective_for(proc: TrainingProcess, model: Any, network: Any, inputs: Inputs,
+                  slider_embeds: dict[str, Any] | None) -> LossFn:
+    """The loop's loss: a slider's, else the `train:` section's (aitk.run.objectives)."""
+    if slider_embeds is None:
+        if proc.full_fine_tune:
+            refuse_priors(proc)
+        return build_objective(proc, model, network, inputs.reembed)
+    from aitk.run.slider import ConceptSliderObjective, SliderObjective
+
+    if getattr(proc, "type", None) == "concept_slider":
+        return ConceptSliderObjective(network, proc.slider, slider_embeds)  # type: ignore[attr-defined]
+    return SliderObjective(network, proc, slider_embeds)  # type: ignore[arg-type]
+
+
+def refuse_priors(proc: TrainingProcess) -> None:
+    """The prior terms compare with the base model, which a LoRA run gets by turning
+    its adapter off; a full fine-tune has no untouched copy to ask (the preflight says
+    so first, aitk.audit.preflight)."""
+    tr = proc.train
+    on = [key for key, value in (
+        ("diff_output_preservation", any(preservation_rules(proc))),
+        ("blank_prompt_preservation", tr.blank_prompt_preservation),
+        ("inverted_mask_prior", tr.inverted_mask_prior)) if value]
+    if on:
+        raise ObjectiveError(f"train.{on[0]} needs the base model beside the trained one; "
+                             "a full fine-tune has none: turn it off or train a LoRA")
 
 
 def join_ranks(p: Process) -> torch.device:
@@ -141,8 +219,9 @@ def load(p: Process, device: torch.device) -> Any:
     model.configure_training(p.proc.train)
     check_objective(p.proc.train, model)  # a loss this model cannot train: exit 2 now
     if p.main:  # per-expert file names are known once the model is loaded
-        claim(p.out_dir, p.name, model.lora_file_suffixes(),
-              lambda m: print(m, file=p.stream, flush=True))
+        suffixes = ("",) if p.proc.full_fine_tune else model.lora_file_suffixes()
+        claim(p.out_dir, p.name, suffixes, lambda m: print(m, file=p.stream, flush=True),
+              folders=writes_folders(p.proc))
     return model
 
 
@@ -188,7 +267,7 @@ def preview_configs(p: Process, model: Any, items: list[Item]) -> list[Any]:
     """The previews' generation settings (none with `disable_sampling`)."""
     from aitk.run.sampling import image_configs
 
-    if len(items[0].controls) > 1 and not model.has_multiple_control_images:
+    if items and len(items[0].controls) > 1 and not model.has_multiple_control_images:
         p.say(f"{p.proc.model.arch} takes one control image: only the first control "
               "folder is used")
     if p.proc.train.disable_sampling:
@@ -235,14 +314,16 @@ def trackers(p: Process) -> Trackers:
 
 def announce(p: Process, items: list[Item], device: torch.device) -> None:
     ranks = f" x {p.world.size} processes" if p.world.distributed else ""
-    print(f"training {p.name}: {len({i.path for i in items})} images ({len(items)} items "
-          f"with resolutions and repeats), {p.proc.train.steps} steps on {device.type}"
+    what = "a full fine-tune of" if p.proc.full_fine_tune else "training"
+    data = (f"{len({i.path for i in items})} images ({len(items)} items with resolutions "
+            "and repeats)" if items else "no images (latents from the model itself)")
+    print(f"{what} {p.name}: {data}, {p.proc.train.steps} steps on {device.type}"
           f"{ranks}; outputs in {p.out_dir}", file=p.stream, flush=True)
 
 
-def train_from(p: Process, model: Any, trainable: Trainable, inputs: Inputs,
-               previews: list[Any], start: int, device: torch.device,
-               masks: Masks | None = None) -> Outcome:
+def train_from(p: Process, model: Any, trainable: Trainable, outputs: Outputs,
+               objective: LossFn, inputs: Inputs, previews: list[Any], start: int,
+               device: torch.device, masks: Masks | None = None) -> Outcome:
     """The loop from step `start`, saving and previewing on rank 0."""
     from aitk.run.sampling import Previews
 
@@ -254,12 +335,13 @@ def train_from(p: Process, model: Any, trainable: Trainable, inputs: Inputs,
                       p.name, stream=p.stream, status=p.status,
                       trackers=trackers(p) if main else NO_TRACKERS)
     try:
-        saver = Saver(p.loaded, p.proc, p.out_dir, trainable, model.lora_file_suffixes(),
-                      metrics, p.status)
+        saver = Saver(p.loaded, p.proc, p.out_dir, trainable, outputs, metrics, p.status)
         if main:
             saver.repair(start)
+        # Previews at a prompt's `--m` weight need an adapter to weigh.
+        weigh = None if p.proc.full_fine_tune else trainable.network.set_multiplier
         previewer = Previews(model, previews, p.out_dir / "samples", p.proc.sample.format,
-                             inputs.sample_embeds, p.status, metrics.message)
+                             inputs.sample_embeds, p.status, metrics.message, weigh)
 
         def sample(step: int) -> None:
             with trainable.published():  # the EMA's weights when it is on
@@ -288,7 +370,7 @@ def train_from(p: Process, model: Any, trainable: Trainable, inputs: Inputs,
             # Every rank stops at the same step when any was asked to.
             stop_requested=lambda: distributed.agree(world, p.stop.requested, device),
             requested=outside_requests(p, device),
-            objective=build_objective(p.proc, model, trainable.network, inputs.reembed),
+            objective=objective,
             after_update=ema.update if ema is not None else (lambda: None),
             validate=validate or _skip),
             start)

@@ -16,6 +16,7 @@ import os
 import sys
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
+from typing import Any
 
 import torch
 from PIL import Image
@@ -36,21 +37,33 @@ def sample_prompt(prompt: str, trigger: str | None) -> str:
 
 
 def image_configs(cfg: SampleConfig, trigger: str | None) -> list[GenerateImageConfig]:
+    """One config per preview: the item's keys over the section's; a prompt's flags
+    (`--n`, `--seed`, `--m`, ...: aitk.config.prompt_flags) over both."""
+    from aitk.config.prompt_flags import parse_prompt
+
     neg_default = cfg.neg or ""
     out = []
     for i, item in enumerate(cfg.items):
         seed = cfg.seed + i if cfg.walk_seed else cfg.seed
+        parsed = parse_prompt(item.prompt)
+        flags = parsed.values
+        neg = flags.get("negative_prompt", item.neg if item.neg is not None else neg_default)
+        multiplier = item.network_multiplier if item.network_multiplier is not None else \
+            cfg.network_multiplier
         out.append(GenerateImageConfig(
-            prompt=sample_prompt(item.prompt, trigger),
-            width=item.width or cfg.width, height=item.height or cfg.height,
-            seed=item.seed if item.seed is not None else seed,
-            guidance_scale=(item.guidance_scale if item.guidance_scale is not None
-                            else cfg.guidance_scale),
-            sample_steps=item.sample_steps or cfg.sample_steps,
-            num_frames=item.num_frames or cfg.num_frames, fps=item.fps or cfg.fps,
-            negative_prompt=sample_prompt(item.neg if item.neg is not None else neg_default,
-                                          trigger),
-            ctrl_img=(item.ctrl_imgs or [None])[0], ctrl_imgs=item.ctrl_imgs))
+            prompt=sample_prompt(parsed.prompt, trigger),
+            width=flags.get("width", item.width or cfg.width),
+            height=flags.get("height", item.height or cfg.height),
+            seed=flags.get("seed", item.seed if item.seed is not None else seed),
+            guidance_scale=flags.get("guidance_scale", item.guidance_scale
+                                     if item.guidance_scale is not None
+                                     else cfg.guidance_scale),
+            sample_steps=flags.get("sample_steps", item.sample_steps or cfg.sample_steps),
+            num_frames=flags.get("num_frames", item.num_frames or cfg.num_frames),
+            fps=flags.get("fps", item.fps or cfg.fps),
+            negative_prompt=sample_prompt(neg, trigger),
+            ctrl_img=(item.ctrl_imgs or [None])[0], ctrl_imgs=item.ctrl_imgs,
+            network_multiplier=flags.get("network_multiplier", multiplier)))
     return out
 
 
@@ -91,17 +104,42 @@ def frame_strip(frames: Sequence[Image.Image], count: int = STRIP_FRAMES) -> Ima
     return strip
 
 
+def generate_at_multipliers(model: BaseModel, configs: list[GenerateImageConfig],
+                            prompt_embeds: Mapping[str, AdvancedPromptEmbeds] | None,
+                            set_multiplier: Callable[[float], None] | None) -> list[Any]:
+    """The previews, each with the adapter at its config's `network_multiplier` (runs of
+    equal multipliers in one call); the multiplier is 1 again afterwards."""
+    if set_multiplier is None or all(c.network_multiplier == 1.0 for c in configs):
+        return model.generate_images(configs, prompt_embeds=prompt_embeds)
+    images: list[Any] = []
+    try:
+        start = 0
+        while start < len(configs):
+            end = start
+            while end < len(configs) and \
+                    configs[end].network_multiplier == configs[start].network_multiplier:
+                end += 1
+            set_multiplier(configs[start].network_multiplier)
+            images += model.generate_images(configs[start:end], prompt_embeds=prompt_embeds)
+            start = end
+    finally:
+        set_multiplier(1.0)
+    return images
+
+
 def write_samples(model: BaseModel, configs: list[GenerateImageConfig], folder: Path,
                   step: int, fmt: str,
                   prompt_embeds: Mapping[str, AdvancedPromptEmbeds] | None = None,
-                  say: Callable[[str], None] | None = None) -> list[Path]:
+                  say: Callable[[str], None] | None = None,
+                  set_multiplier: Callable[[float], None] | None = None) -> list[Path]:
     """Every file written: one image per config, or a video's animation and strip. A path
-    held by a file aitk did not write is skipped (said)."""
+    held by a file aitk did not write is skipped (said). `set_multiplier` sets the
+    adapter's weight (each config's `network_multiplier`; sliders preview both ways)."""
     # fork_rng: previews must not move the global generators the training steps use,
     # or a run that sampled would train differently from one that did not.
     devices = [model.device] if model.device.type == "cuda" else []
     with torch.random.fork_rng(devices=devices):
-        images = model.generate_images(configs, prompt_embeds=prompt_embeds)
+        images = generate_at_multipliers(model, configs, prompt_embeds, set_multiplier)
     paths = []
     for i, (image, cfg) in enumerate(zip(images, configs, strict=True)):
         if isinstance(image, Image.Image):
@@ -132,13 +170,16 @@ class Previews:
 
     def __init__(self, model: BaseModel, configs: list[GenerateImageConfig], folder: Path,
                  fmt: str, prompt_embeds: Mapping[str, AdvancedPromptEmbeds] | None,
-                 status: StatusFile, say: Callable[[str], None]) -> None:
+                 status: StatusFile, say: Callable[[str], None],
+                 set_multiplier: Callable[[float], None] | None = None) -> None:
         self.model, self.configs, self.folder, self.fmt = model, configs, folder, fmt
         self.prompt_embeds, self.status, self.say = prompt_embeds, status, say
+        self.set_multiplier = set_multiplier
 
     def __call__(self, step: int) -> None:
         self.status.phase("sampling")
         paths = write_samples(self.model, self.configs, self.folder, step, self.fmt,
-                              self.prompt_embeds, say=self.say)
+                              self.prompt_embeds, say=self.say,
+                              set_multiplier=self.set_multiplier)
         self.say(f"wrote {len(paths)} samples for step {step}")
         self.status.phase("training")

@@ -8,6 +8,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from enum import Enum
+from typing import Protocol, runtime_checkable
 
 import numpy as np
 import torch
@@ -19,6 +20,22 @@ from aitk.run import distributed
 from aitk.run.objectives import PLAIN, Objective
 from aitk.run.optim import Schedule, lr_at, set_lr
 from aitk_common.requests import Request
+
+
+@runtime_checkable
+class StepObjective(Protocol):
+    """A loss that backpropagates its own passes: the sliders (aitk.run.slider), one
+    backward per adapter polarity, because gradient checkpointing recomputes a forward
+    pass during backward and must see the multiplier that pass ran with."""
+
+    def backward_step(self, model: BaseModel, batch: DataBatch, generator: torch.Generator,
+                      accumulation: int) -> torch.Tensor:
+        """Backpropagate the micro-batch's loss divided by `accumulation`; return the
+        loss, detached."""
+        ...
+
+
+LossFn = Objective | StepObjective  # what a micro-step minimises
 
 
 class Outcome(Enum):
@@ -61,7 +78,7 @@ class Run:
     stop_requested: Callable[[], bool] = lambda: False
     # "save now" / "sample now" from outside (aitk_common.requests), at a step boundary.
     requested: Callable[[], frozenset[Request]] = lambda: frozenset()
-    objective: Objective = PLAIN  # what a micro-step minimises (aitk.run.objectives)
+    objective: LossFn = PLAIN  # what a micro-step minimises (aitk.run.objectives)
     after_update: Callable[[], None] = lambda: None  # the adapter's EMA, when on
     validate: Callable[[int], None] = lambda step: None  # held-out loss at a step
 
@@ -79,6 +96,17 @@ def compute_loss(model: BaseModel, batch: DataBatch, generator: torch.Generator,
     objective's terms (aitk.run.objectives): noise and timesteps drawn, mixed,
     conditioned, predicted and scored."""
     return objective(model, batch, generator)
+
+
+def micro_step(objective: LossFn, model: BaseModel, batch: DataBatch,
+               generator: torch.Generator, accumulation: int) -> torch.Tensor:
+    """One micro-batch's loss, backpropagated; returns it detached."""
+    if isinstance(objective, StepObjective):
+        return objective.backward_step(model, batch, generator, accumulation)
+    loss = compute_loss(model, batch, generator, objective)
+    # Divide so accumulated gradients are the mean over micro-batches.
+    (loss / accumulation).backward()
+    return loss.detach()
 
 
 def flush_losses(pending: list[tuple[int, torch.Tensor, float]],
@@ -142,11 +170,9 @@ def train(run: Run, start_step: int) -> Outcome:
             run.model.begin_micro_step(step * s.accumulation + micro)
             batch = run.next_batch()
             micro_id = distributed.micro_index(s.world, micro)
-            loss = compute_loss(run.model, batch, step_generator(s.seed, step, micro_id),
-                                run.objective)
-            # Divide so accumulated gradients are the mean over micro-batches.
-            (loss / s.accumulation).backward()
-            step_loss += loss.detach() / s.accumulation
+            loss = micro_step(run.objective, run.model, batch,
+                              step_generator(s.seed, step, micro_id), s.accumulation)
+            step_loss += loss / s.accumulation
         distributed.average_gradients(s.world, run.params)
         pending.append((step + 1, distributed.mean(s.world, step_loss), lr))
         if len(pending) >= s.log_every:  # before the update: a NaN stops it

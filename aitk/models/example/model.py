@@ -114,11 +114,14 @@ class ExampleModel(BaseModel):
                                 max_length=MAX_TOKENS, return_tensors="pt")
         ids = tokens.input_ids.to(self.device)
         mask = tokens.attention_mask.to(self.device)
-        with torch.no_grad():
+        with self.text_encoder_grad():  # a full fine-tune may train the encoder
             states = self.text_encoder(input_ids=ids, attention_mask=mask).last_hidden_state
         lengths = mask.sum(dim=1).tolist()
         return AdvancedPromptEmbeds(
             text_embeds=[states[i, :n].to(self.dtype).clone() for i, n in enumerate(lengths)])
+
+    def text_encoder_parts(self) -> dict[str, torch.nn.Module]:
+        return {} if self.text_encoder is None else {"text_encoder": self.text_encoder}
 
     # ---- 3. train step -------------------------------------------------------------
     def get_noise_prediction(self, latent_model_input: torch.Tensor, timestep: torch.Tensor,
