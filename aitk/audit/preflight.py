@@ -354,6 +354,10 @@ def _trained_parts(where: str, proc: TrainingProcess, loaded: LoadedConfig
     if not (tr.train_unet or tr.train_text_encoder):
         out.append(error(f"{path}.train_unet", "train_unet and train_text_encoder are both "
                          "off: nothing to train", "set train_unet: true", "full_fine_tune"))
+    if tr.train_text_encoder and proc.save.save_format != "diffusers":
+        out.append(error(f"{where}.save.save_format", "one safetensors file holds the "
+                         "denoiser only: the trained text encoder would not be saved",
+                         "set save_format: diffusers", "full_fine_tune"))
     # The prior terms ask the base model, which a LoRA run gets by turning its adapter
     # off; a full fine-tune keeps no untouched copy (aitk.run.process.refuse_priors).
     priors = [(f"{path}.{key}", key) for key in (
