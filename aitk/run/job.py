@@ -89,7 +89,12 @@ def _run_job(loaded: LoadedConfig, stream: TextIO, status: StatusFile) -> int:
                     return EXIT_INTERRUPTED
         return EXIT_OK
     except (Interrupted, KeyboardInterrupt):
-        print(f"stopped; run the same config again to resume {loaded.name}", file=stream)
+        if loaded.kind in ("extension", "train"):
+            print(f"stopped; run the same config again to resume {loaded.name}",
+                  file=stream)
+        else:  # extract, mod, merge, generate: every output is written whole or not at all
+            print(f"stopped; the files {loaded.name} finished are written, the one it was "
+                  "on is not", file=stream)
         return EXIT_INTERRUPTED
     except Exception as exc:  # the job's error boundary
         return failed(exc, loaded.name, stream, status)
