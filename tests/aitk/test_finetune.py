@@ -156,3 +156,21 @@ def test_the_preflight_refuses_a_prior_term_in_a_full_fine_tune(tmp_path, exampl
     found = [f for f in preflight(loaded) if f.code == "full_fine_tune"]
     assert [f.path for f in found] == ["config.process[0].train.blank_prompt_preservation"]
     assert run_job(loaded) == EXIT_INPUT  # the runner refuses it too
+
+
+def test_a_trained_text_encoder_gets_text_encoder_lr(tmp_path, example_model_dir):
+    from aitk.models.registry import load_model
+    from aitk.run.assembly import parameter_groups
+    from aitk.run.finetune import FullWeights
+
+    loaded = fine_tune(tmp_path, example_model_dir, steps=2,
+                       train={"train_text_encoder": True, "cache_text_embeddings": False,
+                              "lr": 1e-4, "text_encoder_lr": 1e-5})
+    proc = loaded.job.config.process[0]
+    model = load_model(proc.model)
+    weights = FullWeights(model, proc)
+    groups = parameter_groups(weights, proc)
+    encoder = {id(p) for p in model.text_encoder_parts()["text_encoder"].parameters()}
+    assert len(groups) == 2 and groups[1]["lr_scale"] == pytest.approx(0.1)
+    assert {id(p) for p in groups[1]["params"]} == encoder
+    assert not encoder & {id(p) for p in groups[0]["params"]}

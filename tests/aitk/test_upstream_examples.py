@@ -48,23 +48,32 @@ STOPS = {
 def machine(tmp_path_factory, example_model_dir: Path) -> dict[str, str]:
     """The tiny models and inputs the examples' paths are swapped for."""
     from aitk.models.flux.model import FluxModel
+    from aitk.models.stable_diffusion.model import SD1Model
     from tests.aitk.jobs.test_merge import _lora
 
     root = tmp_path_factory.mktemp("machine")
     FluxModel.build_tiny(root / "flux")
+    SD1Model.build_tiny(root / "sd1")
     tuned = root / "tuned"  # the example model with its transformer nudged
     shutil.copytree(example_model_dir, tuned)
     weights = tuned / "transformer" / "diffusion_pytorch_model.safetensors"
     state = load_file(weights)
     save_file({k: v * 1.01 if v.ndim == 2 else v for k, v in state.items()}, weights)
     lora = _lora(example_model_dir, root / "lora.safetensors", 1, rank=4, alpha=4.0)
-    return {"flux": str(root / "flux"), "base": str(example_model_dir),
+    return {"flux": str(root / "flux"), "sd1": str(root / "sd1"),
+            "base": str(example_model_dir),
             "tuned": str(tuned), "device": "cpu", "lora": str(lora),
             "dataset": str(REPO / "datasets" / "example")}
 
 
+# The examples written for SD 1.5 (no is_* flag, ddpm) get a tiny SD 1.x; the others a
+# tiny Flux (the full fine-tunes and the UI's slider name Flex.1).
+SD1_EXAMPLES = ("train_slider", "generate")
+
+
 def write(tmp_path: Path, name: str, machine: dict[str, str]) -> Path:
-    paths = {**machine, "model": machine["flux"], "out": str(tmp_path / "out")}
+    model = machine["sd1"] if name in SD1_EXAMPLES else machine["flux"]
+    paths = {**machine, "model": model, "out": str(tmp_path / "out")}
     path = tmp_path / f"{name}.yaml"
     path.write_text(yaml.safe_dump(localized(name, paths), sort_keys=False))
     return path
@@ -106,7 +115,7 @@ def test_the_mod_example_rescales(tmp_path, machine):
 @pytest.mark.slow  # four 1024x1024 images, 20 steps each: about half a minute here
 def test_the_generate_example_draws_its_four_prompts(tmp_path, machine):
     loaded = load_config(str(write(tmp_path, "generate", machine)))
-    assert loaded.job.config.process[0].model.arch == "flux"  # read from the folder
+    assert loaded.job.config.process[0].model.arch == "sd1"  # read from the folder
     assert run_job(loaded) == EXIT_OK
     names = sorted(p.name for p in (tmp_path / "out").iterdir())
     assert [n.split("_")[1] for n in names] == ["photo-of-batman", "photo-of-superman",
@@ -154,5 +163,6 @@ def test_the_sliders_train_until_ctrl_c_and_save(name, tmp_path, machine):
     saved = ckpt.find_resumable(out / "checkpoints", report=pytest.fail)
     assert saved is not None and saved.step >= 2
     lora = load_file(out / f"{loaded.name}_{saved.step:09d}.safetensors")
-    assert lora and all(k.startswith("transformer.") for k in lora)  # Flux's layout
+    prefix = "lora_unet_" if name == "train_slider" else "transformer."  # kohya / Flux
+    assert lora and all(k.startswith(prefix) for k in lora)
     assert json.loads((tmp_path / "status.json").read_text())["phase"] == "stopped"
