@@ -87,6 +87,12 @@ def within(path: Path, root: Path) -> bool:
         return False
 
 
+# The job kinds whose processes train into `training_folder/NAME` (LoRAs, full
+# fine-tunes, both sliders): what confinement and the job list know how to place. The
+# file jobs (extract, mod, merge, generate) write where their config says.
+WEB_UI_KINDS = ("extension", "train")
+
+
 def resolve(root: Path, value: str) -> Path:
     """Paths in a config are relative to the checkout: the trainer runs from there."""
     path = Path(os.path.expanduser(value))
@@ -150,6 +156,10 @@ def check(text: str, root: Path, outputs: Path,
         loaded = parse_job(raw, "<web ui>", env={}, check_arch=None)
     except ConfigError as exc:
         return Checked(None, problem_fields(exc.problems), [])
+    if loaded.kind not in WEB_UI_KINDS:
+        return Checked(None, [{"path": "job", "message": f"the web UI runs training jobs "
+                               f"(job: {' or '.join(WEB_UI_KINDS)}); run this "
+                               f"job: {loaded.kind} with `run.py CONFIG` (docs/jobs.md)"}], [])
     errors = confinement(loaded, root, outputs) + preflight(loaded, root)
     target = out_dir(loaded, root).resolve()
     other = (taken or {}).get(target)
