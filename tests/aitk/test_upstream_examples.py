@@ -158,8 +158,9 @@ def test_the_sliders_train_until_ctrl_c_and_save(name, tmp_path, machine):
     proc = config["config"]["process"][0]
     if name in STOPS:  # no bitsandbytes here: the one setting the machine cannot run
         proc["train"]["optimizer"] = "adamw"
-    if name == "train_slider":  # twelve 512 px previews first: minutes on a tiny UNet
-        proc["train"]["skip_first_sample"] = True
+    if name == "train_slider":  # 512 px previews and latents: many minutes on a tiny
+        proc["train"]["skip_first_sample"] = True  # UNet's full-resolution attention
+        proc["slider"]["resolutions"] = [[64, 64]]
     path.write_text(yaml.safe_dump(config))
     loaded = load_config(str(path))
     out = loaded.job.output_dir()
