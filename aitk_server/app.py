@@ -445,7 +445,8 @@ class Api:
 PHASE_WORDS = {"starting": "starting the trainer", "loading": "loading the model",
                "caching": "caching latents and text embeddings",
                "training": "training", "sampling": "making previews",
-               "saving": "saving a checkpoint", "finished": "finished",
+               "saving": "saving a checkpoint", "captioning": "captioning",
+               "working": "working", "finished": "finished",
                "stopped": "stopped", "failed": "failed"}
 
 

@@ -97,6 +97,7 @@ class SliderProcess(TrainingProcess):
 class SliderSection(_Strict):
     name: JobName
     process: Annotated[list[SliderProcess], Field(min_length=1)]
+    log_dir: str | None = None  # every process's TensorBoard folder (upstream's)
 
 
 class SliderJob(JobBase):

@@ -107,8 +107,12 @@ def part_sizes(desc: ArchDescription, name_or_path: str) -> tuple[list[tuple[Par
 
 def plan_of(proc: ProcessConfig, desc: ArchDescription, device: str,
             device_free: int | None, host_free: int | None) -> Plan | None:
-    """The Plan of one process, or None when the arch describes no sizes."""
+    """The Plan of one process, or None when the arch describes no sizes, or the
+    process is one the formulas do not cover yet: a full fine-tune (no `network`) or a
+    process without datasets (a slider that makes its own latents)."""
     m, tr = proc.model, proc.train
+    if getattr(proc, "network", None) is None or not proc.datasets:
+        return None
     sizes, _ = part_sizes(desc, m.name_or_path)
     if not sizes:
         return None

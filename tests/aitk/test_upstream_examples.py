@@ -31,11 +31,6 @@ from tests.aitk.upstream_examples import EXAMPLES, localized
 HAS_BNB = importlib.util.find_spec("bitsandbytes") is not None
 # What stops an example here, when something does: the start of its one line.
 STOPS = {
-    # an optimizer another change adds (issue 24); until then the schema names it
-    "full_fine_tune_flex": "config.process[0].train.optimizer: input should be",
-    # Lumina 2 is an arch of issue 23
-    "full_fine_tune_lumina": "config.process[0].model.arch: arch 'lumina2' is not "
-                             "supported yet",
     "flex_redux": "config.process[0].adapter: this process trains an adapter (redux) "
                   "instead of the model, which aitk does not do",
     # the web UI's default optimizer needs bitsandbytes (CUDA boxes)

@@ -38,7 +38,7 @@ def test_the_file_keeps_its_field_names_and_round_trips(tmp_path: Path) -> None:
 
 def test_phases_are_an_enum_whose_final_ones_say_so() -> None:
     assert [p.value for p in Phase] == ["loading", "caching", "training", "sampling",
-                                        "saving", "captioning", "finished", "stopped",
+                                        "saving", "captioning", "working", "finished", "stopped",
                                         "failed"]
     assert {p for p in Phase if p.final} == {Phase.FINISHED, Phase.STOPPED, Phase.FAILED}
     assert final_phase(0) is Phase.FINISHED and final_phase(130) is Phase.STOPPED
