@@ -76,6 +76,36 @@ def notes_from(stderr: str) -> list[dict[str, str]]:
     return out
 
 
+def json_objects(stdout: str) -> list[dict[str, Any]]:
+    """The objects `--check --json` printed (one per run: a line each, or one list)."""
+    out: list[dict[str, Any]] = []
+    for chunk in (stdout, *stdout.splitlines()):
+        try:
+            data = json.loads(chunk)
+        except ValueError:
+            continue
+        out += [d for d in (data if isinstance(data, list) else [data]) if isinstance(d, dict)]
+        if chunk is stdout:
+            break
+    return out
+
+
+def problems_from(stdout: str) -> list[dict[str, str]]:
+    """The error problems `--check --json` printed, as {path, message} (the trainer
+    then writes them nowhere else)."""
+    found = []
+    for run in json_objects(stdout):
+        for problem in run.get("problems") or []:
+            if isinstance(problem, dict) and problem.get("level") == "error" and \
+                    isinstance(problem.get("path"), str) and \
+                    isinstance(problem.get("message"), str):
+                fix = problem.get("fix")
+                message = problem["message"] + (f" ({fix})" if isinstance(fix, str) and fix
+                                                else "")
+                found.append({"path": problem["path"], "message": message})
+    return found
+
+
 def memory_from(stdout: str) -> dict[str, Any] | None:
     """The memory forecast of the first JSON object the check printed, if any."""
     for chunk in (stdout, *stdout.splitlines()):
@@ -112,7 +142,7 @@ def check(text: str, *, python: str, trainer: Path, root: Path, scratch: Path,
                                     f"check ({exc.strerror or exc})"}])
         stdout = done.stdout.decode("utf-8", errors="replace")
         stderr = done.stderr.decode("utf-8", errors="replace")
-        errors = _status_errors(status)
+        errors = _status_errors(status) or problems_from(stdout)
     if done.returncode == 0:
         return Verdict(True, [], notes_from(stderr), memory_from(stdout))
     if not errors:  # it failed without saying why in its status file: its last line

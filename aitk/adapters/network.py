@@ -127,8 +127,14 @@ def text_encoders_to_train(model: BaseModel, cfg: Any) -> dict[str, nn.Module]:
     then every part the model names (an arch that names none refuses)."""
     if not getattr(cfg, "train_text_encoder", False):
         return {}
+    from aitk.models import catalog
+
     parts = model.text_encoder_parts()
-    if not parts:
+    # A built-in arch's LoRA layout says whether it has text-encoder keys: a model may
+    # name text encoders it can fully fine-tune yet write no text-encoder LoRA (example).
+    described = model.arch not in catalog.builtin_archs() or \
+        catalog.trains_text_encoders(model.arch)
+    if not parts or not described:
         raise AdapterError(f"train.train_text_encoder: arch {model.arch!r} trains its "
                            "denoiser only (no text-encoder LoRA); remove the setting")
     return parts

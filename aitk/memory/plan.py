@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from aitk.config.schema import ProcessConfig
+from aitk.errors import ModelKwargsError
 from aitk.memory.forecast import Forecast, PartLoad, Plan, forecast
 from aitk.models.description import ArchDescription, Part, PartRole, Variant
 
@@ -145,7 +146,11 @@ def plan_of(proc: ProcessConfig, desc: ArchDescription, device: str,
             dropped_after_caching=cached and part.role is PartRole.TEXT_ENCODER,
             file_bytes=counted.file_bytes))
     caps = desc.capabilities
-    tokens = getattr(desc.parse_model_kwargs(m.model_kwargs), "max_sequence_length", None)
+    try:
+        tokens = getattr(desc.parse_model_kwargs(m.model_kwargs), "max_sequence_length",
+                         None)
+    except ModelKwargsError:  # the preflight's own check says where, once
+        tokens = None
     return Plan(
         device=device, parts=tuple(parts), rank=proc.network.dim, optimizer=tr.optimizer,
         batch=tr.batch_size,

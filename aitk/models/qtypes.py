@@ -26,6 +26,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
+from aitk.errors import QuantizeError
+
 Backend = Literal["quanto", "torchao", "uintx"]
 
 
@@ -77,8 +79,9 @@ UNSUPPORTED: dict[str, str] = {
 }
 
 
-class QTypeProblem(ValueError):
-    """A qtype value aitk cannot run: its message is the one line to show."""
+class QTypeProblem(QuantizeError, ValueError):
+    """A qtype value aitk cannot run: its message is the one line to show (a ValueError
+    too, so the schema's validator reports it at its field)."""
 
 
 @dataclass(frozen=True)

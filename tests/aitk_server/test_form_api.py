@@ -59,7 +59,7 @@ def test_a_config_the_trainer_would_refuse_is_not_accepted(client, job_yaml):
     answer = client.post("/api/jobs", json={"yaml": unstartable(job_yaml("nostart"))})
     assert answer.status_code == 422, answer.text
     at = {e["path"] for e in answer.json()["errors"]}
-    assert DEVICE in at
+    assert DEVICE in at, answer.text
     if importlib.util.find_spec("bitsandbytes") is None:
         assert OPTIMIZER in at
     assert client.get("/api/jobs").json() == []
