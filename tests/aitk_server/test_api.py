@@ -13,6 +13,10 @@ from starlette.testclient import TestClient
 from aitk_server.app import create_app
 from tests.aitk_server.conftest import REPO, fake_outputs, tool_client
 
+# Each job it makes runs the trainer's own `run.py --check` in a child process: the
+# trainer-process tier (docs/testing.md).
+pytestmark = pytest.mark.slow
+
 UPLOAD = {"content-type": "application/octet-stream"}
 
 

@@ -6,9 +6,14 @@ from __future__ import annotations
 
 import importlib.util
 
+import pytest
 import yaml
 
 from aitk.models import catalog
+
+# Each job it makes runs the trainer's own `run.py --check` in a child process: the
+# trainer-process tier (docs/testing.md).
+pytestmark = pytest.mark.slow
 
 DEVICE = "config.process[0].device"
 OPTIMIZER = "config.process[0].train.optimizer"

@@ -45,7 +45,8 @@ from tests.aitk.models.arch_checks import (
 )
 from tests.aitk.models.conftest import NetCfg
 
-pytestmark = pytest.mark.usefixtures("one_torch_thread")
+# Trains and reloads tiny models: the per-arch tier (docs/testing.md).
+pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("one_torch_thread")]
 
 NET = NetCfg(linear=4, linear_alpha=2.0)  # alpha != rank: files must carry it
 CLASSES = {"sd1": SD1Model, "sd2": SD2Model}

@@ -46,7 +46,8 @@ from tests.aitk.models.arch_checks import (
 )
 from tests.aitk.models.conftest import NetCfg
 
-pytestmark = pytest.mark.usefixtures("one_torch_thread")
+# Trains and reloads tiny models: the per-arch tier (docs/testing.md).
+pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("one_torch_thread")]
 
 CLASSES: dict[str, type[BaseModel]] = {"sd1": SD1Model, "sd2": SD2Model, "sdxl": SDXLModel}
 sd1_dir = tiny_model_folder(SD1Model, scope="session")
