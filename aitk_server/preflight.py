@@ -96,13 +96,16 @@ def problems_from(stdout: str) -> list[dict[str, str]]:
     found = []
     for run in json_objects(stdout):
         for problem in run.get("problems") or []:
-            if isinstance(problem, dict) and problem.get("level") == "error" and \
-                    isinstance(problem.get("path"), str) and \
-                    isinstance(problem.get("message"), str):
-                fix = problem.get("fix")
-                message = problem["message"] + (f" ({fix})" if isinstance(fix, str) and fix
-                                                else "")
-                found.append({"path": problem["path"], "message": message})
+            if not (isinstance(problem, dict) and problem.get("level") == "error"
+                    and isinstance(problem.get("message"), str)):
+                continue
+            path, message = problem.get("path"), problem["message"]
+            if not isinstance(path, str):  # a config error: "path: message" in one line
+                parsed = parse_problems([message])[0]
+                path, message = parsed.path, parsed.message
+            fix = problem.get("fix")
+            found.append({"path": path, "message": message + (
+                f" ({fix})" if isinstance(fix, str) and fix else "")})
     return found
 
 
