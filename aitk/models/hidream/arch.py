@@ -60,7 +60,7 @@ HIDREAM = ArchDescription(
     schedule=Schedule("flowmatch", FLOWMATCH_SCHEDULERS),
     model_kwargs=HiDreamKwargs,
     # `transformer.` + diffusers names (= ComfyUI's HiDream names), scale folded into
-    # lora_B (aitk.models.sd3.lora_keys): diffusers' HiDream loader refuses `.alpha`.
+    # lora_B (aitk.adapters.alpha_folding): diffusers' HiDream loader refuses `.alpha`.
     lora=Lora(LoraKeys("transformer.", ModuleNames.DIFFUSERS, KeyStyle.PEFT),
               (LoraKeys("diffusion_model.", ModuleNames.DIFFUSERS, KeyStyle.PEFT),),
               ("diffusers HiDreamImagePipeline.load_lora_weights", "ComfyUI"),

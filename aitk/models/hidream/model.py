@@ -22,7 +22,7 @@ from `text_encoder_4/ tokenizer_4/` of that folder when it has them and the knob
 - Training schedule: flow matching with the scheduler config's fixed shift (`shift`,
   or UniPC's `flow_shift`; 3.0 otherwise, upstream's training shift).
 - LoRA files: `transformer.` + diffusers names (ComfyUI's HiDream uses the same names),
-  the scale folded into `lora_B` (aitk.models.sd3.lora_keys): diffusers'
+  the scale folded into `lora_B` (aitk.adapters.alpha_folding): diffusers'
   `HiDreamImagePipeline.load_lora_weights` and ComfyUI read it.
 - `low_vram`: the four text encoders stay on the CPU except while embedding, the VAE
   except while encoding/decoding.
@@ -36,6 +36,7 @@ from typing import Any
 
 import torch
 
+from aitk.adapters.alpha_folding import fold_alphas, unfolded_alphas
 from aitk.adapters.keys import from_public_keys
 from aitk.diffusion.noise import NoiseSchedule, NoiseSettings
 from aitk.errors import ModelLoadError
@@ -43,7 +44,6 @@ from aitk.models import kl_latents
 from aitk.models.base import BaseModel, GenerateImageConfig
 from aitk.models.hidream.arch import LLAMA_REPO
 from aitk.models.prompt_embeds import AdvancedPromptEmbeds
-from aitk.models.sd3.lora_keys import fold_alphas, unfolded_alphas
 
 PARTS = ("transformer", "text_encoder", "tokenizer", "text_encoder_2", "tokenizer_2",
          "text_encoder_3", "tokenizer_3", "vae", "scheduler")

@@ -27,6 +27,7 @@ from collections.abc import Mapping
 
 import torch
 
+from aitk.adapters.alpha_folding import fold_alphas, unfolded_alphas
 from aitk.adapters.keys import ALPHA_SUFFIX, from_public_keys, to_public_keys
 from aitk.errors import AdapterKeyError
 
@@ -89,16 +90,10 @@ def to_file(state_dict: Mapping[str, torch.Tensor]) -> dict[str, torch.Tensor]:
     if any(".lokr_" in k for k in state_dict):
         return to_public_keys(state_dict)
     out: dict[str, torch.Tensor] = {}
-    for key, value in state_dict.items():
+    for key, value in fold_alphas(dict(state_dict)).items():
         module, suffix = _split(key)
-        if suffix == ALPHA_SUFFIX:
-            continue
-        if suffix == UP:
-            rank = value.shape[1]
-            alpha = state_dict.get(module + ALPHA_SUFFIX)
-            if alpha is not None and float(alpha) != rank:
-                value = value * (float(alpha) / rank)
-        out[PREFIX + to_original(module) + suffix] = value
+        if suffix != ALPHA_SUFFIX:  # an alpha left after folding has no LoRA module
+            out[PREFIX + to_original(module) + suffix] = value
     return out
 
 
@@ -108,7 +103,6 @@ def from_file(state_dict: Mapping[str, torch.Tensor]) -> dict[str, torch.Tensor]
     if any(".lokr_" in k for k in state_dict):
         return from_public_keys(state_dict)
     out: dict[str, torch.Tensor] = {}
-    ranks: dict[str, int] = {}
     for key, value in state_dict.items():
         for prefix in (PREFIX, "transformer."):
             if key.startswith(prefix):
@@ -116,11 +110,7 @@ def from_file(state_dict: Mapping[str, torch.Tensor]) -> dict[str, torch.Tensor]
                 break
         module, suffix = _split(key)
         internal = from_original(module) or module
-        if suffix == DOWN:
-            ranks[internal] = value.shape[0]
         if internal + suffix in out:
             raise AdapterKeyError(f"adapter key {key!r} duplicates {internal + suffix!r}")
         out[internal + suffix] = value
-    for module, rank in ranks.items():
-        out.setdefault(module + ALPHA_SUFFIX, torch.tensor(float(rank)))
-    return out
+    return unfolded_alphas(out)

@@ -18,29 +18,15 @@ from collections.abc import Mapping
 
 import torch
 
-from aitk.adapters.keys import ALPHA_SUFFIX, from_public_keys, module_of, to_public_keys
-
-DOWN, UP = ".lora_A.weight", ".lora_B.weight"
+from aitk.adapters.alpha_folding import fold_alphas, unfolded_alphas
+from aitk.adapters.keys import from_public_keys, to_public_keys
 
 
 def to_ltx2_keys(state_dict: Mapping[str, torch.Tensor]) -> dict[str, torch.Tensor]:
     """Internal names with `<module>.alpha` -> public names, alpha folded into lora_B."""
-    out = dict(state_dict)
-    for key in [k for k in state_dict if k.endswith(ALPHA_SUFFIX)]:
-        mod = key[: -len(ALPHA_SUFFIX)]
-        if mod + UP not in state_dict:
-            continue  # not a LoRA module (LoKr): keep its alpha
-        rank = state_dict[mod + DOWN].shape[0]
-        up = state_dict[mod + UP]
-        out[mod + UP] = (up.float() * (float(state_dict[key]) / rank)).to(up.dtype)
-        del out[key]
-    return to_public_keys(out)
+    return to_public_keys(fold_alphas(dict(state_dict)))
 
 
 def from_ltx2_keys(state_dict: Mapping[str, torch.Tensor]) -> dict[str, torch.Tensor]:
     """Public names -> internal names; a LoRA module without an alpha gets alpha = rank."""
-    out = from_public_keys(state_dict)
-    for mod in {module_of(k) for k in out if k.endswith(DOWN)}:
-        if mod + ALPHA_SUFFIX not in out:
-            out[mod + ALPHA_SUFFIX] = torch.tensor(float(out[mod + DOWN].shape[0]))
-    return out
+    return unfolded_alphas(from_public_keys(state_dict))

@@ -17,7 +17,7 @@ text_encoder_3/ tokenizer_3/ vae/ scheduler/`.
 - Training schedule: flow matching, target `noise - clean`, with the fixed shift of the
   model's scheduler config (3.0) for `timestep_type: shift`.
 - LoRA files: `transformer.` + diffusers module names, alpha folded into `lora_B`
-  (aitk.models.sd3.lora_keys), which diffusers' `StableDiffusion3Pipeline.load_lora_weights`
+  (aitk.adapters.alpha_folding), which diffusers' `StableDiffusion3Pipeline.load_lora_weights`
   and ComfyUI both read; `diffusion_model.` files and files with `.alpha` read back.
 - `low_vram`: the text encoders stay on the CPU except while embedding, the VAE except
   while encoding/decoding.
@@ -30,13 +30,13 @@ from typing import Any
 
 import torch
 
+from aitk.adapters.alpha_folding import fold_alphas, unfolded_alphas
 from aitk.adapters.keys import from_public_keys
 from aitk.diffusion.noise import NoiseSchedule, NoiseSettings
 from aitk.errors import ModelLoadError
 from aitk.models import kl_latents
 from aitk.models.base import BaseModel, GenerateImageConfig
 from aitk.models.prompt_embeds import AdvancedPromptEmbeds
-from aitk.models.sd3.lora_keys import fold_alphas, unfolded_alphas
 
 PARTS = ("transformer", "text_encoder", "tokenizer", "text_encoder_2", "tokenizer_2",
          "text_encoder_3", "tokenizer_3", "vae", "scheduler")

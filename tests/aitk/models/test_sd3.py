@@ -15,9 +15,9 @@ import torch
 from safetensors.torch import load_file, save_file
 
 from aitk.adapters import AdapterNetwork
+from aitk.adapters.alpha_folding import fold_alphas
 from aitk.cli.run import main as cli_main
 from aitk.models.base import GenerateImageConfig
-from aitk.models.sd3.lora_keys import fold_alphas
 from aitk.models.sd3.model import SD3Model
 from tests.aitk.models.arch_checks import (
     ALPHA,

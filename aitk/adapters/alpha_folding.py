@@ -1,8 +1,10 @@
-"""LoRA files without `.alpha` entries, for loaders that refuse them: diffusers' SD3
-and HiDream loaders take only keys with "lora" in them, and both they and ComfyUI apply
-scale 1 to a module without an alpha. So the scale alpha / rank is folded into the up
-weights on save (the delta B @ A * alpha / rank is unchanged) and read back as alpha =
-rank, which the adapter rescales to its own alpha. Used by `sd3` and `hidream`."""
+"""LoRA files without `.alpha` entries, for loaders that refuse them: diffusers' SD3,
+HiDream, LTX-2 and Krea 2 loaders take only keys with "lora" in them, and both they and
+ComfyUI apply scale 1 to a module without an alpha. So the scale alpha / rank is folded
+into the up weights on save (the delta B @ A * alpha / rank is unchanged) and read back
+as alpha = rank, which the adapter rescales to its own alpha. The one owner of that
+folding: each arch's key layout (`aitk/models/<arch>/`) calls it before or after its own
+renaming."""
 
 from __future__ import annotations
 
