@@ -3,6 +3,8 @@
 Uses the CPU stack when no supported GPU is detected, so it runs anywhere. Arguments
 after `test` go to pytest unchanged. `--quick` runs the quick tier: every test but those
 marked `slow` (they start a trainer process or a full install; docs/testing.md).
+Both run on every core through pytest-xdist (`-n auto`); a `-n` of the user's own
+replaces it, and a debugger flag or `-p no:xdist` runs in one process.
 Returns pytest's exit code.
 """
 
@@ -21,6 +23,11 @@ from manager.state import read_state
 TEST_REQUIREMENTS = "requirements-test.txt"
 # pytest's marker expression for the quick tier (the marker is registered in pyproject.toml).
 QUICK_TIER = "not slow"
+# pytest-xdist (requirements-test.txt): a worker per core; worksteal, because a few
+# trainer-starting tests take far longer than the rest. It halves the quick tier here.
+PARALLEL = ("-n", "auto", "--dist", "worksteal")
+# Arguments that need the tests in this one process (xdist refuses --pdb and --trace).
+SERIAL_ARGS = frozenset({"--pdb", "--trace", "no:xdist", "-pno:xdist"})
 
 
 @dataclass(frozen=True)
@@ -30,10 +37,12 @@ class Options:
     quick: bool = False
 
     def pytest_argv(self) -> list[str]:
-        """pytest's arguments. The tier's `-m` comes first: a `-m` among the user's own
-        arguments comes later and so replaces it (pytest keeps the last)."""
+        """pytest's arguments. The tier's `-m` and the workers' `-n` come first: the
+        same options among the user's own arguments come later and so replace them
+        (pytest keeps the last)."""
         tier = ["-m", QUICK_TIER] if self.quick else []
-        return [*tier, *self.pytest_args]
+        serial = any(arg in SERIAL_ARGS for arg in self.pytest_args)
+        return [*tier, *(() if serial else PARALLEL), *self.pytest_args]
 
 
 def _needs_cpu(requested: bool) -> bool:
