@@ -52,7 +52,8 @@ from aitk.models.base import BaseModel, GenerateImageConfig
 from aitk.models.krea2 import lora_keys
 from aitk.models.loading import HUB_FIX, check_source, freeze, load_part
 from aitk.models.prompt_embeds import AdvancedPromptEmbeds
-from aitk.models.qwen_image.model import PROMPT_TEMPLATE, QwenImageModel
+from aitk.models.qwen_image import latents as latent_space
+from aitk.models.qwen_image.model import PROMPT_TEMPLATE
 
 PARTS = ("transformer", "text_encoder", "tokenizer", "vae", "scheduler")
 PATCH = 2
@@ -119,14 +120,16 @@ class Krea2Model(BaseModel):
         self.vae, self.noise_scheduler = vae, scheduler
 
     # ---- 2. encoders ---------------------------------------------------------------
+    # Qwen-Image's VAE and its per-channel normalisation (aitk/models/qwen_image/latents.py).
     @property
     def vae_scale_factor(self) -> int:
-        return 2 ** len(self.vae.temperal_downsample)
+        return latent_space.vae_scale_factor(self.vae)
 
-    # Qwen-Image's VAE and its per-channel normalisation, shared with that arch.
-    _latent_stats = QwenImageModel._latent_stats
-    encode_images = QwenImageModel.encode_images
-    decode_latents = QwenImageModel.decode_latents
+    def encode_images(self, images: torch.Tensor) -> torch.Tensor:
+        return latent_space.encode_images(self, images)
+
+    def decode_latents(self, latents: torch.Tensor) -> torch.Tensor:
+        return latent_space.decode_latents(self, latents)
 
     @property
     def max_text_length(self) -> int:
@@ -177,8 +180,8 @@ class Krea2Model(BaseModel):
         return FlowMatchSchedule(settings, FlowShift.from_scheduler_config(
             self.noise_scheduler.config), image_tokens(PATCH))
 
-    pack = staticmethod(QwenImageModel.pack)  # Krea2Pipeline._pack_latents' order
-    unpack = staticmethod(QwenImageModel.unpack)
+    pack = staticmethod(latent_space.pack)  # Krea2Pipeline._pack_latents' order
+    unpack = staticmethod(latent_space.unpack)
 
     def transformer_inputs(self, embeds: AdvancedPromptEmbeds, batch: int, h: int, w: int
                            ) -> dict[str, torch.Tensor]:
@@ -300,5 +303,5 @@ def run_pipeline(pipeline: Any, gen_config: GenerateImageConfig,
     return pipeline(prompt_embeds=cond, prompt_embeds_mask=cond_mask, guidance_scale=scale,
                     width=gen_config.width, height=gen_config.height,
                     num_inference_steps=gen_config.sample_steps,
-                    latents=QwenImageModel.pack(noise).to(device, dtype),
+                    latents=latent_space.pack(noise).to(device, dtype),
                     generator=generator, output_type="pil", **kwargs).images[0]

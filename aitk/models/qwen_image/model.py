@@ -40,6 +40,7 @@ from aitk.models.base import BaseModel, GenerateImageConfig
 from aitk.models.loading import freeze, load_part
 from aitk.models.offload import visiting
 from aitk.models.prompt_embeds import AdvancedPromptEmbeds
+from aitk.models.qwen_image import latents as latent_space
 
 PROMPT_TEMPLATE = (
     "<|im_start|>system\nDescribe the image by detailing the color, shape, size, texture, "
@@ -103,29 +104,13 @@ class QwenImageModel(BaseModel):
     # ---- 2. encoders ---------------------------------------------------------------
     @property
     def vae_scale_factor(self) -> int:
-        return 2 ** len(self.vae.temperal_downsample)
-
-    def _latent_stats(self, like: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        cfg = self.vae.config
-        shape = (1, cfg.z_dim, 1, 1)
-        mean = torch.tensor(cfg.latents_mean, dtype=torch.float32).view(shape)
-        std = torch.tensor(cfg.latents_std, dtype=torch.float32).view(shape)
-        return mean.to(like.device), std.to(like.device)
+        return latent_space.vae_scale_factor(self.vae)
 
     def encode_images(self, images: torch.Tensor) -> torch.Tensor:
-        """(B, 3, H, W) in [-1, 1] -> (B, C, H/8, W/8), the distribution's mean,
-        normalised per channel."""
-        with torch.no_grad(), self.on_device(self.vae):
-            x = images.to(self.device, torch.float32)[:, :, None]
-            z = self.vae.encode(x).latent_dist.mean[:, :, 0]
-        mean, std = self._latent_stats(z)
-        return ((z - mean) / std).to(self.dtype)
+        return latent_space.encode_images(self, images)
 
     def decode_latents(self, latents: torch.Tensor) -> torch.Tensor:
-        z = latents.to(self.device, torch.float32)
-        mean, std = self._latent_stats(z)
-        with torch.no_grad(), self.on_device(self.vae):
-            return self.vae.decode((z * std + mean)[:, :, None]).sample[:, :, 0]
+        return latent_space.decode_latents(self, latents)
 
     def get_prompt_embeds(self, prompts: list[str],
                           control_images: list[torch.Tensor] | None = None
@@ -160,19 +145,8 @@ class QwenImageModel(BaseModel):
         return FlowMatchSchedule(settings, FlowShift.from_scheduler_config(
             self.noise_scheduler.config), image_tokens(self.model.config.patch_size))
 
-    @staticmethod
-    def pack(latents: torch.Tensor) -> torch.Tensor:
-        """(B, C, h, w) -> (B, h/2 * w/2, 4C): one token per 2x2 patch."""
-        b, c, h, w = latents.shape
-        x = latents.view(b, c, h // 2, 2, w // 2, 2).permute(0, 2, 4, 1, 3, 5)
-        return x.reshape(b, (h // 2) * (w // 2), c * 4)
-
-    @staticmethod
-    def unpack(tokens: torch.Tensor, h: int, w: int) -> torch.Tensor:
-        """The inverse of `pack` for a (B, h/2 * w/2, 4C) tensor."""
-        b, _, c4 = tokens.shape
-        x = tokens.view(b, h // 2, w // 2, c4 // 4, 2, 2).permute(0, 3, 1, 4, 2, 5)
-        return x.reshape(b, c4 // 4, h, w)
+    pack = staticmethod(latent_space.pack)
+    unpack = staticmethod(latent_space.unpack)
 
     def get_noise_prediction(self, latent_model_input: torch.Tensor, timestep: torch.Tensor,
                              text_embeddings: AdvancedPromptEmbeds, batch: Any = None,
