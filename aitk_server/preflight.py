@@ -90,11 +90,11 @@ def json_objects(stdout: str) -> list[dict[str, Any]]:
     return out
 
 
-def problems_from(stdout: str) -> list[dict[str, str]]:
-    """The error problems `--check --json` printed, as {path, message} (the trainer
-    then writes them nowhere else)."""
+def problems_from(runs: list[dict[str, Any]]) -> list[dict[str, str]]:
+    """The error problems in the runs `--check --json` printed (json_objects), as
+    {path, message} (the trainer then writes them nowhere else)."""
     found = []
-    for run in json_objects(stdout):
+    for run in runs:
         for problem in run.get("problems") or []:
             if not (isinstance(problem, dict) and problem.get("level") == "error"
                     and isinstance(problem.get("message"), str)):
@@ -109,18 +109,10 @@ def problems_from(stdout: str) -> list[dict[str, str]]:
     return found
 
 
-def memory_from(stdout: str) -> dict[str, Any] | None:
-    """The memory forecast of the first JSON object the check printed, if any."""
-    for chunk in (stdout, *stdout.splitlines()):
-        try:
-            data = json.loads(chunk)
-        except ValueError:
-            continue
-        if isinstance(data, list):
-            data = next((d for d in data if isinstance(d, dict)), None)
-        memory = data.get("memory") if isinstance(data, dict) else None
-        return memory if isinstance(memory, dict) else None
-    return None
+def memory_from(runs: list[dict[str, Any]]) -> dict[str, Any] | None:
+    """The memory forecast of the first run `--check --json` printed, if any."""
+    memory = runs[0].get("memory") if runs else None
+    return memory if isinstance(memory, dict) else None
 
 
 def check(text: str, *, python: str, trainer: Path, root: Path, scratch: Path,
@@ -145,14 +137,15 @@ def check(text: str, *, python: str, trainer: Path, root: Path, scratch: Path,
                                     f"check ({exc.strerror or exc})"}])
         stdout = done.stdout.decode("utf-8", errors="replace")
         stderr = done.stderr.decode("utf-8", errors="replace")
-        errors = _status_errors(status) or problems_from(stdout)
+        runs = json_objects(stdout)
+        errors = _status_errors(status) or problems_from(runs)
     if done.returncode == 0:
-        return Verdict(True, [], notes_from(stderr), memory_from(stdout))
+        return Verdict(True, [], notes_from(stderr), memory_from(runs))
     if not errors:  # it failed without saying why in its status file: its last line
         last = next((line for line in reversed(stderr.splitlines()) if line.strip()),
                     f"exit code {done.returncode}")
         errors = [{"path": "", "message": f"the trainer's check failed: {last[-500:]}"}]
-    return Verdict(False, errors, notes_from(stderr), memory_from(stdout))
+    return Verdict(False, errors, notes_from(stderr), memory_from(runs))
 
 
 def _status_errors(path: Path) -> list[dict[str, str]]:

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import json
 
-from aitk_server.preflight import memory_from, problems_from
+from aitk_server.preflight import json_objects, memory_from, problems_from
 
 
 def test_error_problems_come_with_their_field_and_fix() -> None:
@@ -15,16 +15,16 @@ def test_error_problems_come_with_their_field_and_fix() -> None:
          "fix": "set `device: cpu`", "code": "device"},
         {"level": "warning", "path": "config.process[0].train.lr", "message": "high"}],
         "memory": {"fits": True}}
-    assert problems_from(json.dumps(run)) == [
+    assert problems_from(json_objects(json.dumps(run))) == [
         {"path": "config.process[0].device", "message": "no CUDA (set `device: cpu`)"}]
-    assert memory_from(json.dumps(run)) == {"fits": True}
+    assert memory_from(json_objects(json.dumps(run))) == {"fits": True}
 
 
 def test_a_config_that_does_not_load_is_split_at_its_path() -> None:
     lines = "\n".join(json.dumps({"ok": False, "problems": [
         {"level": "error", "message": f"config.process[{i}].model.arch: unknown arch"}]})
         for i in range(2))
-    assert problems_from(lines) == [
+    assert problems_from(json_objects(lines)) == [
         {"path": f"config.process[{i}].model.arch", "message": "unknown arch"}
         for i in range(2)]
-    assert problems_from("not json") == []
+    assert problems_from(json_objects("not json")) == []
