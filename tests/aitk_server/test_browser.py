@@ -211,6 +211,9 @@ def test_the_newcomer_path(served, browser, shoot, settings, monkeypatch, tiny_v
     until(driver, lambda d: field_value(d, "config.process[0].network.linear") == "8",
           "the rank")
     until(driver, lambda d: d.find_elements("id", "check-ok"), "the trainer's check")
+    # The memory forecast of the check, beside the memory choices (README).
+    forecast = until(driver, lambda d: d.find_elements("id", "memory"), "the forecast")[0]
+    assert forecast.get_attribute("textContent").startswith(("Fits", "Does not fit"))
     shoot("form")
     driver.find_element("id", "yaml-tab").click()
     text = until(driver, lambda d: d.find_element("id", "yaml").get_attribute("value"),

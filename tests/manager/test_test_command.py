@@ -24,9 +24,10 @@ def test_a_debugger_or_no_xdist_runs_in_one_process(flag: str):
     assert "-n" not in argv and argv[:2] == ["-m", "not slow"]
 
 
-def test_the_workers_run_the_tests(pytester: pytest.Pytester):
+def test_the_workers_run_the_tests(pytester: pytest.Pytester, monkeypatch):
     """The parallel arguments are ones the installed pytest-xdist takes, and each test
     runs once, in a worker; a user's own `-n 0` replaces them (one process)."""
+    monkeypatch.delenv("PYTEST_XDIST_WORKER", raising=False)  # this suite's own worker
     pytester.makepyfile("import os\n\ndef test_a():\n    assert os.environ.get("
                         "'PYTEST_XDIST_WORKER')\n\ndef test_b():\n    pass\n")
     pytester.runpytest_subprocess(*test_cmd.Options().pytest_argv()).assert_outcomes(

@@ -263,11 +263,11 @@ def world(scratch: Path) -> Iterator[World]:
             requires=("accel-broken-dep",)),
         build_wheel(wh, "accel-uninstallable", "1.0", requires=("does-not-exist-anywhere",)),
         build_wheel(wh, "slowpkg", "1.0"),
-        # A stand-in test runner for `manager test`: exits with the code it is given.
+        # A stand-in test runner for `manager test`: exits with the code given last.
         build_wheel(wh, "pytest", "0.0.1", {
             "pytest/__init__.py": "",
             "pytest/__main__.py": "import sys\nprint('stand-in pytest', sys.argv[1:])\n"
-                                  "sys.exit(int(sys.argv[1]) if sys.argv[1:] else 0)\n"}),
+                                  "sys.exit(int(sys.argv[-1]) if sys.argv[1:] else 0)\n"}),
         # Loads a shared library at import, as torchcodec loads FFmpeg's.
         build_wheel(wh, "accel-needs-lib", "1.0", {
             "accel_needs_lib/__init__.py": "import ctypes\nctypes.CDLL('libaitkprobe.so')\n"}),

@@ -11,6 +11,7 @@ import spec as spec_module
 from manager import errors, specsource
 from manager.commands import install, sync
 from manager.commands import test as test_cmd
+from manager.commands.test import PARALLEL
 from tests.manager.sync.conftest import Checkout, make_spec
 
 
@@ -65,7 +66,8 @@ def test_manager_test_passes_pytests_exit_code_through(uv_checkout: Checkout) ->
     for code in ("0", "1", "5"):  # 5: pytest collected nothing; not turned into success
         done = checkout.manager("test", code)
         assert done.returncode == int(code), done.stderr
-        assert f"stand-in pytest ['{code}']" in done.stdout
+        # after the workers' arguments (manager test runs on every core)
+        assert f"stand-in pytest {[*PARALLEL, code]}" in done.stdout
 
 
 def test_manager_test_fails_loudly_when_the_environment_cannot_be_set_up(
