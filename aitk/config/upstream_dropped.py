@@ -238,9 +238,6 @@ DROPPED: dict[Key, str] = {
     "predictions; blank_prompt_preservation is read",
     ("train", "audio_loss_multiplier"): _AUDIO,
     ("train", "max_loss"): f"{_LATER} clipping a step's loss",
-    # ---- train.ema_config -----------------------------------------------------------
-    **_each("train.ema_config", "use_feedback param_multiplier", f"{_LATER} EMA feedback "
-            "into the weights"),
     # ---- model ----------------------------------------------------------------------
     ("model", "use_flux_cfg"): "upstream's CFG for Flux training; aitk trains Flux with its "
     "guidance embedding",

@@ -265,8 +265,6 @@ DEPENDS: dict[tuple[str, str], tuple[str, tuple[Any, ...]]] = {
     )},
     ("model", "refiner_start_at"): ("refiner_name_or_path", _OFF),
     ("datasets", "num_controls_from_same_folder"): ("control_from_same_folder", _OFF),
-    **{("train.ema_config", k): ("use_ema", _OFF) for k in ("use_feedback",
-                                                            "param_multiplier")},
 }
 
 

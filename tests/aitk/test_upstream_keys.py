@@ -67,11 +67,11 @@ def test_switched_off_settings_stay_quiet_and_switched_on_ones_warn_once():
     p["datasets"].append({**p["datasets"][0], "random_scale": True})
     p["datasets"][0]["random_scale"] = True
     assert parse(copy.deepcopy(r)).warnings == [RANDOM_SCALE]  # once, though both set it
-    p["train"]["ema_config"]["use_feedback"] = True  # does nothing with use_ema off
+    p["train"]["correct_pred_norm_multiplier"] = 2.0  # nothing with correct_pred_norm off
     assert parse(copy.deepcopy(r)).warnings == [RANDOM_SCALE]
-    p["train"]["ema_config"]["use_ema"] = True
-    assert "config.process[0].train.ema_config.use_feedback: valid upstream but not " \
-           "acted on by aitk: " + uk.DROPPED[("train.ema_config", "use_feedback")] \
+    p["train"]["correct_pred_norm"] = True
+    assert "config.process[0].train.correct_pred_norm_multiplier: valid upstream but not " \
+           "acted on by aitk: " + uk.DROPPED[("train", "correct_pred_norm_multiplier")] \
            in parse(r).warnings
 
 
