@@ -221,3 +221,40 @@ def test_a_dropped_key_warns_with_its_reason():
         "aitk: " + ud.DROPPED[("network", "pretrained_lora_path")],
         "config.process[0].train.snr_gamma: valid upstream but not acted on by aitk: "
         + ud.DROPPED[("train", "snr_gamma")]]
+
+
+# Issue 24's list of what aitk now trains as upstream does: (section, key, a value that
+# switches it on).
+TRAINED_NOW = [
+    ("train", "diff_output_preservation", True), ("train", "blank_prompt_preservation", True),
+    ("train", "ema_config", {"use_ema": True, "ema_decay": 0.9, "use_feedback": True,
+                             "param_multiplier": 0.99}),
+    ("train", "optimizer", "prodigy"), ("train", "loss_type", "wavelet"),
+    ("train", "timestep_type", "lognorm_blend"), ("train", "content_or_style", "style"),
+    ("train", "do_guidance_loss", True), ("train", "inverted_mask_prior", True),
+    ("train", "validation_config", {"validation_items": [{"image_path": "x.png"}]}),
+    ("datasets", "mask_path", "masks"), ("datasets", "alpha_mask", True),
+    ("datasets", "augments", ["ColorJitter"]), ("datasets", "flip_x", True),
+    ("datasets", "shuffle_tokens", True), ("datasets", "keep_tokens", 1),
+    ("datasets", "token_dropout_rate", 0.2), ("datasets", "random_triggers", ["sks"]),
+    ("datasets", "batch_size", 2), ("datasets", "is_reg", True),
+    ("datasets", "prior_reg", True), ("datasets", "auto_frame_count", True),
+    ("network", "type", "dora"), ("network", "conv", 4), ("network", "conv_alpha", 4),
+    ("logging", "use_wandb", True), ("save", "push_to_hub", True),
+]
+
+
+def test_what_aitk_now_trains_warns_no_more():
+    """Each switch issue 24 lists is read, none is in a not-acted-on table, and a config
+    with all of them on (a dataset and a regularization dataset) loads without a
+    warning."""
+    assert not [(s, k) for s, k, _ in TRAINED_NOW for t in ud.TABLES.values() if (s, k) in t]
+    r = raw()
+    p = proc(r)
+    p.setdefault("logging", {})
+    for section, key, value in TRAINED_NOW:
+        if section != "datasets" or key not in ("is_reg", "prior_reg"):
+            (p["datasets"][0] if section == "datasets" else p[section])[key] = value
+    p["datasets"].append({**p["datasets"][0], "is_reg": True, "prior_reg": True})
+    p["save"]["hf_repo_id"] = "me/lora"
+    assert parse(r).warnings == []
