@@ -131,7 +131,8 @@ DROPPED: dict[Key, str] = {
     "aitk acts on",
     ("process", "slider"): "the settings of a slider process; this process type trains no "
     "slider (use type: concept_slider)",
-    ("config", "is_v2"): "an extract/merge job's flag; a training job reads model.arch",
+    ("config", "is_v2"): "a job-level flag of upstream's extract, merge and slider jobs; "
+    "a LoRA job reads model.arch (or model.is_v2)",
     # ---- network --------------------------------------------------------------------
     ("network", "lorm"): _LORM,
     ("network", "transformer_only"): "aitk's LoRA targets come from the arch's layout; "
