@@ -205,3 +205,18 @@ def test_the_readme_quick_start_is_two_commands_ending_with_the_test_command():
 ])
 def test_the_command_check_catches_a_wrong_command(command, problem):
     assert any(problem in p for p in check_command(command))
+
+
+def test_the_upstream_keys_table_is_the_codes():
+    """docs/upstream-keys.md's table is aitk.config.upstream_dropped's reasons, row for row
+    (the code owns them; the page shows them)."""
+    from aitk.config import upstream_dropped
+
+    text = read(ROOT / "docs" / "upstream-keys.md")
+    found = re.search(r"<!-- upstream-keys table:[^>]*-->\n(.*?)<!-- end of the "
+                      r"upstream-keys table -->", text, re.S)
+    assert found is not None, "docs/upstream-keys.md lost its table markers"
+    expected = upstream_dropped.markdown_table()
+    assert found.group(1) == expected, (
+        "docs/upstream-keys.md disagrees with aitk/config/upstream_dropped.py; its table "
+        f"should read:\n{expected}")

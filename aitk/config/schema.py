@@ -219,6 +219,10 @@ class EMAConfig(_Strict):
 
     use_ema: bool = False
     ema_decay: Probability = 0.999
+    # Upstream's: each update pulls the trained weights toward the average, then scales
+    # them (aitk.run.ema).
+    use_feedback: bool = False
+    param_multiplier: Annotated[float, Field(gt=0.0)] = 1.0
 
 
 class ValidationItem(_Strict):

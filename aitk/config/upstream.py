@@ -218,10 +218,7 @@ def _screen(raw: Any, models: list[type[BaseModel]], path: str, problems: list[s
             if upstream_keys.changes_behaviour(section, key, value, raw) and \
                     name not in warned:
                 warned.add(name)
-                instead = upstream_keys.INSTEAD.get((section, key))
-                warnings.append(f"{where}: {instead}" if instead else
-                                f"{where}: valid upstream but not supported by aitk; "
-                                "ignored")
+                warnings.append(f"{where}: {upstream_keys.warning(section, key)}")
             if isinstance(value, dict) and key in upstream_keys.SECTIONS:
                 # a section aitk drops whole (`logging`): its keys that matter still say so
                 _instead(key, value, where, warnings, warned)

@@ -2,11 +2,12 @@
 with upstream's default, the job and process types it has, and its model archs.
 
 aitk accepts every key listed here. A key aitk's schema (aitk.config.schema) also
-declares acts; any other listed key is dropped, and warned about once, by name, only
-when its value would change what upstream does (it differs from upstream's default). Keys in `QUIET`
-never change the trained weights (logging, the UI's database, worker counts, compile
-flags) and are accepted silently. Anything in neither the schema nor these tables is a
-misspelling: an error with a suggestion.
+declares acts; any other listed key is dropped, and warned about once, by name, with its
+reason (aitk.config.upstream_dropped), only when its value would change what upstream
+does (it differs from upstream's default). Keys in `QUIET` never change the trained
+weights (logging, the UI's database, worker counts, compile flags) and are accepted
+silently. Anything in neither the schema nor these tables is a misspelling: an error
+with a suggestion.
 
 Read from upstream's `toolkit/config_modules.py`, `jobs/process/Base*Process.py`,
 `jobs/*Job.py`, `extensions_built_in/` and the web UI's job defaults; stdlib only, so
@@ -18,6 +19,8 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping
 from typing import Any
+
+from aitk.config import upstream_dropped
 
 
 class _Varies:
@@ -234,57 +237,10 @@ SECTIONS.update({
         "max_random_per_prompt": 1, "max_images": 10000, "shuffle": False},
 })
 
-# Accepted and never warned about: they change logs, speed, memory or bookkeeping, not
-# what is learned.
-QUIET: dict[str, frozenset[str]] = {
-    "config": frozenset({"device"}),
-    "process": frozenset({"performance_log_every", "sqlite_db_path", "torch_profiler",
-                          "meta", "name"}),
-    "model": frozenset({"split_model_other_module_param_count_scale",
-                        # derivation flags: read into model.arch (see derive_arch)
-                        "is_v2", "is_xl", "is_v3", "is_flux", "is_lumina2", "is_pixart",
-                        "is_pixart_sigma", "is_auraflow", "is_ssd", "is_vega", "dtype"}),
-    "network": frozenset(),
-    # content_or_style_reg: upstream's TrainConfig reads it from `content_or_style`, so
-    # its own value never reaches training (reg batches lean as the others, in both).
-    "train": frozenset({"xformers", "sdp", "attention_backend", "max_loss_debug",
-                        "show_turbo_outputs", "content_or_style_reg"}),
-    "datasets": frozenset({"num_workers", "prefetch_factor", "cache_latents_num_workers",
-                           "debug", "fast_image_size", "load_image_when_caching_latents",
-                           "cache_tensors_to_disk"}),
-    "sample": frozenset(),
-    # aitk logs every step it reads a loss (loss_log.jsonl); the UI logger is upstream's
-    # database (aitk's web UI reads the loss log).
-    "logging": frozenset({"log_every", "verbose", "use_ui_logger"}),
-    # Flags read into the arch (derive_arch), and metadata-only keys.
-    "extract": frozenset({"is_v2", "log_dir"}),
-    "extract.process": frozenset({"disable_cp"}),  # aitk makes no CP decomposition
-    "mod": frozenset({"device", "log_dir"}),
-    "mod.process": frozenset({"is_xl", "is_v2"}),  # metadata only
-    "merge": frozenset({"dtype", "is_v2", "log_dir"}),
-    "generate": frozenset({"log_dir"}),
-    "generate.generate": frozenset({"compile", "sampler"}),
-    "slider": frozenset({"batch_full_slide", "low_ram"}),
-}
-
-# Upstream keys aitk does not act on as upstream does, where that changes whether a run
-# fits or what the user sees: set away from upstream's default, each is warned about
-# once with what aitk does instead (docs/memory.md lists the memory ones).
-INSTEAD: dict[tuple[str, str], str] = {
-    ("model", "split_model_over_gpus"): "aitk keeps the model whole on each GPU; to fit "
-    "it use model.layer_offloading or quantize (`run.py --check` forecasts the peak), or "
-    "`--gpus N` to train data-parallel",
-    ("model", "auto_memory"): "aitk does not size offloading by itself; set "
-    "model.layer_offloading with layer_offloading_transformer_percent (`run.py --check` "
-    "forecasts the peak and suggests a share)",
-    ("model", "vae_device"): "aitk runs the VAE on the training device; model.low_vram "
-    "keeps it on the CPU between uses",
-    ("model", "te_device"): "aitk runs the text encoders on the training device; "
-    "model.low_vram keeps them on the CPU between uses and train.cache_text_embeddings "
-    "frees them after caching",
-    ("network", "layer_offloading"): "aitk keeps the adapter on the device; "
-    "model.layer_offloading offloads the frozen blocks",
-}
+# What aitk does with each key its schema does not declare, with the reason (quiet,
+# warned with what it does instead, warned and dropped): aitk.config.upstream_dropped.
+QUIET, INSTEAD, DROPPED = upstream_dropped.QUIET, upstream_dropped.INSTEAD, \
+    upstream_dropped.DROPPED
 
 # A dict-valued key that does nothing unless its switch is on (`ema_config.use_ema`;
 # older upstream put it in the process section, which aitk does not read).
@@ -309,8 +265,6 @@ DEPENDS: dict[tuple[str, str], tuple[str, tuple[Any, ...]]] = {
     )},
     ("model", "refiner_start_at"): ("refiner_name_or_path", _OFF),
     ("datasets", "num_controls_from_same_folder"): ("control_from_same_folder", _OFF),
-    **{("train.ema_config", k): ("use_ema", _OFF) for k in ("use_feedback",
-                                                            "param_multiplier")},
 }
 
 
@@ -332,7 +286,7 @@ def changes_behaviour(section: str, key: str, value: Any,
     """Whether an upstream-only key, set to `value` next to `siblings` (the rest of its
     section), would make upstream do something other than its default (so aitk ignoring
     it is worth a warning)."""
-    if key in QUIET.get(section, frozenset()):
+    if (section, key) in QUIET:
         return False
     depends = DEPENDS.get((section, key))
     if depends is not None:
@@ -347,6 +301,16 @@ def changes_behaviour(section: str, key: str, value: Any,
     if default is VARIES or default is None:
         return value not in _OFF
     return not _same(value, default)
+
+
+def warning(section: str, key: str) -> str:
+    """What a dropped key's warning says after its path: what aitk does instead, or why it
+    does not act on the key."""
+    instead = INSTEAD.get((section, key))
+    if instead is not None:
+        return instead
+    why = upstream_dropped.reason(section, key) or "no reason recorded"  # a test holds all
+    return f"valid upstream but not acted on by aitk: {why}"
 
 
 def _same(value: Any, default: Any) -> bool:

@@ -244,7 +244,7 @@ class Trainable:
             if state is None:  # EMA switched on for a run that trained without it
                 say("the checkpoint has no EMA of the adapter; the average starts from "
                     "the resumed weights")
-                self.ema = AdapterEMA(self.params, self.ema.decay)
+                self.ema = self.ema.restarted()
             else:
                 self.ema.load_state_dict(state)
 
@@ -282,5 +282,7 @@ def trainable_over(proc: TrainingProcess, model: Any, network: Any,
     data = BatchSource(items, tr.batch_size, tr.seed, latents, model.encode_images, embeds,
                        control_embeds, dataset_rules(proc, vary_captions),
                        tr.accumulation) if items else NoImages()
-    ema = AdapterEMA(params, tr.ema_config.ema_decay) if tr.ema_config.use_ema else None
+    settings = tr.ema_config
+    ema = AdapterEMA(params, settings.ema_decay, settings.use_feedback,
+                     settings.param_multiplier) if settings.use_ema else None
     return Trainable(network, module, params, optimizer, schedule, data, ema)

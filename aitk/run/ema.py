@@ -11,6 +11,13 @@ copying the weights (upstream starts the average at the untrained weights instea
 step apart, the two are the same in practice). The raw weights keep training; the
 average is what the LoRA files hold and the previews show, as upstream. A checkpoint
 keeps both, so a resume continues the same average exactly.
+
+Upstream's two switches act on the trained weights after each update (toolkit/ema.py):
+`use_feedback` moves them toward the average as it stood before the update by
+10 x (1 - decay) of the gap, and `param_multiplier` then scales them (a negative weight
+decay; upstream means it for adapters without biases, such as a LoRA). Both change only
+the trained weights, which a checkpoint keeps, so a resume stays exact with them on.
+Feedback holds one more copy of the trained weights while it updates.
 """
 
 from __future__ import annotations
@@ -21,18 +28,36 @@ from typing import Any
 
 import torch
 
+# Upstream's feedback is ten times the average's own step toward the weights.
+FEEDBACK_GAIN = 10.0
+
 
 class AdapterEMA:
-    def __init__(self, params: Iterable[torch.nn.Parameter], decay: float) -> None:
+    def __init__(self, params: Iterable[torch.nn.Parameter], decay: float,
+                 feedback: bool = False, param_multiplier: float = 1.0) -> None:
         from diffusers.training_utils import EMAModel
 
         self.params = list(params)
         self.decay = float(decay)
+        self.feedback = feedback
+        self.param_multiplier = float(param_multiplier)
         self.average = EMAModel(self.params, decay=self.decay, min_decay=self.decay,
                                 foreach=True)
 
+    def restarted(self) -> AdapterEMA:
+        """A new average of the same weights with the same settings."""
+        return AdapterEMA(self.params, self.decay, self.feedback, self.param_multiplier)
+
+    @torch.no_grad()
     def update(self) -> None:
+        # The gap is taken before the average moves: upstream pulls toward the old one.
+        gap = (torch._foreach_sub(list(self.average.shadow_params), self.params)
+               if self.feedback else None)
         self.average.step(self.params)
+        if gap is not None:
+            torch._foreach_add_(self.params, gap, alpha=FEEDBACK_GAIN * (1.0 - self.decay))
+        if self.param_multiplier != 1.0:
+            torch._foreach_mul_(self.params, self.param_multiplier)
 
     @property
     def weights(self) -> list[torch.Tensor]:

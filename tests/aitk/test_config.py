@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from aitk.config import upstream_keys as uk
 from aitk.config.loading import load_config, parse_job, read_config_file, resolve_config_path
 from aitk.errors import ConfigError
 from tests.aitk.aitk_testing import REPO, run_py
@@ -116,13 +117,13 @@ def test_upstream_only_keys_warn_and_are_dropped():
     proc(raw)["train"]["snr_gamma"] = 5.0
     proc(raw)["datasets"][0]["random_crop"] = True
     loaded = parse(raw)
+    said = "valid upstream but not acted on by aitk: "
     assert loaded.warnings == [
-        "config.process[0].datasets[0].random_crop: valid upstream but not supported by "
-        "aitk; ignored",
-        "config.process[0].train.correct_pred_norm: valid upstream but not supported by "
-        "aitk; ignored",
-        "config.process[0].train.snr_gamma: valid upstream but not supported by aitk; "
-        "ignored",
+        "config.process[0].datasets[0].random_crop: " + said + uk.DROPPED[("datasets",
+                                                                           "random_crop")],
+        "config.process[0].train.correct_pred_norm: " + said + uk.DROPPED[
+            ("train", "correct_pred_norm")],
+        "config.process[0].train.snr_gamma: " + said + uk.DROPPED[("train", "snr_gamma")],
     ]
     assert "correct_pred_norm" not in proc(loaded.raw)["train"]
 

@@ -8,6 +8,7 @@ import copy
 
 import pytest
 
+from aitk.config import upstream_dropped as ud
 from aitk.config import upstream_keys as uk
 from aitk.config.loading import parse_job, read_config_file
 from aitk.errors import ConfigError, split_problem
@@ -51,6 +52,10 @@ def test_derived_arch_is_what_the_job_gets():
     assert parse(r).job.config.process[0].model.arch == "example"
 
 
+RANDOM_SCALE = ("config.process[0].datasets[0].random_scale: valid upstream but not acted on "
+                "by aitk: " + uk.DROPPED[("datasets", "random_scale")])
+
+
 def test_switched_off_settings_stay_quiet_and_switched_on_ones_warn_once():
     r = raw()
     p = proc(r)
@@ -61,16 +66,13 @@ def test_switched_off_settings_stay_quiet_and_switched_on_ones_warn_once():
     p["datasets"][0]["random_crop"] = False
     p["datasets"].append({**p["datasets"][0], "random_scale": True})
     p["datasets"][0]["random_scale"] = True
-    assert parse(copy.deepcopy(r)).warnings == [
-        "config.process[0].datasets[0].random_scale: valid upstream but not supported by "
-        "aitk; ignored"]  # once, though both datasets set it
-    p["train"]["ema_config"]["use_feedback"] = True  # does nothing with use_ema off
-    assert parse(copy.deepcopy(r)).warnings == [
-        "config.process[0].datasets[0].random_scale: valid upstream but not supported by "
-        "aitk; ignored"]
-    p["train"]["ema_config"]["use_ema"] = True
-    assert "config.process[0].train.ema_config.use_feedback: valid upstream but not " \
-           "supported by aitk; ignored" in parse(r).warnings
+    assert parse(copy.deepcopy(r)).warnings == [RANDOM_SCALE]  # once, though both set it
+    p["train"]["correct_pred_norm_multiplier"] = 2.0  # nothing with correct_pred_norm off
+    assert parse(copy.deepcopy(r)).warnings == [RANDOM_SCALE]
+    p["train"]["correct_pred_norm"] = True
+    assert "config.process[0].train.correct_pred_norm_multiplier: valid upstream but not " \
+           "acted on by aitk: " + uk.DROPPED[("train", "correct_pred_norm_multiplier")] \
+           in parse(r).warnings
 
 
 def test_upstream_keys_are_accepted_not_suggested():
@@ -80,7 +82,8 @@ def test_upstream_keys_are_accepted_not_suggested():
     proc(r)["model"]["layer_offloading"] = True
     loaded = parse(r)
     assert loaded.warnings == ["config.process[0].sample.sample_start_step: valid upstream "
-                               "but not supported by aitk; ignored"]
+                               "but not acted on by aitk: " + uk.DROPPED[
+                                   ("sample", "sample_start_step")]]
 
 
 def test_a_near_miss_of_an_upstream_key_still_gets_a_suggestion():
@@ -165,4 +168,93 @@ def test_content_or_style_reg_is_quiet_as_upstream_never_reads_it():
     value changes nothing there, so dropping it changes nothing here."""
     r = raw()
     proc(r)["train"]["content_or_style_reg"] = "style"
+    assert parse(r).warnings == []
+
+
+def _declared() -> dict[str, list[set[str]]]:
+    """Section name -> the keys each schema class of that section reads."""
+    from aitk.config.kinds import SECTIONS
+    from aitk.config.upstream import _field_keys
+
+    found: dict[str, list[set[str]]] = {}
+    for model, section in SECTIONS.items():
+        found.setdefault(section, []).append(set(_field_keys(model)))
+    return found
+
+
+def test_every_key_aitk_does_not_read_has_one_reason():
+    """An upstream key some schema class of its section does not declare is in exactly
+    one table of aitk.config.upstream_dropped, with a one-line reason."""
+    missing, doubled = [], []
+    for section, classes in _declared().items():
+        for key in uk.SECTIONS.get(section, {}):
+            if all(key in fields for fields in classes):
+                continue
+            held = [name for name, table in ud.TABLES.items() if (section, key) in table]
+            if not held:
+                missing.append(f"{section}.{key}")
+            elif len(held) > 1:
+                doubled.append(f"{section}.{key}: {held}")
+    assert not missing, f"upstream keys with no reason in upstream_dropped: {missing}"
+    assert not doubled
+    for table in ud.TABLES.values():
+        for (section, key), why in table.items():
+            assert why.strip() and "\n" not in why and len(why) <= 200, (section, key)
+
+
+def test_no_reason_is_left_for_a_key_aitk_now_reads():
+    """A key every schema class of its section declares acts: its entry must go (and a
+    key the tables name must be one upstream has)."""
+    declared = _declared()
+    stale = [f"{s}.{k}" for table in ud.TABLES.values() for s, k in table
+             if k not in uk.SECTIONS.get(s, {}) or
+             all(k in fields for fields in declared.get(s, [set()]))]
+    assert not stale, f"entries for keys aitk reads (or upstream lacks): {stale}"
+
+
+def test_a_dropped_key_warns_with_its_reason():
+    r = raw()
+    proc(r)["train"]["snr_gamma"] = 5.0
+    proc(r)["network"]["pretrained_lora_path"] = "old.safetensors"
+    assert parse(r).warnings == [
+        "config.process[0].network.pretrained_lora_path: valid upstream but not acted on by "
+        "aitk: " + ud.DROPPED[("network", "pretrained_lora_path")],
+        "config.process[0].train.snr_gamma: valid upstream but not acted on by aitk: "
+        + ud.DROPPED[("train", "snr_gamma")]]
+
+
+# Issue 24's list of what aitk now trains as upstream does: (section, key, a value that
+# switches it on).
+TRAINED_NOW = [
+    ("train", "diff_output_preservation", True), ("train", "blank_prompt_preservation", True),
+    ("train", "ema_config", {"use_ema": True, "ema_decay": 0.9, "use_feedback": True,
+                             "param_multiplier": 0.99}),
+    ("train", "optimizer", "prodigy"), ("train", "loss_type", "wavelet"),
+    ("train", "timestep_type", "lognorm_blend"), ("train", "content_or_style", "style"),
+    ("train", "do_guidance_loss", True), ("train", "inverted_mask_prior", True),
+    ("train", "validation_config", {"validation_items": [{"image_path": "x.png"}]}),
+    ("datasets", "mask_path", "masks"), ("datasets", "alpha_mask", True),
+    ("datasets", "augments", ["ColorJitter"]), ("datasets", "flip_x", True),
+    ("datasets", "shuffle_tokens", True), ("datasets", "keep_tokens", 1),
+    ("datasets", "token_dropout_rate", 0.2), ("datasets", "random_triggers", ["sks"]),
+    ("datasets", "batch_size", 2), ("datasets", "is_reg", True),
+    ("datasets", "prior_reg", True), ("datasets", "auto_frame_count", True),
+    ("network", "type", "dora"), ("network", "conv", 4), ("network", "conv_alpha", 4),
+    ("logging", "use_wandb", True), ("save", "push_to_hub", True),
+]
+
+
+def test_what_aitk_now_trains_warns_no_more():
+    """Each switch issue 24 lists is read, none is in a not-acted-on table, and a config
+    with all of them on (a dataset and a regularization dataset) loads without a
+    warning."""
+    assert not [(s, k) for s, k, _ in TRAINED_NOW for t in ud.TABLES.values() if (s, k) in t]
+    r = raw()
+    p = proc(r)
+    p.setdefault("logging", {})
+    for section, key, value in TRAINED_NOW:
+        if section != "datasets" or key not in ("is_reg", "prior_reg"):
+            (p["datasets"][0] if section == "datasets" else p[section])[key] = value
+    p["datasets"].append({**p["datasets"][0], "is_reg": True, "prior_reg": True})
+    p["save"]["hf_repo_id"] = "me/lora"
     assert parse(r).warnings == []
