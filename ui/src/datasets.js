@@ -70,6 +70,10 @@ function Captioning({ name, onDone }) {
   const [overwrite, setOverwrite] = useState(false);
   const [run, setRun] = useState(null);
   const [message, setMessage] = useState("");
+  useEffect(() => { // this dataset's latest run, of this server start or an earlier one
+    api("GET", "/api/captioning").then((all) => setRun(all.find((r) => r.dataset === name)
+      || null)).catch(() => {});
+  }, [name]);
   useEffect(() => {
     if (!run?.running) return undefined;
     const timer = setInterval(async () => {
