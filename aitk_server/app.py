@@ -370,7 +370,8 @@ class Api:
     async def queue(self, request: Request) -> Response:
         jobs = await self.known_jobs(request)
         done = [await run_in_threadpool(self.runner.enqueue, j.id) for j in jobs]
-        return JSONResponse([self.view(j) for j in done])
+        places = self.places()
+        return JSONResponse([self.view(j, places=places) for j in done])
 
     async def queue_order(self, request: Request) -> Response:
         """{"ids"}: these queued jobs start first, in this order; the queue's other
