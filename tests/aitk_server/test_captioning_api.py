@@ -84,7 +84,15 @@ def stand_in_settings(settings, tmp_path):
     script.write_text(STAND_IN.replace("{python}", sys.executable))
     script.chmod(0o755)
     (settings.datasets_dir / "cats").mkdir()
-    return dataclasses.replace(settings, python=str(script))
+    yield dataclasses.replace(settings, python=str(script))
+    # A failed test leaves no captioner behind (each writes its pid in its status).
+    from aitk_common import procs
+    from aitk_common.status import read_status
+
+    for path in (settings.data_dir / "captioning").glob("*/status.json"):
+        found = read_status(path)
+        if found is not None and procs.pid_alive(found.pid):
+            procs.kill_group(found.pid)
 
 
 def captioning(client, done) -> dict:
