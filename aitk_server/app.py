@@ -24,6 +24,9 @@ handlers here check only what a request asks for. Routes:
     POST   /api/jobs/{id}/copy                 {"name"}: "run again", a new job
     POST   /api/jobs/{id}/ask                  {"what": "save"|"sample"}: at the next step
     POST   /api/queue                          {"ids": [...]}: run them one after another
+    POST   /api/queue/order                    {"ids": [...]}: these queued jobs start
+                                               first, in this order; the rest after them
+                                               as they were (409 naming one not queued)
     DELETE /api/jobs/{id}/outputs              {"confirm": NAME}: delete what the trainer
                                                wrote in its output folder
     GET    /api/jobs/{id}/loss                 [[step, loss], ...]
@@ -88,7 +91,7 @@ from aitk_server.http import (
 from aitk_server.routes.captioning import routes as caption_routes
 from aitk_server.routes.datasets import routes as dataset_routes
 from aitk_server.routes.system import routes as system_routes
-from aitk_server.runner import Runner
+from aitk_server.runner import Runner, queue_of
 
 MAX_UPLOAD_BYTES = 50 * 1024 * 1024
 DEFAULT_PORT = 8675
@@ -152,7 +155,12 @@ class Api:
         if not jobstates.allows(job.state, action):
             raise ApiError(409, f"{job.name} is {job.state}; stop it first")
 
-    def view(self, job: JobRow, detail: bool = False) -> dict[str, Any]:
+    def places(self, jobs: list[JobRow] | None = None) -> dict[int, int]:
+        """Each queued job's place in the queue: 1 starts next."""
+        return {j.id: n for n, j in enumerate(queue_of(self.db.all() if jobs is None else jobs), 1)}
+
+    def view(self, job: JobRow, detail: bool = False,
+             places: dict[int, int] | None = None) -> dict[str, Any]:
         status = self.runner.status(job.id)
         fields = status.to_json() if status is not None else {}
         progress = honest_progress(fields, job.state in ACTIVE)
@@ -163,6 +171,7 @@ class Api:
             "error": job.error, "errors": fields.get("errors") or [], "progress": progress,
             "out_dir": job.out_dir, "created": job.created, "started": job.started,
             "ended": job.ended, "queued": job.queue_order is not None,
+            "queue_place": (places if places is not None else self.places()).get(job.id),
             "asked": sorted(r.value for r in requests.pending(
                 self.runner.requests_dir(job.id))) if job.state in ACTIVE else []}
         if detail:
@@ -219,7 +228,7 @@ class Api:
 
     async def list_jobs(self, request: Request) -> Response:
         await run_in_threadpool(self.runner.reconcile)
-        return JSONResponse([self.view(j) for j in self.db.all()])
+        return JSONResponse(self.views())
 
     async def create(self, request: Request) -> Response:
         body = await json_body(request)
@@ -345,7 +354,9 @@ class Api:
         requests.ask(self.runner.requests_dir(job.id), asked)
         return JSONResponse(self.view(self.job(request)))
 
-    async def queue(self, request: Request) -> Response:
+    async def known_jobs(self, request: Request) -> list[JobRow]:
+        """The jobs of a body {"ids": [JOB_ID, ...]}: 400 for anything else, 404 naming
+        the ids of no job."""
         ids = (await json_body(request)).get("ids")
         if not isinstance(ids, list) or len(ids) > 10_000 or not all(
                 isinstance(i, int) and not isinstance(i, bool) for i in ids):
@@ -354,8 +365,23 @@ class Api:
         if any(j is None for j in jobs):
             raise ApiError(404, "no such job: " + ", ".join(
                 str(i)[:40] for i, j in zip(ids, jobs, strict=True) if j is None))
-        done = [await run_in_threadpool(self.runner.enqueue, j.id) for j in jobs if j]
-        return JSONResponse([self.view(j) for j in done])
+        return [j for j in jobs if j is not None]
+
+    async def queue(self, request: Request) -> Response:
+        jobs = await self.known_jobs(request)
+        done = [await run_in_threadpool(self.runner.enqueue, j.id) for j in jobs]
+        places = self.places()
+        return JSONResponse([self.view(j, places=places) for j in done])
+
+    async def queue_order(self, request: Request) -> Response:
+        """{"ids"}: these queued jobs start first, in this order; the queue's other
+        jobs follow as they were. -> the queue in its new order."""
+        ids = [j.id for j in await self.known_jobs(request)]
+        if len(set(ids)) != len(ids):
+            raise ApiError(400, "each job once: a job is named twice")
+        queue = await run_in_threadpool(self.runner.reorder, ids)
+        places = self.places()
+        return JSONResponse([self.view(j, places=places) for j in queue])
 
     async def delete_outputs(self, request: Request) -> Response:
         job = self.job(request)
@@ -414,9 +440,14 @@ class Api:
         return FileResponse(found.path, media_type=found.media_type, filename=found.path.name,
                             content_disposition_type="attachment" if download else "inline")
 
+    def views(self) -> list[dict[str, Any]]:
+        jobs = self.db.all()
+        places = self.places(jobs)
+        return [self.view(j, places=places) for j in jobs]
+
     def snapshot(self) -> str:
         self.runner.reconcile()
-        return json.dumps([self.view(j) for j in self.db.all()])
+        return json.dumps(self.views())
 
     async def events(self, request: Request) -> Response:
         async def stream() -> AsyncIterator[str]:
@@ -541,6 +572,7 @@ def create_app(settings: Settings, on_ready: Any = None) -> Starlette:
         route(f"{job}/copy", api.copy, "POST"),
         route(f"{job}/ask", api.ask, "POST"),
         route("/api/queue", api.queue, "POST"),
+        route("/api/queue/order", api.queue_order, "POST"),
         route(f"{job}/outputs", api.delete_outputs, "DELETE"),
         route(f"{job}/loss", api.loss),
         route(f"{job}/samples", api.samples),

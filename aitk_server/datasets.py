@@ -7,6 +7,13 @@ trains on it), thumbnails (cached, keyed by the file's identity) and a zip of a 
 Only the image header is read for the audit (Pillow opens lazily), so a large folder
 audits quickly and a decompression bomb is never decoded.
 
+Edit models train on a target image with its control (reference) image(s): the job's
+`control_path` names a folder whose images pair with the dataset's by file stem
+(aitk.data.controls). On the page, a dataset's control folder is another dataset (as
+upstream's UI has it); `<name>_control` (or `_controls`) is taken by default, and the
+pairing (`pairs`) lists each target with its controls and flags what the trainer would
+skip: targets without a control, controls without a target, a second file of one stem.
+
 Everything stays inside the datasets root: a link (folder, image or caption) is followed
 only while its target is inside the root too; one that leads out is reported, never
 read, listed or written through.
@@ -24,6 +31,7 @@ from typing import IO, Any
 
 from PIL import Image, ImageOps
 
+from aitk.data.folders import stem_index
 from aitk.data.formats import IMAGE_EXTENSIONS, VIDEO_EXTENSIONS
 from aitk_common.files import atomic_write_bytes, atomic_write_text
 from aitk_server.confine import inside, simple_name
@@ -77,6 +85,84 @@ def folder(root: Path, name: str) -> Path:
     if found is None or not found.is_dir():
         raise DatasetError(f"no dataset folder {name!r}", missing=True)
     return found
+
+
+CONTROL_SUFFIXES = ("_control", "_controls")  # the default control dataset of NAME
+MAX_CONTROL_FOLDERS = 4  # control_path (a list) or control_path_1..3
+
+
+def control_folder(root: Path, name: str, of: str) -> Path:
+    """The dataset `name` as the control folder of dataset `of`: a dataset folder under
+    the root, never one reached by a link out of it, never `of` itself."""
+    if not simple_name(name):
+        raise DatasetError("a control folder is a dataset's name under the datasets folder")
+    if name == of:
+        raise DatasetError("a dataset cannot be its own control folder")
+    candidate = root / name
+    if (candidate.is_symlink() or candidate.exists()) and not stays_inside(candidate, root):
+        raise DatasetError(f"{name} points outside the datasets folder; not read")
+    return folder(root, name)
+
+
+def default_controls(root: Path, name: str) -> list[str]:
+    """The control dataset of `name` by convention, when there is one."""
+    for suffix in CONTROL_SUFFIXES:
+        other = f"{name}{suffix}"
+        if simple_name(other) and (root / other).is_dir() and stays_inside(root / other,
+                                                                             root):
+            return [other]
+    return []
+
+
+def pair_by_stem(targets: list[str], controls: dict[str, list[str]]) -> dict[str, Any]:
+    """The trainer's pairing (aitk.data.controls) over file names: each target image
+    with its control in each folder (None where it has none), in the folders' order.
+    Flags what the trainer skips: targets lacking a control in some folder, and per
+    folder the controls no target has and the files a same-stem file shadows."""
+    indexes = {f: stem_index(Path(n) for n in names) for f, names in controls.items()}
+    pairs, missing = [], []
+    for target in sorted(targets):
+        found = [index.get(Path(target).stem) for index in indexes.values()]
+        pairs.append({"target": target, "controls": [p.name if p else None for p in found]})
+        if None in found:
+            missing.append(target)
+    stems = {Path(t).stem for t in targets}
+    return {"pairs": pairs, "missing_control": missing,
+            "unpaired": {f: sorted(n for n in names if Path(n).stem not in stems)
+                         for f, names in controls.items()},
+            "shadowed": {f: sorted(set(names) - {p.name for p in indexes[f].values()})
+                         for f, names in controls.items()}}
+
+
+def _images(base: Path, root: Path) -> tuple[list[str], list[str]]:
+    """A folder's image names (never a link out, which is listed apart)."""
+    images, out = [], []
+    for path in sorted(base.iterdir())[:MAX_ENTRIES]:
+        if path.suffix.lower() not in IMAGE_EXTENSIONS:
+            continue
+        if not stays_inside(path, root):
+            out.append(path.name)
+        elif path.is_file():
+            images.append(path.name)
+    return images, out
+
+
+def control_pairs(root: Path, name: str, controls: list[str] | None) -> dict[str, Any]:
+    """Dataset `name`'s targets paired with the control datasets `controls` (None: the
+    default by convention). Every folder is checked before any is listed."""
+    base = folder(root, name)
+    chosen = default_controls(root, name) if controls is None else controls
+    if len(chosen) > MAX_CONTROL_FOLDERS or len(set(chosen)) != len(chosen):
+        raise DatasetError(f"name 1 to {MAX_CONTROL_FOLDERS} control folders, each once")
+    where = {c: control_folder(root, c, name) for c in chosen}
+    targets, links_out = _images(base, root)
+    listed = {}
+    for c, path in where.items():
+        listed[c], out = _images(path, root)
+        links_out += [f"{c}/{n}" for n in out]
+    return {"dataset": name, "controls": chosen, **pair_by_stem(targets, listed),
+            "links_out": links_out,
+            "candidates": [d["name"] for d in folders(root) if d["name"] != name]}
 
 
 def upload_target(root: Path, name: str, file_name: str) -> Path:

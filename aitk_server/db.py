@@ -186,6 +186,20 @@ class Database:
             db.execute("INSERT INTO history VALUES (?, ?, ?)", (job_id, time.time(), event))
         return True
 
+    def set_queue_order(self, orders: dict[int, float], event: str) -> bool:
+        """Give queued jobs new places in the queue, all or none: False (nothing
+        changed) when one of them is no longer queued (it started, or left the queue)."""
+        with self._connect() as db:
+            for job_id, order in orders.items():
+                cur = db.execute("UPDATE jobs SET queue_order = ? WHERE id = ? AND "
+                                 "state = 'queued'", (order, job_id))
+                if cur.rowcount != 1:
+                    db.rollback()
+                    return False
+            db.executemany("INSERT INTO history VALUES (?, ?, ?)",
+                           [(job_id, time.time(), event) for job_id in orders])
+        return True
+
     def delete(self, job_id: int) -> None:
         with self._connect() as db:
             db.execute("DELETE FROM jobs WHERE id = ?", (job_id,))

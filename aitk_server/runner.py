@@ -15,6 +15,7 @@ the same moment, one launches the trainer and the other gets `Conflict`.
 from __future__ import annotations
 
 import json
+import math
 import os
 import signal
 import subprocess
@@ -66,6 +67,31 @@ def _json(text: str | None) -> object:
         return json.loads(text) if text else None
     except ValueError:
         return None
+
+
+def queue_of(jobs: list[JobRow]) -> list[JobRow]:
+    """The queued jobs in the order they will start."""
+    return sorted((j for j in jobs if j.state == JobState.QUEUED),
+                  key=lambda j: (j.queue_order or 0, j.id))
+
+
+def reordered(queue: list[tuple[int, float]], first: list[int]) -> dict[int, float]:
+    """New places for a queue of (job id, place), in order: the jobs `first` go to the
+    front in that order, the rest follow as they were. The places the queue already
+    holds are handed out again, so a job queued later still goes last. Only the jobs
+    whose place changes; ValueError for a job twice or one not in the queue."""
+    ids = [job_id for job_id, _ in queue]
+    if len(set(first)) != len(first):
+        raise ValueError("a job is named twice")
+    missing = [i for i in first if i not in ids]
+    if missing:
+        raise ValueError(f"not queued: {', '.join(map(str, missing))}")
+    wanted = first + [i for i in ids if i not in first]
+    places = sorted(place for _, place in queue)
+    for n in range(1, len(places)):  # two jobs queued in the same instant: keep it strict
+        places[n] = max(places[n], math.nextafter(places[n - 1], math.inf))
+    old = dict(queue)
+    return {i: p for i, p in zip(wanted, places, strict=True) if old[i] != p}
 
 
 class Runner:
@@ -126,6 +152,22 @@ class Runner:
                                queue_order=time.time())
             self.pump()
             return self._get(job_id)
+
+    def reorder(self, first: list[int]) -> list[JobRow]:
+        """The queued jobs `first` go to the front of the queue in that order; the
+        queue, in its new order. Conflict naming a job that is not queued (it started
+        or left the queue since the page showed it)."""
+        with self.lock:
+            jobs = self.db.all()
+            queue = queue_of(jobs)
+            queued = {j.id for j in queue}
+            off = [j for i in first for j in jobs if j.id == i and i not in queued]
+            if off:
+                raise Conflict("; ".join(f"{j.name} is {j.state}, not queued" for j in off))
+            changes = reordered([(j.id, j.queue_order or 0.0) for j in queue], first)
+            if changes and not self.db.set_queue_order(changes, "moved in the queue"):
+                raise Conflict("the queue changed meanwhile; try again")
+            return queue_of(self.db.all())
 
     def _spawn(self, job: JobRow, leaving: frozenset[JobState]) -> None:
         if not self.db.transition(job.id, leaving, "starting", state=JobState.RUNNING,
@@ -232,7 +274,6 @@ class Runner:
             jobs = self.db.all()
             if sum(j.state in ACTIVE for j in jobs) >= ONE_AT_A_TIME:
                 return
-            queued = sorted((j for j in jobs if j.state == JobState.QUEUED),
-                            key=lambda j: j.queue_order or 0)
+            queued = queue_of(jobs)
             if queued:
                 self._spawn(queued[0], frozenset({JobState.QUEUED}))

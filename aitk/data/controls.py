@@ -38,7 +38,7 @@ from PIL import Image, ImageOps, UnidentifiedImageError
 from aitk.data.augment import flip
 from aitk.data.buckets import Size
 from aitk.data.dataset import Item, image_size, open_image
-from aitk.data.folders import folder_entries
+from aitk.data.folders import folder_entries, stem_index
 from aitk.data.formats import IMAGE_EXTENSIONS
 from aitk.errors import BadInputFile, DatasetError, PromptEmbedsFileError
 from aitk.models.prompt_embeds import AdvancedPromptEmbeds
@@ -53,11 +53,8 @@ def index_folder(folder: Path) -> dict[str, Path]:
     """stem -> control image; two files with one stem: the first by name wins."""
     if not folder.is_dir():
         raise DatasetError(f"control folder {folder} does not exist")
-    found: dict[str, Path] = {}
-    for path in folder_entries(folder):
-        if path.suffix.lower() in IMAGE_EXTENSIONS:
-            found.setdefault(path.stem, path)
-    return found
+    return stem_index(p for p in folder_entries(folder)
+                      if p.suffix.lower() in IMAGE_EXTENSIONS)
 
 
 def pair_controls(items: Sequence[Item], folders: Sequence[Path],

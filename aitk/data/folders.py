@@ -5,6 +5,7 @@ not a file. Light (no torch): the preflight and the audits list folders too.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from pathlib import Path
 
 from aitk.errors import DatasetError
@@ -25,3 +26,12 @@ def is_regular_file(path: Path) -> bool:
         return path.is_file()
     except OSError:
         return False
+
+
+def stem_index(paths: Iterable[Path]) -> dict[str, Path]:
+    """stem -> file: how a control folder pairs with its images (`a.jpg` pairs with
+    `ctrl/a.png`); of two files with one stem, the first by name wins."""
+    found: dict[str, Path] = {}
+    for path in sorted(paths):
+        found.setdefault(path.stem, path)
+    return found

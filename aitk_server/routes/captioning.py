@@ -2,7 +2,8 @@
 
     POST   /api/datasets/{name}/caption   {"model", "prompt"?, "trigger"?, "overwrite"?}
                                           -> 202 the run (409 while one captions it)
-    GET    /api/captioning                every run of this server start, newest first
+    GET    /api/captioning                every run, newest first (kept across restarts:
+                                          one the server died under is `interrupted`)
     POST   /api/captioning/{id:int}/stop  stop after the current image
 """
 

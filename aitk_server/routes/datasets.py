@@ -11,6 +11,10 @@
     POST   /api/datasets/{name}/files/{file}/rename   {"to": NEW_NAME_WITHOUT_EXTENSION}
     PUT    /api/datasets/{name}/captions/{file}   {"text"}: the caption, written atomically
     GET    /api/datasets/{name}/thumbs/{file}     a small JPEG of an image (cached)
+    GET    /api/datasets/{name}/pairs?control=C   each target with its control image in
+                                                  dataset C (repeat for several; none:
+                                                  NAME_control by convention), and what
+                                                  has no partner
     GET    /api/datasets/{name}/trash             what was deleted, newest first
     POST   /api/datasets/{name}/trash/{entry}/restore
     GET    /api/datasets/{name}/zip               the dataset as a zip download
@@ -120,6 +124,11 @@ class DatasetRoutes:
                               _caption_ext(request))
         return JSONResponse({"caption": path.name, "text": text})
 
+    async def pairs(self, request: Request) -> Response:
+        name, _ = self.names(request)
+        chosen = request.query_params.getlist("control") or None
+        return JSONResponse(await self.run(datasets.control_pairs, self.root, name, chosen))
+
     async def thumb(self, request: Request) -> Response:
         name, file_name = self.names(request)
         thumb = await self.run(datasets.thumbnail, self.root, name, file_name,
@@ -171,6 +180,7 @@ def routes(root: Path, data_dir: Path, max_upload_bytes: int) -> list[Route]:
         route(f"{file}/rename", handlers.rename, "POST"),
         route(f"{one}/captions/{{file}}", handlers.caption, "PUT"),
         route(f"{one}/thumbs/{{file}}", handlers.thumb),
+        route(f"{one}/pairs", handlers.pairs),
         route(f"{one}/trash", handlers.trash),
         route(f"{one}/trash/{{entry}}/restore", handlers.restore, "POST"),
         route(f"{one}/zip", handlers.zip),

@@ -161,7 +161,8 @@ ROUTES = [("GET", "/api/datasets"), ("POST", "/api/datasets"),
           ("POST", "/api/datasets/cats/files/a.png/rename"),
           ("PUT", "/api/datasets/cats/captions/a.png"),
           ("GET", "/api/datasets/cats/thumbs/a.png"), ("GET", "/api/datasets/cats/trash"),
-          ("POST", "/api/datasets/cats/trash/x/restore"), ("GET", "/api/datasets/cats/zip")]
+          ("POST", "/api/datasets/cats/trash/x/restore"), ("GET", "/api/datasets/cats/zip"),
+          ("GET", "/api/datasets/cats/pairs")]
 
 
 @pytest.mark.parametrize(("method", "path"), ROUTES)
@@ -198,3 +199,82 @@ def test_a_video_and_its_caption_upload_and_show_inline(client, settings):
     audit = client.get("/api/datasets/clips/audit").json()
     assert audit["videos"] == [{"file": "c.mp4", "caption": "a clip"}]
     assert audit["ignored"] == []
+
+
+# ---- control folders (edit models) ------------------------------------------------------
+def test_pairing_by_stem_flags_what_the_trainer_would_skip():
+    from aitk_server.datasets import pair_by_stem
+
+    found = pair_by_stem(["b.png", "a.png", "c.jpg"],
+                         {"ctl": ["a.jpg", "a.png", "b.webp", "z.png"], "depth": ["a.png"]})
+    assert found["pairs"] == [{"target": "a.png", "controls": ["a.jpg", "a.png"]},
+                              {"target": "b.png", "controls": ["b.webp", None]},
+                              {"target": "c.jpg", "controls": [None, None]}]
+    assert found["missing_control"] == ["b.png", "c.jpg"]
+    assert found["unpaired"] == {"ctl": ["z.png"], "depth": []}
+    assert found["shadowed"] == {"ctl": ["a.png"], "depth": []}  # a.jpg is first by name
+    assert pair_by_stem(["a.png"], {})["pairs"] == [{"target": "a.png", "controls": []}]
+
+
+def test_the_trainer_pairs_the_same_file_of_one_stem(tmp_path):
+    """The page's pairing and the trainer's are one rule (aitk.data.folders.stem_index)."""
+    from aitk.data.controls import index_folder
+    from aitk_server.datasets import pair_by_stem
+
+    for name in ("a.png", "a.jpg", "b.webp", "notes.txt"):
+        (tmp_path / name).write_bytes(png())
+    trainer = {stem: p.name for stem, p in index_folder(tmp_path).items()}
+    page = pair_by_stem(["a.png", "b.png"], {"c": ["a.jpg", "a.png", "b.webp"]})
+    assert trainer == {p["target"][:1]: p["controls"][0] for p in page["pairs"]}
+
+
+def test_a_dataset_is_shown_paired_with_its_control_dataset(cats, settings):
+    """cats_control is cats' control folder by convention; another can be named."""
+    assert cats.get("/api/datasets/cats/pairs").json()["controls"] == []
+    cats.post("/api/datasets", json={"name": "cats_control"})
+    cats.post("/api/datasets", json={"name": "edges"})
+    for name in ("a.jpg", "z.png", "notes.txt"):
+        assert cats.put(f"/api/datasets/cats_control/files/{name}", content=png(),
+                        headers=UPLOAD).status_code == 201
+    found = cats.get("/api/datasets/cats/pairs").json()
+    assert found["controls"] == ["cats_control"]
+    assert found["pairs"] == [{"target": "a.png", "controls": ["a.jpg"]},
+                              {"target": "b.png", "controls": [None]}]
+    assert found["missing_control"] == ["b.png"]
+    assert found["unpaired"] == {"cats_control": ["z.png"]}
+    assert found["candidates"] == ["cats_control", "edges"]
+    two = cats.get("/api/datasets/cats/pairs?control=edges&control=cats_control").json()
+    assert two["pairs"][0] == {"target": "a.png", "controls": [None, "a.jpg"]}
+    assert two["missing_control"] == ["a.png", "b.png"]
+
+
+def test_a_control_folder_never_leaves_the_datasets_folder(cats, settings, tmp_path):
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / "a.png").write_bytes(png())
+    os.symlink(outside, settings.datasets_dir / "cats_control")  # the default's name
+    os.symlink(outside, settings.datasets_dir / "linked")
+    cats.post("/api/datasets", json={"name": "ok"})
+    os.symlink(outside / "a.png", settings.datasets_dir / "ok" / "a.png")  # a file out
+    answers = {
+        "a link out by default": cats.get("/api/datasets/cats/pairs"),
+        "a link out named": cats.get("/api/datasets/cats/pairs?control=linked"),
+        "up and out": cats.get("/api/datasets/cats/pairs?control=..%2Foutside"),
+        "absolute": cats.get(f"/api/datasets/cats/pairs?control={outside}"),
+        "itself": cats.get("/api/datasets/cats/pairs?control=cats"),
+        "twice": cats.get("/api/datasets/cats/pairs?control=ok&control=ok"),
+        "too many": cats.get("/api/datasets/cats/pairs?" + "&".join(
+            f"control={n}" for n in ("ok", "a", "b", "c", "d"))),
+        "none such": cats.get("/api/datasets/cats/pairs?control=nosuch"),
+        "empty": cats.get("/api/datasets/cats/pairs?control="),
+    }
+    for what, r in answers.items():
+        if what == "a link out by default":
+            assert r.status_code == 200 and r.json()["controls"] == [], r.text
+            continue
+        assert r.status_code in (400, 404), (what, r.text)
+        assert "\n" not in r.json()["error"] and str(outside) not in r.json()["error"], what
+    assert "outside" in answers["a link out named"].json()["error"]
+    found = cats.get("/api/datasets/cats/pairs?control=ok").json()
+    assert found["links_out"] == ["ok/a.png"] and found["unpaired"] == {"ok": []}
+    assert found["pairs"][0] == {"target": "a.png", "controls": [None]}

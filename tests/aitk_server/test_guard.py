@@ -234,6 +234,30 @@ def test_cross_site_writes_are_refused(served):
             "state"] == "created"
 
 
+def test_reordering_the_queue_is_behind_the_guard(served):
+    """POST /api/queue/order as each attacker: another site's page (with the user's
+    cookie), another user without the secret, a rebinding page's Host."""
+    body = json.dumps({"ids": []})
+    with served.browser(origin=EVIL) as evil:
+        for r in (evil.post("api/queue/order", content=body,
+                            headers={"Content-Type": "application/json"}),
+                  evil.post("api/queue/order", content=body,
+                            headers={"Content-Type": "text/plain"})):
+            assert r.status_code == 403, r.text
+            no_cors(r)
+    for headers in ({}, {"Authorization": "Bearer guessed"}):
+        r = httpx.post(served.url + "api/queue/order", content=body, headers={
+            "Content-Type": "application/json", **headers})
+        assert r.status_code in (401, 403), r.text  # no Origin, no secret: refused
+    with served.tool() as tool:
+        r = tool.post("api/queue/order", json={"ids": []},
+                      headers={"Host": f"evil.example:{served.port}"})
+        assert r.status_code == 421
+        assert tool.post("api/queue/order", json={"ids": []}).json() == []
+    with served.browser() as page:  # the page itself, as the browser sends it
+        assert page.post("api/queue/order", json={"ids": []}).status_code == 200
+
+
 # ---- 4. HTML served as a page ---------------------------------------------------------
 def test_files_are_served_only_as_the_trainer_wrote_them_never_as_html(served):
     job = served.create("html_job")

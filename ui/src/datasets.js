@@ -70,6 +70,10 @@ function Captioning({ name, onDone }) {
   const [overwrite, setOverwrite] = useState(false);
   const [run, setRun] = useState(null);
   const [message, setMessage] = useState("");
+  useEffect(() => { // this dataset's latest run, of this server start or an earlier one
+    api("GET", "/api/captioning").then((all) => setRun(all.find((r) => r.dataset === name)
+      || null)).catch(() => {});
+  }, [name]);
   useEffect(() => {
     if (!run?.running) return undefined;
     const timer = setInterval(async () => {
@@ -109,6 +113,51 @@ function Captioning({ name, onDone }) {
       <div class="bar"><div style=${`width:${run.total ? Math.round(100 * run.done / run.total)
         : 0}%`}></div></div></div>`}
     ${(message || run?.error) && html`<p class="problems">${message || run.error}</p>`}
+  </details>`;
+}
+
+// Edit models: each target with its control image(s) from another dataset (by default
+// NAME_control), paired by file name as the trainer pairs them; what has no partner is
+// flagged, since the trainer skips it.
+function Controls({ name, tick }) {
+  const [chosen, setChosen] = useState(null); // null: the server's default; "": none
+  const [found, setFound] = useState(null);
+  const [candidates, setCandidates] = useState([]);
+  const [message, setMessage] = useState("");
+  useEffect(() => setChosen(null), [name]);
+  useEffect(() => {
+    setMessage("");
+    if (chosen === "") { setFound(null); return; }
+    const query = chosen == null ? "" : `?control=${encodeURIComponent(chosen)}`;
+    api("GET", `${datasetUrl(name, "pairs")}${query}`)
+      .then((r) => { setFound(r); setCandidates(r.candidates); })
+      .catch((e) => { setFound(null); setMessage(e.message); });
+  }, [name, chosen, tick]);
+  const control = found?.controls[0];
+  const thumb = (dataset, file) => html`<img class="thumb pair-thumb" alt=${file}
+    src=${datasetUrl(dataset, "thumbs", file)} />`;
+  return html`<details class="controls" id="controls" open=${!!control}>
+    <summary>Control images (edit models)</summary>
+    <label>control dataset <select id="control-dataset" value=${chosen ?? control ?? ""}
+        onChange=${(e) => setChosen(e.target.value)}>
+      <option value="">none</option>
+      ${candidates.map((c) => html`<option value=${c}>${c}</option>`)}
+    </select></label>
+    ${message && html`<p class="problems">${message}</p>`}
+    ${control && html`<p id="pairing">${found.pairs.length - found.missing_control.length} paired ·
+      ${found.missing_control.length} without a control ·
+      ${found.unpaired[control].length} controls without a target</p>
+    ${found.links_out.map((f) => html`<p class="problems">${f}: a link out of the datasets folder: not read</p>`)}
+    ${found.shadowed[control].map((f) => html`<p class="finding warning">${control}/${f}: another file of this name comes first; not used</p>`)}
+    <div class="tiles">
+      ${found.pairs.map((p) => html`<figure class="tile pair" data-target=${p.target}>
+        <div class="row">${thumb(name, p.target)}
+          ${p.controls[0] ? thumb(control, p.controls[0])
+            : html`<span class="problems no-control">no control</span>`}</div>
+        <figcaption><b>${p.target}</b> ← ${p.controls[0] ?? "–"}</figcaption></figure>`)}
+      ${found.unpaired[control].map((f) => html`<figure class="tile pair unpaired" data-control=${f}>
+        ${thumb(control, f)}<figcaption class="problems">${f}: no target image</figcaption></figure>`)}
+    </div>`}
   </details>`;
 }
 
@@ -154,6 +203,7 @@ function Dataset({ name, onChanged }) {
       <div class="bar"><div style=${`width:${Math.round(100 * f)}%`}></div></div></div>`)}
     ${message && html`<p class="problems" id="dataset-message">${message}</p>`}
     <${Captioning} name=${name} onDone=${() => { load(); onChanged(); }} />
+    <${Controls} name=${name} tick=${audit} />
     ${audit && html`<p id="audit">${`${audit.images.length} images · ` +
       `${audit.missing_captions.length} without a caption · ${audit.unreadable.length} unreadable`}</p>`}
     ${(findings[""] || []).map((f) => html`<p class=${`finding ${f.level}`}>${f.message}</p>`)}

@@ -24,15 +24,41 @@ function Progress({ job }) {
   return html`<div class="bar"><div style=${`width:${pct}%`}></div></div>`;
 }
 
+// The queue's order: the page sends the whole queue in its new order (POST
+// /api/queue/order); the list comes back through the job events.
+function queueMoves(jobs, setMessage) {
+  const queue = jobs.filter((j) => j.queue_place != null)
+    .sort((a, b) => a.queue_place - b.queue_place).map((j) => j.id);
+  return async (event, id, by) => {
+    event.stopPropagation();
+    const ids = [...queue], i = ids.indexOf(id), k = i + by;
+    if (i < 0 || k < 0 || k >= ids.length) return;
+    [ids[i], ids[k]] = [ids[k], ids[i]];
+    setMessage("");
+    try { await api("POST", "/api/queue/order", { ids }); }
+    catch (err) { setMessage(err.message); }
+  };
+}
+
 export function JobList({ jobs, selected, onSelect, onNew }) {
+  const [message, setMessage] = useState("");
+  const move = queueMoves(jobs, setMessage);
+  const last = Math.max(0, ...jobs.map((j) => j.queue_place ?? 0));
   return html`<div class="card">
     <div class="row head"><h2>Jobs</h2>
       <button id="new-job" class="primary" onClick=${onNew}>New job</button></div>
     ${jobs.length === 0 && html`<p class="muted">No jobs yet: make one with the form.</p>`}
+    ${message && html`<p class="problems" id="queue-message">${message}</p>`}
     <ul class="jobs">
       ${jobs.map((j) => html`<li key=${j.id} class=${j.id === selected ? "sel" : ""}
           data-job=${j.name} onClick=${() => onSelect(j.id)}>
         <div class="row"><b>${j.name}</b><span class=${`badge ${j.state}`}>${j.state}</span></div>
+        ${j.queue_place != null && html`<div class="row queue-place">
+          <span class="muted">starts ${j.queue_place === 1 ? "next" : `#${j.queue_place}`}</span>
+          <span><button class="move-up" title="start earlier" disabled=${j.queue_place === 1}
+              onClick=${(e) => move(e, j.id, -1)}>↑</button>
+            <button class="move-down" title="start later" disabled=${j.queue_place === last}
+              onClick=${(e) => move(e, j.id, 1)}>↓</button></span></div>`}
         <div class="muted">${j.progress?.step ?? 0}/${j.progress?.total_steps ?? "?"} steps
           ${j.active && j.progress?.phase_text ? ` · ${j.progress.phase_text}` : ""}</div>
         <${Progress} job=${j} />
