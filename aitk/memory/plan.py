@@ -222,10 +222,14 @@ def device_available(device: str) -> int | None:
     return None  # mps: shared memory, no free figure the forecast could trust
 
 
-def memory_forecast(proc: TrainingProcess) -> Forecast | None:
-    """The forecast of one process on this machine; None for an arch without sizes (an
-    extension) or a tiny model still to be built (`create_if_missing`)."""
+def memory_forecast(proc: object) -> Forecast | None:
+    """The forecast of one process on this machine; None for a file job's process
+    (extract, mod, merge, generate: no training), an arch without sizes (an extension)
+    or a tiny model still to be built (`create_if_missing`)."""
     from aitk.models import catalog
+
+    if not isinstance(proc, TrainingProcess):
+        return None
 
     if proc.model.arch not in catalog.builtin_archs():
         return None

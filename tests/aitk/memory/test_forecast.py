@@ -299,3 +299,16 @@ def test_a_full_fine_tune_that_cannot_fit_warns_and_never_hints_quantizing(
     err = capsys.readouterr().err
     assert "warning: config.process[0].model: this run is forecast to need" in err
     assert "quantize" not in err
+
+
+def test_check_json_of_a_file_job_has_no_forecast(tmp_path: Path, example_model_dir: Path,
+                                                  capsys):
+    """A generate job trains nothing: `memory` is null (it was a traceback: the forecast
+    read the process's `train`)."""
+    config = {"job": "generate", "config": {"name": "gen", "process": [{
+        "type": "to_folder", "output_folder": str(tmp_path / "gen"), "device": "cpu",
+        "generate": {"width": 32, "height": 32, "sample_steps": 2, "prompts": ["a"]},
+        "model": {"name_or_path": str(example_model_dir)}}]}}
+    assert main([str(write_config(tmp_path / "gen.yml", config)), "--check", "--json"]) == 0
+    record = json.loads(capsys.readouterr().out.strip())
+    assert record["ok"] is True and record["memory"] is None
