@@ -15,7 +15,8 @@ handlers here check only what a request asks for. Routes:
                                                without making a job
     POST   /api/jobs                           {"yaml"} or {"example", "name"}; 422 + errors
                                                (schema, confinement, `run.py --check`)
-    GET    /api/jobs/{id}                      one job: config, progress, history
+    GET    /api/jobs/{id}                      one job: config, progress, history, kind
+                                               (a file job: `files`, what it made)
     PUT    /api/jobs/{id}/config               {"yaml"}: edit a job that is not running
     DELETE /api/jobs/{id}                      forget a job that is not running
     POST   /api/jobs/{id}/start                run now, or queue behind the running job
@@ -136,6 +137,15 @@ def job_id(value: object) -> int:
 
 
 
+def kind_of(job: JobRow) -> str:
+    """The stored job's kind (`job:`); a config that no longer parses counts as
+    training, whose file rules are the narrowest."""
+    try:
+        return configs.parse_stored(job.config_yaml).kind
+    except ValueError:
+        return "extension"
+
+
 class Api:
     def __init__(self, settings: Settings) -> None:
         self.settings = settings
@@ -177,6 +187,9 @@ class Api:
         if detail:
             out["config_yaml"] = job.config_yaml
             out["history"] = self.db.history(job.id)
+            out["kind"] = kind = kind_of(job)
+            if kind in configs.FILE_KINDS:  # what it made, for the file route
+                out["files"] = outputs.file_job_outputs(Path(job.out_dir))
         return out
 
     def taken(self, exclude: int | None = None) -> dict[Path, str]:
@@ -391,7 +404,7 @@ class Api:
             raise ApiError(400, f'confirm with {{"confirm": "{job.name}"}}: this deletes '
                            f"{job.out_dir} (LoRA files, checkpoints, samples)")
         self.allow(job, Action.DELETE_OUTPUTS)
-        removed = outputs.delete_outputs(Path(job.out_dir), job.name)
+        removed = outputs.delete_outputs(Path(job.out_dir), job.name, kind_of(job))
         self.db.update(job.id, f"outputs deleted ({len(removed)} entries)",
                        state=jobstates.JobState.CREATED, exit_code=None, error=None)
         self.runner.status_path(job.id).unlink(missing_ok=True)
@@ -410,7 +423,8 @@ class Api:
         try:
             proc = configs.parse_stored(job.config_yaml).job.config.process[0]
             sample, trigger = proc.sample, proc.trigger_word
-        except (ValueError, IndexError):  # a config that no longer parses: files only
+        except (ValueError, IndexError, AttributeError):  # no longer parses, or a file
+            # job (no previews): files only
             sample, trigger = None, None
         return JSONResponse(outputs.previews(Path(job.out_dir), sample, trigger))
 
@@ -433,7 +447,7 @@ class Api:
         else as a download; never HTML (outputs.served_file)."""
         job = self.job(request)
         found = await run_in_threadpool(outputs.served_file, Path(job.out_dir), job.name,
-                                        request.path_params["path"])
+                                        request.path_params["path"], kind_of(job))
         if found is None:
             raise ApiError(404, "no such file written by the trainer in this job's folder")
         download = not found.inline or request.query_params.get("download") == "1"

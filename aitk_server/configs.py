@@ -11,6 +11,13 @@ Confinement (the guard's promise for what a job made here may do): it writes onl
 the outputs root (its output folder, and a tiny model `create_if_missing` builds), and
 `${VAR}` is never filled in, here or by the trainer later, so a config cannot read the
 server's environment (a `${...}` is a field error that names no value).
+
+Every job kind runs here. A training job's folder is `training_folder/NAME`; a file
+job's (extract, mod, merge, generate) is the folder its config names for its first
+output (`JobBase.output_dir`), which must lie inside the outputs root, and every other
+key that names an output (`file_outputs`) must lie inside that folder. Keys that name
+inputs (the models, LoRAs and prompt files a job reads) may point anywhere the trainer
+can read: reading is what the job is for.
 """
 
 from __future__ import annotations
@@ -23,6 +30,7 @@ from typing import Any
 
 import yaml
 
+from aitk.config.kinds import FILE_KINDS, TRAINING_KINDS
 from aitk.config.loading import LoadedConfig, parse_job
 from aitk.errors import ConfigError
 from aitk_common import yamlload
@@ -88,9 +96,9 @@ def within(path: Path, root: Path) -> bool:
 
 
 # The job kinds whose processes train into `training_folder/NAME` (LoRAs, full
-# fine-tunes, both sliders): what confinement and the job list know how to place. The
-# file jobs (extract, mod, merge, generate) write where their config says.
-WEB_UI_KINDS = ("extension", "train")
+# fine-tunes, both sliders), and the file jobs, which write where their config says
+# (confined to their own folder: `file_outputs`).
+WEB_UI_KINDS = TRAINING_KINDS + FILE_KINDS
 
 
 def resolve(root: Path, value: str) -> Path:
@@ -100,12 +108,73 @@ def resolve(root: Path, value: str) -> Path:
 
 
 def out_dir(loaded: LoadedConfig, root: Path) -> Path:
+    """The job's folder: what the job list shows, the file route serves from, and what
+    confinement keeps every output inside."""
+    if loaded.kind in FILE_KINDS:
+        return resolve(root, str(loaded.job.output_dir()))
     proc = loaded.job.config.process[0]
     return resolve(root, proc.training_folder) / loaded.name
 
 
+def file_outputs(loaded: LoadedConfig) -> list[tuple[str, str]]:
+    """(field, the path it writes) for every key of a file job that names an output
+    (aitk.config.extract, mod, generate); the first is the job's folder. Generated
+    images take names of their own inside `output_folder`; an extraction without
+    `filename` / `output_path` writes into `output_folder` under the mode's name."""
+    job, procs = loaded.job, loaded.job.config.process
+    where = [f"config.process[{i}]" for i in range(len(procs))]
+    if loaded.kind == "extract":
+        folder = job.config.output_folder
+        out = [("config.output_folder", folder)]
+        for at, proc, target in zip(where, procs, job.targets(), strict=True):
+            key = "output_path" if proc.output_path else "filename" if proc.filename \
+                else None
+            if key:
+                out.append((f"{at}.{key}", str(target)))
+        return out
+    if loaded.kind == "generate":
+        return [(f"{at}.output_folder", p.output_folder) for at, p in zip(where, procs,
+                                                                           strict=True)]
+    return [(f"{at}.output_path", p.output_path) for at, p in zip(where, procs, strict=True)]
+
+
+def models_built(loaded: LoadedConfig) -> list[tuple[str, Any]]:
+    """(field, model config) of each model a job may build (`create_if_missing`)."""
+    procs = loaded.job.config.process
+    return [(f"config.process[{i}].model", p.model) for i, p in enumerate(procs)
+            if getattr(p, "model", None) is not None]
+
+
+def file_confinement(loaded: LoadedConfig, root: Path, outputs: Path
+                     ) -> list[dict[str, str]]:
+    """A file job writes only inside its own folder under the outputs root: each output
+    path, resolved as the trainer will (links followed, `..` applied), stays there."""
+    folder = out_dir(loaded, root)
+    named = file_outputs(loaded)
+    first = named[0][0]
+    if not within(folder, outputs) or folder.resolve() == outputs.resolve():
+        return [{"path": first, "message": f"jobs made in the web UI write only in a "
+                 f"folder of their own under {outputs} (the outputs root; the server's "
+                 f"--outputs-dir sets it), not {folder}"}]
+    problems = [{"path": field, "message": f"{value} leads out of this job's folder "
+                 f"{folder} (by .. or a link); a job made in the web UI writes only there"}
+                for field, value in named[1:] if not within(resolve(root, value), folder)]
+    return problems
+
+
 def confinement(loaded: LoadedConfig, root: Path, outputs: Path) -> list[dict[str, str]]:
-    """What a job made here would write outside the outputs root."""
+    """What a job made here would write outside the outputs root (a file job: outside
+    its own folder there)."""
+    if loaded.kind in FILE_KINDS:
+        problems = file_confinement(loaded, root, outputs)
+        for where, model in models_built(loaded):
+            path = resolve(root, model.name_or_path)
+            if model.create_if_missing and not path.exists() and not within(path, outputs):
+                problems.append({"path": f"{where}.name_or_path", "message":
+                                 f"create_if_missing would build a model outside the "
+                                 f"outputs root {outputs}; build it under it, or point "
+                                 "at a model"})
+        return problems
     problems = []
     for i, proc in enumerate(loaded.job.config.process):
         where = f"config.process[{i}]"
@@ -126,7 +195,11 @@ def confinement(loaded: LoadedConfig, root: Path, outputs: Path) -> list[dict[st
 
 
 def preflight(loaded: LoadedConfig, root: Path) -> list[dict[str, str]]:
-    problems = []
+    """A training job's dataset and model folders; a file job's inputs are the
+    trainer's own check (aitk.audit.file_jobs, through `run.py --check`)."""
+    problems: list[dict[str, str]] = []
+    if loaded.kind in FILE_KINDS:
+        return problems
     for i, proc in enumerate(loaded.job.config.process):
         where = f"config.process[{i}]"
         for j, ds in enumerate(proc.datasets):
@@ -157,9 +230,9 @@ def check(text: str, root: Path, outputs: Path,
     except ConfigError as exc:
         return Checked(None, problem_fields(exc.problems), [])
     if loaded.kind not in WEB_UI_KINDS:
-        return Checked(None, [{"path": "job", "message": f"the web UI runs training jobs "
-                               f"(job: {' or '.join(WEB_UI_KINDS)}); run this "
-                               f"job: {loaded.kind} with `run.py CONFIG` (docs/jobs.md)"}], [])
+        return Checked(None, [{"path": "job", "message": f"the web UI runs the job kinds "
+                               f"{', '.join(WEB_UI_KINDS)}; run this job: {loaded.kind} "
+                               "with `run.py CONFIG` (docs/jobs.md)"}], [])
     errors = confinement(loaded, root, outputs) + preflight(loaded, root)
     target = out_dir(loaded, root).resolve()
     other = (taken or {}).get(target)

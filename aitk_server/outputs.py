@@ -19,6 +19,8 @@ from pathlib import Path, PurePosixPath
 from types import SimpleNamespace
 from typing import Any
 
+from aitk.config.kinds import FILE_KINDS
+
 SAMPLE = re.compile(r"^(\d{9})_(\d+)\.(png|jpg|jpeg|webp)$")
 SERVED_SAMPLE = re.compile(r"^\d{9}_\d+(_strip)?\.(png|jpg|jpeg|webp)$")  # a video's strip too
 STEP_LORA = re.compile(r"_(\d{9})\.safetensors$")
@@ -49,9 +51,41 @@ class Served:
     inline: bool  # shown in the page (a preview); else a download
 
 
-def served_file(out_dir: Path, name: str, relative: str) -> Served | None:
+
+
+def _file_job_output(path: Path) -> Served | None:
+    """A file job's output (its folder's top level holds what it made, under names of
+    its own) as it is served: an image it made (aitk's EXIF mark) inline,
+    a LoRA or model file it wrote (aitk's metadata) as a download."""
+    owners = _owners()
+    kind = INLINE_TYPES.get(path.suffix.lower())
+    if kind and owners.image(path):
+        return Served(path, kind, True)
+    if path.suffix == ".safetensors" and owners.lora(path):
+        return Served(path, DOWNLOAD_TYPE, False)
+    return None
+
+
+def file_job_outputs(out_dir: Path) -> list[dict[str, Any]]:
+    """What a file job wrote at the top of its folder: [{file, size, inline}]."""
+    if not out_dir.is_dir() or out_dir.is_symlink():
+        return []
+    out = []
+    for path in sorted(out_dir.iterdir()):
+        if path.is_symlink() or not path.is_file():
+            continue
+        found = _file_job_output(path)
+        if found is not None:
+            out.append({"file": path.name, "size": path.stat().st_size,
+                        "inline": found.inline})
+    return out
+
+
+def served_file(out_dir: Path, name: str, relative: str,
+                kind: str = "extension") -> Served | None:
     """The file `relative` of a job's output folder when the trainer wrote it, with how to
-    send it; None for anything else (a user's file, a link, a folder, a path out)."""
+    send it; None for anything else (a user's file, a link, a folder, a path out).
+    `kind`: the job's kind (a file job's outputs have names of their own)."""
     rel = PurePosixPath(relative)
     if rel.is_absolute() or not rel.parts or any(p in ("", ".", "..") for p in rel.parts) \
             or "\\" in relative or "\0" in relative:
@@ -69,6 +103,8 @@ def served_file(out_dir: Path, name: str, relative: str) -> Served | None:
         return None
     if len(parts) != 1:
         return None
+    if kind in FILE_KINDS:
+        return _file_job_output(path)
     if (_lora_name(name).fullmatch(parts[0]) and owners.lora(path)) \
             or (parts[0] == "config.yaml" and owners.config(path)) \
             or (parts[0] == "loss_log.jsonl" and owners.loss_log(path)):
@@ -176,25 +212,27 @@ def _owned_in(folder: Path, is_ours: Callable[[Path], bool]) -> list[Path]:
     return [entry for entry in folder.iterdir() if not entry.is_symlink() and is_ours(entry)]
 
 
-def trainer_written(out_dir: Path, name: str) -> list[Path]:
+def trainer_written(out_dir: Path, name: str, kind: str = "extension") -> list[Path]:
     """What the trainer wrote in its output folder and nothing else (aitk.run.ownership): a
     config may point `training_folder` anywhere, and a user's file at one of the trainer's
     names (a picture in samples/, their own config.yaml) is theirs."""
     owners = _owners()
     if not out_dir.is_dir() or out_dir.is_symlink():
         return []
+    if kind in FILE_KINDS:
+        return [out_dir / f["file"] for f in file_job_outputs(out_dir)]
     return sorted([*_owned_files(out_dir, name),
                    *_owned_in(out_dir / "samples", owners.image),
                    *_owned_in(out_dir / "checkpoints", owners.checkpoint)])
 
 
-def delete_outputs(out_dir: Path, name: str) -> list[str]:
+def delete_outputs(out_dir: Path, name: str, kind: str = "extension") -> list[str]:
     """Remove what the trainer wrote (paths relative to the output folder); a folder it
     made goes too when nothing else is left in it, and so does the output folder."""
     import shutil
 
     removed = []
-    for entry in trainer_written(out_dir, name):
+    for entry in trainer_written(out_dir, name, kind):
         if entry.is_dir():
             shutil.rmtree(entry)
         else:

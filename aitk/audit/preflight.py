@@ -35,6 +35,7 @@ from pathlib import Path
 
 from aitk.audit.dataset import DatasetOptions, audit_dataset
 from aitk.config import optimizers
+from aitk.config.kinds import TRAINING_KINDS
 from aitk.config.loading import LoadedConfig
 from aitk.config.schema import ModelConfig, TrainingProcess
 from aitk.findings import Finding, Level, error, info, warning
@@ -375,7 +376,6 @@ CHECKS: tuple[PreflightCheck, ...] = (_device, _optimizer, _model, _model_kwargs
                                       _text_encoder, _datasets, _sample_controls, _output,
                                       _quantize, _recovery_adapter, _preservation, _memory,
                                       _trained_parts)
-TRAINING_KINDS = ("extension", "train")
 
 
 def preflight(loaded: LoadedConfig) -> list[Finding]:

@@ -32,6 +32,10 @@ PROCESS_TYPES: dict[str, tuple[str, ...]] = {
     "merge": ("merge_loras", "merge_into_model"), "generate": ("to_folder",),
 }
 DEFAULT_JOB = "extension"
+# The kinds that train (into `training_folder/NAME`), and the file jobs, which write
+# where their config says (the web UI confines them: aitk_server.configs).
+TRAINING_KINDS = ("extension", "train")
+FILE_KINDS = ("extract", "mod", "merge", "generate")
 
 # Every section model -> its upstream section name (aitk.config.upstream_keys.SECTIONS).
 SECTIONS: dict[type[BaseModel], str] = {

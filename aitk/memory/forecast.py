@@ -1,6 +1,7 @@
-"""Peak device memory and peak host RSS of a LoRA training run, forecast before anything
-loads: pure functions over plain data (no torch, no weights), so `run.py --check`, the
-preflight and the web UI can answer "will this fit?" in milliseconds.
+"""Peak device memory and peak host RSS of a training run (a LoRA, a full fine-tune, a
+slider), forecast before anything loads: pure functions over plain data (no torch, no
+weights), so `run.py --check`, the preflight and the web UI can answer "will this fit?"
+in milliseconds.
 
 `forecast(plan)` returns the two peaks, whether they fit the free memory it was given,
 and `hints`: the cheapest single changes of the job (each a config edit) that make a
@@ -16,18 +17,30 @@ A run has two phases, and the peak is the larger:
 - loading and caching: every part is read in float before anything is quantized (the
   loaders read a part whole, then aitk.models.quantize converts it layer by layer), the
   text encoders and the VAE run to cache embeddings and latents;
-- training: the resting weights, the adapter with its gradient and optimizer state, the
-  activations of one step; text encoders whose embeddings are cached are gone.
+- training: the resting weights, what trains (the adapter, or a full fine-tune's own
+  weights) with its gradient, optimizer state and EMA copy, the activations of one
+  step; text encoders whose embeddings are cached are gone.
+
+A full fine-tune (`Plan.full_fine_tune`, aitk.run.finetune) trains the parts named in
+`Plan.trained` in the dtype they were loaded in: their gradients are that size again,
+the optimizer's state is its bytes per weight at that dtype, an EMA
+(`train.ema_config.use_ema`) one more copy. `model.only_if_contains` /
+`ignore_if_contains` are not counted (the whole part: an upper bound). A slider
+(aitk.run.slider) forecasts as the LoRA training it is: its extra passes (the frozen
+predictions for the prompts, the partial denoising that makes its latents) run without
+gradients and keep no activations, and each polarity is backpropagated on its own, so
+one step saves one pass's activations, as a LoRA step does.
 
 Sources of the formulas:
 - Bytes per weight (WEIGHT_BYTES): the storage of each format: float32 4, bf16/fp16 2,
   8-bit 1; sub-byte formats pack bits/8 plus one bf16 scale and one bf16 zero point
   per group of 128 weights (optimum-quanto's and torchao's default group size 128:
   4 / 128 bytes per weight).
-- Optimizer state (OPTIMIZER_STATE_BYTES): torch.optim.AdamW keeps `exp_avg` and
-  `exp_avg_sq` in the parameter's dtype (two float32 moments, 8 bytes); bitsandbytes'
-  AdamW8bit keeps both moments in 8 bits with block-wise scales (~2 bytes). The adapter
-  trains in float32 (aitk.adapters.network: parameter 4 + gradient 4 bytes).
+- Optimizer state: each optimizer's bytes per trained weight are a fact of its spec
+  (aitk.config.optimizers, `OptimizerSpec.state_per_weight`): torch's AdamW keeps
+  `exp_avg` and `exp_avg_sq` in the weight's dtype (8 bytes for a float32 weight),
+  bitsandbytes' AdamW8bit both moments in 8 bits (~2 bytes), Prodigy four copies. The
+  adapter trains in float32 (aitk.adapters.network: parameter 4 + gradient 4 bytes).
 - Adapter size: LoRA of rank r on a Linear(i, o) has r * (i + o) parameters. Without
   the layer shapes: the Flux/Qwen/Wan block layouts (double-stream ~36 d^2, single-
   stream ~15 d^2, Wan ~13 d^2 parameters for width d) average ~22 d^2, so
@@ -63,6 +76,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from aitk.config.optimizers import OPTIMIZERS, canonical
+
 GIB = 1024 ** 3
 
 # Bytes per stored weight, by dtype or qtype name (scales included).
@@ -77,10 +92,7 @@ WEIGHT_BYTES: dict[str, float] = {
     **{f"uint{bits}": bits / 8 + (_GROUP_SCALES if bits < 8 else 0.0)
        for bits in range(2, 9)},
 }
-OPTIMIZER_STATE_BYTES: dict[str, float] = {"adamw": 8.0, "adamw8bit": 2.0, "adam": 8.0,
-                                           "sgd": 0.0, "adafactor": 0.5, "prodigy": 16.0,
-                                           "automagic": 2.0}
-ADAPTER_BYTES = 4.0 + 4.0  # float32 parameter + its gradient
+ADAPTER_WEIGHT = "fp32"  # the adapter's parameters, gradients (and EMA) are float32
 BLOCK_D2 = 22.0  # parameters per block / width^2 (see the module docstring)
 ADAPTER_IO = 1.6  # sum(i + o) of a block set's Linear layers, per P / d
 TEXT_TOKENS = 512
@@ -213,7 +225,11 @@ class Plan:
     text_tokens: int = TEXT_TOKENS
     device_free_bytes: int | None = None  # None: unknown (no comparison, no hints)
     host_free_bytes: int | None = None  # on a GPU run: the host's available memory
-    trained: tuple[str, ...] = ()  # the denoiser parts the adapter sits on (all: ())
+    # LoRA: the denoiser parts the adapter sits on (all: ()); a full fine-tune: the parts
+    # whose own weights train (denoisers and, with train_text_encoder, text encoders)
+    trained: tuple[str, ...] = ()
+    full_fine_tune: bool = False
+    ema: bool = False  # train.ema_config.use_ema: a copy of what trains
     quantizes_while_loading: bool = False  # the arch's loader: see `loading`
 
     @property
@@ -261,9 +277,35 @@ def adapter_params(plan: Plan) -> int:
                     for p in trained if p.blocks))
 
 
-def adapter_bytes(plan: Plan) -> float:
-    per = ADAPTER_BYTES + OPTIMIZER_STATE_BYTES.get(plan.optimizer, 8.0)
-    return adapter_params(plan) * per
+def optimizer_state_per_weight(optimizer: str, weight: str) -> float:
+    """Bytes of optimizer state per trained weight stored as `weight` (a dtype name);
+    an optimizer not in the table counts as AdamW's."""
+    spec = OPTIMIZERS.get(canonical(optimizer), OPTIMIZERS["adamw"])
+    return spec.state_per_weight(weight_bytes(weight))
+
+
+def trained_weights(plan: Plan) -> list[tuple[int, str]]:
+    """(parameters, their dtype) of what trains: the adapter in float32, or a full
+    fine-tune's trained parts as they were loaded."""
+    if plan.full_fine_tune:
+        return [(p.params, p.load_as) for p in plan.parts if p.name in plan.trained]
+    return [(adapter_params(plan), ADAPTER_WEIGHT)]
+
+
+def optimizer_bytes(plan: Plan) -> float:
+    return sum(n * optimizer_state_per_weight(plan.optimizer, dtype)
+               for n, dtype in trained_weights(plan))
+
+
+def trained_bytes(plan: Plan) -> float:
+    """Memory for training beyond the resting weights: the adapter's own weights (a full
+    fine-tune's are the resting weights), the gradients, the optimizer's state and the
+    EMA copy."""
+    total = optimizer_bytes(plan)
+    for n, dtype in trained_weights(plan):
+        copies = 1 + (0 if plan.full_fine_tune else 1) + (1 if plan.ema else 0)
+        total += n * weight_bytes(dtype) * copies
+    return total
 
 
 def tokens(plan: Plan) -> int:
@@ -359,14 +401,14 @@ def forecast(plan: Plan, with_hints: bool = True) -> Forecast:
     terms: dict[str, float] = {}
     load_peak, held = loading(plan)
     if plan.on_host:
-        train = held_in_training(plan, held) + adapter_bytes(plan) + activation_bytes(plan)
+        train = held_in_training(plan, held) + trained_bytes(plan) + activation_bytes(plan)
         terms = {"base": HOST_BASE_BYTES, "load": load_peak, "train": train}
         device_peak = host_peak = int(HOST_BASE_BYTES + max(load_peak, train))
     else:
         caching = device_weights(plan, training=False)
-        training = device_weights(plan, True) + adapter_bytes(plan) + activation_bytes(plan)
+        training = device_weights(plan, True) + trained_bytes(plan) + activation_bytes(plan)
         terms = {"context": CUDA_CONTEXT_BYTES, "caching": caching, "train": training,
-                 "adapter": adapter_bytes(plan), "activations": activation_bytes(plan),
+                 "trained": trained_bytes(plan), "activations": activation_bytes(plan),
                  "host_load": load_peak}
         device_peak = int(CUDA_CONTEXT_BYTES + ALLOCATOR_SLACK * max(caching, training))
         host_peak = int(HOST_CUDA_BASE_BYTES + max(load_peak, host_resting(plan, False)))
@@ -387,6 +429,10 @@ def _changes(plan: Plan) -> Iterator[tuple[str, Plan]]:
     speed, lower-bit weights cost some precision, offloading costs transfer time, a
     smaller batch or resolution changes what is trained."""
     live = [p for p in plan.parts if p.role == "text_encoder" and not p.dropped_after_caching]
+    # a full fine-tune's trained weights cannot be cached away, quantized or offloaded
+    # (the preflight refuses model.quantize there); its optimizer and EMA can shrink
+    full = plan.full_fine_tune
+    live = [p for p in live if not (full and p.name in plan.trained)]
     if live:
         yield ("train.cache_text_embeddings: true", replace(plan, parts=tuple(
             replace(p, dropped_after_caching=True) if p in live else p for p in plan.parts)))
@@ -396,14 +442,21 @@ def _changes(plan: Plan) -> Iterator[tuple[str, Plan]]:
             replace(p, idle_on_host=True) if p in idle else p for p in plan.parts)))
     if not plan.gradient_checkpointing:
         yield "train.gradient_checkpointing: true", replace(plan, gradient_checkpointing=True)
-    for part in denoisers(plan):
+    if full:
+        small = "adamw8bit"
+        if optimizer_state_per_weight(plan.optimizer, "fp32") > \
+                optimizer_state_per_weight(small, "fp32"):
+            yield f"train.optimizer: {small}", replace(plan, optimizer=small)
+        if plan.ema:
+            yield "train.ema_config.use_ema: false", replace(plan, ema=False)
+    for part in denoisers(plan) if not full else ():
         now = weight_bytes(part.stored_as)
         for qtype in QTYPE_LADDER:
             if weight_bytes(qtype) < now:
                 note = " + an accuracy recovery adapter" if qtype in ("uint4", "uint3") else ""
                 yield (f"model.quantize: true, qtype: {qtype}{note}",
                        _with_denoisers(plan, stored_as=qtype))
-    if any(p.blocks for p in denoisers(plan)) and not plan.on_host:
+    if any(p.blocks for p in denoisers(plan)) and not plan.on_host and not full:
         for tenth in range(1, 11):
             share = tenth / 10
             if all(p.offload_share < share for p in denoisers(plan)):

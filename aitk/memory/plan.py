@@ -16,7 +16,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
-from aitk.config.schema import ProcessConfig
+from aitk.config.schema import TrainingProcess
 from aitk.errors import ModelKwargsError
 from aitk.memory.forecast import Forecast, PartLoad, Plan, forecast
 from aitk.models.description import ArchDescription, Part, PartRole, Variant
@@ -106,14 +106,22 @@ def part_sizes(desc: ArchDescription, name_or_path: str) -> tuple[list[tuple[Par
     return out, exact
 
 
-def plan_of(proc: ProcessConfig, desc: ArchDescription, device: str,
+def resolutions(proc: TrainingProcess) -> tuple[int, int]:
+    """(the largest side trained at, the most frames): the datasets', else a slider's
+    own latents (`slider.resolutions`, single images)."""
+    if proc.datasets:
+        return (max(r for ds in proc.datasets for r in ds.resolutions),
+                max(ds.num_frames for ds in proc.datasets))
+    slider = getattr(proc, "slider", None)
+    sides = [side for pair in getattr(slider, "resolutions", ()) for side in pair]
+    return (max(sides) if sides else 512), 1
+
+
+def plan_of(proc: TrainingProcess, desc: ArchDescription, device: str,
             device_free: int | None, host_free: int | None) -> Plan | None:
-    """The Plan of one process, or None when the arch describes no sizes, or the
-    process is one the formulas do not cover yet: a full fine-tune (no `network`) or a
-    process without datasets (a slider that makes its own latents)."""
+    """The Plan of one process (a LoRA, a full fine-tune, either slider), or None when
+    the arch describes no sizes."""
     m, tr = proc.model, proc.train
-    if getattr(proc, "network", None) is None or not proc.datasets:
-        return None
     sizes, _ = part_sizes(desc, m.name_or_path)
     if not sizes:
         return None
@@ -145,6 +153,11 @@ def plan_of(proc: ProcessConfig, desc: ArchDescription, device: str,
             counted.block_params, load_as, stored_as, share, idle,
             dropped_after_caching=cached and part.role is PartRole.TEXT_ENCODER,
             file_bytes=counted.file_bytes))
+    full = proc.full_fine_tune
+    trained = tuple(p.name for p in parts if full and (
+        (tr.train_unet and p.role == PartRole.DENOISER.value) or
+        (tr.train_text_encoder and p.role == PartRole.TEXT_ENCODER.value)))
+    resolution, frames = resolutions(proc)
     caps = desc.capabilities
     try:
         tokens = getattr(desc.parse_model_kwargs(m.model_kwargs), "max_sequence_length",
@@ -152,10 +165,10 @@ def plan_of(proc: ProcessConfig, desc: ArchDescription, device: str,
     except ModelKwargsError:  # the preflight's own check says where, once
         tokens = None
     return Plan(
-        device=device, parts=tuple(parts), rank=proc.network.dim, optimizer=tr.optimizer,
-        batch=tr.batch_size,
-        resolution=max(r for ds in proc.datasets for r in ds.resolutions),
-        frames=max(ds.num_frames for ds in proc.datasets),
+        device=device, parts=tuple(parts), optimizer=tr.optimizer, batch=tr.batch_size,
+        rank=proc.network.dim if proc.network is not None else 0,
+        trained=trained, full_fine_tune=full, ema=tr.ema_config.use_ema,
+        resolution=resolution, frames=frames,
         size_multiple=desc.size_multiple or 16,
         quantizes_while_loading=desc.quantizes_while_loading,
         frame_step=caps.video.step if caps and caps.video else 4,
@@ -209,10 +222,14 @@ def device_available(device: str) -> int | None:
     return None  # mps: shared memory, no free figure the forecast could trust
 
 
-def memory_forecast(proc: ProcessConfig) -> Forecast | None:
-    """The forecast of one process on this machine; None for an arch without sizes (an
-    extension) or a tiny model still to be built (`create_if_missing`)."""
+def memory_forecast(proc: object) -> Forecast | None:
+    """The forecast of one process on this machine; None for a file job's process
+    (extract, mod, merge, generate: no training), an arch without sizes (an extension)
+    or a tiny model still to be built (`create_if_missing`)."""
     from aitk.models import catalog
+
+    if not isinstance(proc, TrainingProcess):
+        return None
 
     if proc.model.arch not in catalog.builtin_archs():
         return None

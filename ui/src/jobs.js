@@ -81,6 +81,7 @@ export function JobDetail({ job, onDeleted, onEdit, onCopied }) {
   const [loss, setLoss] = useState([]);
   const [previews, setPreviews] = useState([]);
   const [loras, setLoras] = useState([]);
+  const [made, setMade] = useState(null); // a file job's outputs (null: a training job)
   const [log, setLog] = useState("");
   const [message, setMessage] = useState("");
   const [copyName, setCopyName] = useState(`${job.name}_2`);
@@ -93,6 +94,7 @@ export function JobDetail({ job, onDeleted, onEdit, onCopied }) {
     api("GET", `${base}/loss?max_points=500`).then(setLoss).catch(() => {});
     api("GET", `${base}/previews`).then(setPreviews).catch(() => {});
     api("GET", `${base}/loras`).then(setLoras).catch(() => {});
+    api("GET", base).then((full) => setMade(full.files || null)).catch(() => {});
     api("GET", `${base}/log`).then((r) => setLog(r.log)).catch(() => {});
   }, [tick]);
   useEffect(() => setCopyName(`${job.name}_2`), [job.id]);
@@ -163,6 +165,13 @@ export function JobDetail({ job, onDeleted, onEdit, onCopied }) {
     ${message && html`<p class="muted" id="message">${message}</p>`}
     ${job.error && html`<p class="problems" id="job-error">${job.error}</p>`}
     <${Problems} errors=${job.errors} />
+    ${made ? html`<section id="made"><h2>Files made</h2>
+      ${made.length === 0 && html`<p class="muted">None yet.</p>`}
+      <ul>${made.map((f) => html`<li><a class="made" href=${fileUrl(job.id, f.file, !f.inline)}
+        download=${f.inline ? undefined : f.file} target=${f.inline ? "_blank" : undefined}
+        rel="noopener">${f.file}</a>
+        <span class="muted"> ${(f.size / 1024).toFixed(0)} KiB</span></li>`)}</ul>
+    </section>` : html`
     <section><h2>Loss</h2><${LossChart} points=${loss} /></section>
     <section><h2>Previews</h2><${Previews} jobId=${job.id} prompts=${previews} /></section>
     <section><h2>LoRA files</h2>
@@ -170,7 +179,7 @@ export function JobDetail({ job, onDeleted, onEdit, onCopied }) {
       <ul>${loras.map((l) => html`<li><a class=${l.final ? "lora final" : "lora"}
         href=${fileUrl(job.id, l.file, true)} download=${l.file}>${l.file}</a>
         <span class="muted"> ${(l.size / 1024).toFixed(0)} KiB</span></li>`)}</ul>
-    </section>
+    </section>`}
     <${Log} text=${log} />
   </div>`;
 }

@@ -198,3 +198,117 @@ def test_a_cpu_run_that_cannot_fit_warns(tmp_path: Path, example_model_dir: Path
     err = capsys.readouterr().err
     assert "warning: config.process[0].model: this run is forecast to need" in err
     assert "0.1 GiB is free" in err
+
+
+# ---- full fine-tunes and sliders -----------------------------------------------------------
+def fine_tune_plan(**change) -> Plan:
+    """FLUX.1 dev's transformer trained whole in bf16."""
+    return flux_plan(full_fine_tune=True, trained=("transformer",), rank=0, **change)
+
+
+def test_the_optimizer_term_grows_with_the_optimizers_bytes_per_weight():
+    from aitk.config.optimizers import OPTIMIZERS
+
+    [transformer] = [p for p in fine_tune_plan().parts if p.name == "transformer"]
+    per_weight = {name: spec.state_per_weight(2.0) for name, spec in OPTIMIZERS.items()}
+    assert per_weight["adamw"] == 4.0 and per_weight["prodigy"] == 8.0  # bf16 copies
+    assert per_weight["adamw8bit"] == pytest.approx(2.03, abs=0.01)
+    terms = {name: fc.optimizer_bytes(fine_tune_plan(optimizer=name)) for name in OPTIMIZERS}
+    for name, term in terms.items():
+        assert term == pytest.approx(transformer.params * per_weight[name])
+    for a in OPTIMIZERS:
+        for b in OPTIMIZERS:
+            if per_weight[a] < per_weight[b]:
+                assert terms[a] < terms[b], (a, b)
+                assert forecast(fine_tune_plan(optimizer=a)).device_peak_bytes < \
+                    forecast(fine_tune_plan(optimizer=b)).device_peak_bytes, (a, b)
+    # the adapter's state is counted at float32, as it trains
+    assert fc.optimizer_bytes(flux_plan()) == pytest.approx(fc.adapter_params(flux_plan()) * 8)
+
+
+def test_a_full_fine_tune_adds_gradients_and_state_in_the_weights_dtype():
+    [transformer] = [p for p in fine_tune_plan().parts if p.name == "transformer"]
+    # bf16 weights: a bf16 gradient and two bf16 moments (torch's AdamW: zeros_like)
+    assert fc.trained_bytes(fine_tune_plan()) == pytest.approx(transformer.params * 6)
+    with_ema = fc.trained_bytes(fine_tune_plan(ema=True))
+    assert with_ema == pytest.approx(transformer.params * 8)
+    lora = forecast(flux_plan()).device_peak_bytes
+    full = forecast(fine_tune_plan()).device_peak_bytes
+    assert full - lora > transformer.params * 5  # ~60 GB more for FLUX.1's 12B weights
+
+
+def test_a_full_fine_tunes_hints_never_quantize_or_offload_what_trains():
+    plan = fine_tune_plan(optimizer="prodigy", ema=True, device_free_bytes=80 * GIB,
+                          host_free_bytes=512 * GIB)
+    result = forecast(plan)
+    assert result.fits is False
+    texts = [text for text, _ in fc._changes(plan)]
+    assert "train.optimizer: adamw8bit" in texts and "train.ema_config.use_ema: false" in texts
+    assert not any("quantize" in t or "layer_offloading" in t for t in texts)
+    for hint in result.hints:
+        assert "quantize" not in hint and "layer_offloading" not in hint
+
+
+def test_plans_of_a_full_fine_tune_and_of_a_slider(tmp_path: Path, example_model_dir: Path):
+    cfg = job_config("ft", tmp_path / "out", example_model_dir,
+                     train={"train_text_encoder": True, "cache_text_embeddings": False,
+                            "ema_config": {"use_ema": True}})
+    del cfg["config"]["process"][0]["network"]
+    proc = load_config(str(write_config(tmp_path / "ft.yml", cfg))).job.config.process[0]
+    plan = plan_of(proc, catalog.description("example"), "cpu", None, None)
+    assert plan is not None and plan.full_fine_tune and plan.ema
+    roles = {p.name: p.role for p in plan.parts}
+    assert {roles[name] for name in plan.trained} == {"denoiser", "text_encoder"}
+    assert fc.trained_weights(plan) == [(p.params, p.load_as) for p in plan.parts
+                                        if p.name in plan.trained]
+
+    from tests.aitk.test_slider import slider_job
+
+    slider = load_config(str(slider_job(tmp_path, example_model_dir, 4))).job.config.process[0]
+    assert not slider.datasets
+    plan = plan_of(slider, catalog.description(slider.model.arch), "cpu", None, None)
+    # no datasets: its own latents at slider.resolutions' largest side, as LoRA training
+    assert plan is not None and not plan.full_fine_tune and plan.rank == 4
+    assert plan.resolution == 48 and plan.frames == 1
+
+
+def test_check_json_forecasts_a_full_fine_tune_and_a_slider(tmp_path: Path,
+                                                             example_model_dir: Path,
+                                                             capsys):
+    from tests.aitk.test_slider import slider_job
+
+    cfg = job_config("ft", tmp_path / "out", example_model_dir)
+    del cfg["config"]["process"][0]["network"]
+    for path in (write_config(tmp_path / "ft.yml", cfg),
+                 slider_job(tmp_path, example_model_dir, 4)):
+        assert main([str(path), "--check", "--json"]) == 0
+        record = json.loads(capsys.readouterr().out.strip())
+        assert record["ok"] is True and record["memory"] is not None
+        assert record["memory"]["fits"] is True
+        assert 0.3 * GIB < record["memory"]["host_peak_bytes"] < 2 * GIB
+
+
+def test_a_full_fine_tune_that_cannot_fit_warns_and_never_hints_quantizing(
+        tmp_path: Path, example_model_dir: Path, monkeypatch, capsys):
+    from aitk.memory import plan as memory_plan
+
+    monkeypatch.setattr(memory_plan, "host_available", lambda: 64 * 1024 * 1024)
+    cfg = job_config("tight", tmp_path / "out", example_model_dir)
+    del cfg["config"]["process"][0]["network"]
+    assert main([str(write_config(tmp_path / "job.yml", cfg)), "--check"]) == 0
+    err = capsys.readouterr().err
+    assert "warning: config.process[0].model: this run is forecast to need" in err
+    assert "quantize" not in err
+
+
+def test_check_json_of_a_file_job_has_no_forecast(tmp_path: Path, example_model_dir: Path,
+                                                  capsys):
+    """A generate job trains nothing: `memory` is null (it was a traceback: the forecast
+    read the process's `train`)."""
+    config = {"job": "generate", "config": {"name": "gen", "process": [{
+        "type": "to_folder", "output_folder": str(tmp_path / "gen"), "device": "cpu",
+        "generate": {"width": 32, "height": 32, "sample_steps": 2, "prompts": ["a"]},
+        "model": {"name_or_path": str(example_model_dir)}}]}}
+    assert main([str(write_config(tmp_path / "gen.yml", config)), "--check", "--json"]) == 0
+    record = json.loads(capsys.readouterr().out.strip())
+    assert record["ok"] is True and record["memory"] is None
