@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -216,9 +217,8 @@ def check_json(args: argparse.Namespace) -> int:
             continue
         findings = preflight(loaded)
         for i, proc in enumerate(loaded.job.config.process):
-            where = f"config.process[{i}]"
-            mine = [f for f in findings if f.path == where or f.path.startswith(
-                (f"{where}.", f"{where}["))]
+            mine = [f for f in findings if _process_of(f.path) == i
+                    or (i == 0 and _process_of(f.path) is None)]  # the job's own: with 0
             forecast = memory_forecast(proc)
             ok = not any(f.level is Level.ERROR for f in mine)
             _emit({"config": str(loaded.source), "process": i, "name": loaded.name,
@@ -228,6 +228,13 @@ def check_json(args: argparse.Namespace) -> int:
             if not ok:
                 first_failure = first_failure or EXIT_INPUT
     return first_failure
+
+
+def _process_of(path: str) -> int | None:
+    """The process a finding's path is in (`config.process[1].train.lr` -> 1); None for
+    one of the whole job (`config.extract_model`, `config.device`)."""
+    found = re.match(r"config\.process\[(\d+)\](?:[.\[]|$)", path)
+    return int(found.group(1)) if found else None
 
 
 def _emit(record: dict) -> None:

@@ -158,6 +158,54 @@ def test_a_generate_job_runs_to_finished_and_its_images_are_served(client, setti
     assert [e["path"] for e in r.json()["errors"]] == ["config.process[0].output_folder"]
 
 
+@pytest.mark.slow
+def test_extract_then_mod_and_merge_of_its_lora_run_to_finished(client, settings,
+                                                                 example_model, tmp_path):
+    """Each other file kind made and run through the API: an extract (the example model
+    against a copy with one layer changed), then a rescale and a merge of its LoRA."""
+    import shutil
+
+    import torch
+    from safetensors.torch import load_file, save_file
+
+    tuned = tmp_path / "tuned"
+    shutil.copytree(example_model, tuned)
+    weights = tuned / "transformer" / "diffusion_pytorch_model.safetensors"
+    state = load_file(str(weights))
+    layer = next(k for k, v in state.items() if k.startswith("blocks.") and v.ndim == 2)
+    state[layer] = state[layer] + 0.1 * torch.ones_like(state[layer])
+    save_file(state, str(weights))
+
+    def run(config: dict) -> dict:
+        r = client.post("/api/jobs", json={"yaml": yaml.safe_dump(config)})
+        assert r.status_code == 201, r.text
+        assert client.post(f"/api/jobs/{r.json()['id']}/start", json={}).status_code == 200
+        job = wait_state(client, r.json()["id"], "finished", "failed", "stopped")
+        assert (job["kind"], job["state"], job["exit_code"]) == (
+            config["job"], "finished", 0), client.get(f"/api/jobs/{job['id']}/log").text
+        return job
+
+    out = settings.outputs_dir
+    config = extract_job("ext", out / "ext", example_model)
+    # the trainer's check refuses the model against itself, at its field, before a run
+    r = client.post("/api/jobs", json={"yaml": yaml.safe_dump(config)})
+    assert r.status_code == 422
+    assert [e["path"] for e in r.json()["errors"]] == ["config.extract_model"]
+    config["config"]["extract_model"] = str(tuned)
+    extracted = run(config)
+    [lora] = [f["file"] for f in extracted["files"] if f["file"].endswith(".safetensors")]
+    source = out / "ext" / lora
+    for config, written in ((mod_job("mod", out / "mod" / "m.safetensors", source),
+                             "m.safetensors"),
+                            (merge_job("merge", out / "merge" / "mg.safetensors", source),
+                             "mg.safetensors")):
+        job = run(config)
+        assert [f["file"] for f in job["files"]] == [written]
+        got = client.get(f"/api/jobs/{job['id']}/files/{written}?download=1")
+        assert got.status_code == 200 and got.content == (
+            out / config["job"] / written).read_bytes()
+
+
 # ---- the attacks (one real server, test_guard.py's) -----------------------------------
 def test_another_sites_page_or_a_forged_host_cannot_make_a_file_job(served):  # noqa: F811
     outputs_root = served.settings.outputs_dir

@@ -4,6 +4,7 @@ the fine-tune."""
 
 from __future__ import annotations
 
+import json
 import shutil
 from pathlib import Path
 
@@ -121,3 +122,10 @@ def test_identical_models_have_nothing_to_extract(tmp_path, example_model_dir, c
     config = _job(tmp_path, example_model_dir, example_model_dir)
     assert run_main([str(config), "--check"]) == EXIT_CONFIG
     assert "config.extract_model: is the base model itself" in capsys.readouterr().err
+    # ... and so does `--check --json` (the web UI's check): a finding of the job, not
+    # of one process, comes with the first process's record.
+    assert run_main([str(config), "--check", "--json"]) == EXIT_CONFIG
+    [record] = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    assert record["ok"] is False
+    assert [p["path"] for p in record["problems"] if p["level"] == "error"] == [
+        "config.extract_model"]
