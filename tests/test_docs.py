@@ -220,3 +220,20 @@ def test_the_upstream_keys_table_is_the_codes():
     assert found.group(1) == expected, (
         "docs/upstream-keys.md disagrees with aitk/config/upstream_dropped.py; its table "
         f"should read:\n{expected}")
+
+
+def test_the_readmes_web_ui_bundle_size_holds():
+    """README: "under 50 KB of script (under 20 KB gzipped), three npm packages". The
+    bundle is what `sync` builds (ui/dist/app.js), so this runs after an install."""
+    import gzip
+    import json
+
+    text = " ".join((ROOT / "README.md").read_text(encoding="utf-8").split())
+    assert "under 50 KB of script (under 20 KB gzipped), three npm packages" in text
+    package = json.loads((ROOT / "ui" / "package.json").read_text(encoding="utf-8"))
+    assert len(package["dependencies"]) + len(package["devDependencies"]) == 3
+    bundle = ROOT / "ui" / "dist" / "app.js"
+    if not bundle.is_file():
+        pytest.skip("ui/dist/app.js is not built here (python3 -m manager sync builds it)")
+    data = bundle.read_bytes()
+    assert len(data) < 50_000 and len(gzip.compress(data)) < 20_000, len(data)
