@@ -92,3 +92,18 @@ def inputs(model):
     timesteps = torch.tensor([250.0, 800.0])
     embeds = model.get_prompt_embeds(["a red square on grey", "cat"])
     return latents, timesteps, embeds
+
+
+@pytest.fixture
+def hub_offline(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """No hub for this test: HF_HUB_OFFLINE and an empty HF_HOME, set in huggingface_hub's
+    constants too, which it reads once at import (else a hub id is looked up on the
+    network). Returns the empty hub folder."""
+    import huggingface_hub.constants
+
+    home = tmp_path / "hf"
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setenv("HF_HOME", str(home))
+    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", True)
+    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_CACHE", str(home))
+    return home

@@ -220,10 +220,9 @@ def test_quantized_step_trains_only_the_lora(chroma_dir: Path) -> None:
 
 # ---- loading errors ------------------------------------------------------------------------
 def test_missing_part_and_offline_hub_id_are_one_line_errors(chroma_dir: Path, tmp_path: Path,
-                                                             monkeypatch, capsys) -> None:
+                                                             hub_offline, capsys) -> None:
     import shutil
 
-    import huggingface_hub.constants
 
     partial = tmp_path / "partial"
     shutil.copytree(chroma_dir, partial)
@@ -235,10 +234,6 @@ def test_missing_part_and_offline_hub_id_are_one_line_errors(chroma_dir: Path, t
     with pytest.raises(ModelLoadError, match="does not exist"):
         load_model(chroma_cfg(tmp_path / "nowhere"))
 
-    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
-    monkeypatch.setenv("HF_HOME", str(tmp_path / "hf"))
-    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", True)
-    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_CACHE", str(tmp_path / "hf"))
     cfg = job_config("hub", tmp_path / "out", chroma_dir,
                      model={"arch": "chroma", "name_or_path": "lodestones/Chroma1-HD"})
     loaded = load_config(str(write_config(tmp_path / "hub.yml", cfg)))

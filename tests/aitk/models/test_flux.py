@@ -264,10 +264,9 @@ def test_assistant_lora_is_merged_into_the_frozen_weights(flux_dir: Path,
 
 # ---- loading errors ------------------------------------------------------------------------
 def test_missing_part_and_offline_hub_id_are_one_line_errors(flux_dir: Path, tmp_path: Path,
-                                                             monkeypatch, capsys) -> None:
+                                                             hub_offline, capsys) -> None:
     import shutil
 
-    import huggingface_hub.constants
 
     partial = tmp_path / "partial"
     shutil.copytree(flux_dir, partial)
@@ -275,10 +274,6 @@ def test_missing_part_and_offline_hub_id_are_one_line_errors(flux_dir: Path, tmp
     with pytest.raises(ModelLoadError, match="lacks vae/"):
         load_model(flux_cfg(partial))
 
-    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
-    monkeypatch.setenv("HF_HOME", str(tmp_path / "hf"))
-    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", True)
-    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_CACHE", str(tmp_path / "hf"))
     cfg = job_config("hub", tmp_path / "out", flux_dir,
                      model={"arch": "flux", "name_or_path": "black-forest-labs/FLUX.1-dev"})
     loaded = load_config(str(write_config(tmp_path / "hub.yml", cfg)))

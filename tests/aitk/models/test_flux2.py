@@ -267,14 +267,8 @@ def test_quantized_transformer_trains_only_the_lora(flux2_dir: Path):
     assert_a_step_reaches_only_the_lora(model, network, edit_batch(model, 1))
 
 
-def test_hub_id_offline_is_one_line_exit_2(tmp_path: Path, flux2_dir: Path, monkeypatch,
+def test_hub_id_offline_is_one_line_exit_2(tmp_path: Path, flux2_dir: Path, hub_offline,
                                            capsys):
-    import huggingface_hub.constants
-
-    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
-    monkeypatch.setenv("HF_HOME", str(tmp_path / "hf"))
-    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", True)
-    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_CACHE", str(tmp_path / "hf"))
     hub_id = "black-forest-labs/FLUX.2-dev"
     path = flux2_job(tmp_path, flux2_dir, model={"arch": "flux2", "name_or_path": hub_id})
     assert cli_main([str(path)]) == 2

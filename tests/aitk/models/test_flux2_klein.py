@@ -314,16 +314,8 @@ def test_a_distilled_folder_samples_without_true_cfg(klein_dir: Path, tmp_path: 
     assert np.array_equal(first, image_array(model.generate_images([gen], embeds)[0]))
 
 
-def test_hub_id_offline_is_one_line_exit_2(tmp_path: Path, klein_dir: Path, monkeypatch,
+def test_hub_id_offline_is_one_line_exit_2(tmp_path: Path, klein_dir: Path, hub_offline,
                                            capsys):
-    import huggingface_hub.constants
-
-    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
-    monkeypatch.setenv("HF_HOME", str(tmp_path / "hf"))
-    # huggingface_hub reads HF_HUB_OFFLINE once, at import (earlier tests imported it):
-    # without this the hub is tried (DNS errors, 5 retries with backoff, ~25 s).
-    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", True)
-    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_CACHE", str(tmp_path / "hf"))
     hub_id = "black-forest-labs/FLUX.2-klein-base-4B"
     path = klein_job(tmp_path, klein_dir, model={"arch": ARCH, "name_or_path": hub_id})
     assert cli_main([str(path)]) == 2

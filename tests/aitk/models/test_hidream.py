@@ -287,10 +287,8 @@ def test_bf16_model_previews_through_the_float32_vae(hidream_dir: Path) -> None:
 
 
 # ---- loading errors -----------------------------------------------------------------------------
-def test_hub_id_offline_is_one_line_exit_2(tmp_path: Path, hidream_dir: Path, monkeypatch,
+def test_hub_id_offline_is_one_line_exit_2(tmp_path: Path, hidream_dir: Path, hub_offline,
                                            capsys) -> None:
-    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
-    monkeypatch.setenv("HF_HOME", str(tmp_path / "hf"))
     repo = "HiDream-ai/HiDream-I1-Full"
     path = hidream_job(tmp_path, hidream_dir, model={"arch": "hidream", "name_or_path": repo})
     assert cli_main([str(path)]) == 2

@@ -344,14 +344,8 @@ def test_upstream_edit_mode_is_refused_in_one_line(krea2_dir: Path):
     Krea2Model(model_cfg("krea2", krea2_dir, model_kwargs={"edit": False}))
 
 
-def test_hub_id_offline_is_one_line_exit_2(tmp_path: Path, krea2_dir: Path, monkeypatch,
+def test_hub_id_offline_is_one_line_exit_2(tmp_path: Path, krea2_dir: Path, hub_offline,
                                            capsys):
-    import huggingface_hub.constants
-
-    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
-    monkeypatch.setenv("HF_HOME", str(tmp_path / "hf"))
-    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", True)
-    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_CACHE", str(tmp_path / "hf"))
     hub_id = "krea/Krea-2-Raw"
     path = krea2_job(tmp_path, krea2_dir, model={"arch": "krea2", "name_or_path": hub_id})
     assert cli_main([str(path)]) == 2

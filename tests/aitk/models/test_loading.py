@@ -145,9 +145,7 @@ def kontext_cfg(name_or_path: str) -> SimpleNamespace:
                            model_kwargs={}, low_vram=False, assistant_lora_path=None)
 
 
-def test_flux_kontext_load_errors_name_flux_kontext(tmp_path: Path, monkeypatch) -> None:
-    import huggingface_hub.constants
-
+def test_flux_kontext_load_errors_name_flux_kontext(tmp_path: Path, hub_offline) -> None:
     partial = folder(tmp_path / "partial", ("transformer",))
     for source, start in ((str(partial), "flux_kontext model folder"),
                           (str(tmp_path / "nowhere"), "flux_kontext model folder")):
@@ -156,10 +154,6 @@ def test_flux_kontext_load_errors_name_flux_kontext(tmp_path: Path, monkeypatch)
         assert str(info.value).startswith(start), str(info.value)
         assert "Flux " not in str(info.value)
 
-    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
-    monkeypatch.setenv("HF_HOME", str(tmp_path / "hf"))
-    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", True)
-    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_CACHE", str(tmp_path / "hf"))
     with pytest.raises(ModelLoadError) as info:
         FluxKontextModel(kontext_cfg("black-forest-labs/FLUX.1-Kontext-dev")).load_model()
     message = str(info.value)

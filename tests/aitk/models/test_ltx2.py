@@ -321,16 +321,9 @@ def test_quantized_transformer_trains_only_the_lora(ltx_dir: Path) -> None:
     assert_a_step_reaches_only_the_lora(model, network, video_batch(model))
 
 
-def test_hub_id_offline_is_one_line_exit_2(tmp_path: Path, ltx_dir: Path, monkeypatch,
+def test_hub_id_offline_is_one_line_exit_2(tmp_path: Path, ltx_dir: Path, hub_offline,
                                            capsys) -> None:
-    import huggingface_hub.constants
-
     hub_id = "Lightricks/LTX-2"
-    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
-    monkeypatch.setenv("HF_HOME", str(tmp_path / "hf"))
-    # huggingface_hub read the variable at import: without this the test would wait on
-    # the network's timeout.
-    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", True)
     path = job(tmp_path, ltx_dir, model={"arch": ARCH, "name_or_path": hub_id})
     assert cli_main([str(path)]) == 2
     stderr = capsys.readouterr().err

@@ -286,10 +286,8 @@ def test_bf16_model_previews_through_the_float32_vae(lumina_dir: Path) -> None:
 
 
 # ---- loading errors -----------------------------------------------------------------------------
-def test_hub_id_offline_is_one_line_exit_2(tmp_path: Path, lumina_dir: Path, monkeypatch,
+def test_hub_id_offline_is_one_line_exit_2(tmp_path: Path, lumina_dir: Path, hub_offline,
                                            capsys) -> None:
-    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
-    monkeypatch.setenv("HF_HOME", str(tmp_path / "hf"))
     repo = "Alpha-VLLM/Lumina-Image-2.0"
     path = lumina_job(tmp_path, lumina_dir, model={"arch": "lumina2", "name_or_path": repo})
     assert cli_main([str(path)]) == 2

@@ -286,15 +286,10 @@ def test_peft_converter_refuses_a_non_lora_file_in_one_line(tmp_path: Path, caps
     assert not (tmp_path / "out").exists()
 
 
-def test_hub_id_offline_is_one_line_exit_2(tmp_path: Path, prx_dir: Path, monkeypatch,
+def test_hub_id_offline_is_one_line_exit_2(tmp_path: Path, prx_dir: Path, hub_offline,
                                            capsys):
-    import huggingface_hub.constants
-
-    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
-    monkeypatch.setenv("HF_HOME", str(tmp_path / "hf"))
     # The hub library read the variable when first imported (earlier in this process); a
     # user's run reads it at start. Without this, the hub is tried over the network.
-    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", True)
     path = prx_job(tmp_path, prx_dir,
                    model={"arch": "prx_pixel", "name_or_path": "Photoroom/prxpixel-t2i"})
     assert cli_main([str(path)]) == 2

@@ -140,10 +140,8 @@ def test_training_schedule_uses_the_models_dynamic_shift(qwen_dir: Path):
     assert model.get_bucket_divisibility() == 32
 
 
-def test_hub_id_offline_is_one_line_exit_2(tmp_path: Path, qwen_dir: Path, monkeypatch,
+def test_hub_id_offline_is_one_line_exit_2(tmp_path: Path, qwen_dir: Path, hub_offline,
                                            capsys):
-    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
-    monkeypatch.setenv("HF_HOME", str(tmp_path / "hf"))
     path = qwen_job(tmp_path, qwen_dir,
                     model={"arch": "qwen_image", "name_or_path": "Qwen/Qwen-Image"})
     assert cli_main([str(path)]) == 2

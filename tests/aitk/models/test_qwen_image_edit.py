@@ -279,10 +279,8 @@ def test_quantize_te_leaves_the_vision_tower_in_float(edit_dir: Path):
     assert torch.isfinite(embeds.text_embeds[0]).all()
 
 
-def test_hub_id_offline_is_one_line_exit_2(tmp_path: Path, edit_dir: Path, monkeypatch,
+def test_hub_id_offline_is_one_line_exit_2(tmp_path: Path, edit_dir: Path, hub_offline,
                                            capsys):
-    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
-    monkeypatch.setenv("HF_HOME", str(tmp_path / "hf"))
     path = edit_job(tmp_path, edit_dir, model={"arch": "qwen_image_edit",
                                                "name_or_path": "Qwen/Qwen-Image-Edit"})
     assert cli_main([str(path)]) == 2

@@ -295,10 +295,8 @@ def test_quantized_transformer_trains_only_the_lora(sd3_dir: Path, qtype: str) -
 
 
 # ---- loading errors -----------------------------------------------------------------------------
-def test_hub_id_offline_is_one_line_exit_2(tmp_path: Path, sd3_dir: Path, monkeypatch,
+def test_hub_id_offline_is_one_line_exit_2(tmp_path: Path, sd3_dir: Path, hub_offline,
                                            capsys) -> None:
-    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
-    monkeypatch.setenv("HF_HOME", str(tmp_path / "hf"))
     repo = "stabilityai/stable-diffusion-3.5-large"
     path = sd3_job(tmp_path, sd3_dir, model={"arch": "sd3", "name_or_path": repo})
     assert cli_main([str(path)]) == 2

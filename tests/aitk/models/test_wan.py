@@ -446,14 +446,7 @@ def test_quantized_transformer_trains_only_the_lora(wan_dirs):
 @pytest.mark.parametrize("arch,hub_id", [("wan21", "Wan-AI/Wan2.1-T2V-1.3B-Diffusers"),
                                          ("wan22_14b", "Wan-AI/Wan2.2-T2V-A14B-Diffusers")])
 def test_hub_id_offline_is_one_line_exit_2(arch: str, hub_id: str, tmp_path: Path,
-                                           wan_dirs, monkeypatch, capsys):
-    import huggingface_hub.constants
-
-    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
-    monkeypatch.setenv("HF_HOME", str(tmp_path / "hf"))
-    # huggingface_hub read the variable when it was imported: without this the test
-    # would try the network and wait for its timeout.
-    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", True)
+                                           wan_dirs, hub_offline, capsys):
     path = wan_job(tmp_path, arch, wan_dirs[arch],
                    model={"arch": arch, "name_or_path": hub_id})
     assert cli_main([str(path)]) == 2

@@ -315,14 +315,8 @@ def test_a_tag_picks_its_variants_defaults_where_the_job_is_silent(tmp_path: Pat
         assert plain.model.assistant_lora_path is None and plain.sample.sample_steps != 9
 
 
-def test_hub_id_offline_is_one_line_exit_2(tmp_path: Path, zimage_dir: Path, monkeypatch,
+def test_hub_id_offline_is_one_line_exit_2(tmp_path: Path, zimage_dir: Path, hub_offline,
                                            capsys):
-    import huggingface_hub.constants
-
-    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
-    monkeypatch.setenv("HF_HOME", str(tmp_path / "hf"))
-    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", True)
-    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_CACHE", str(tmp_path / "hf"))
     hub_id = "Tongyi-MAI/Z-Image-Turbo"
     path = zimage_job(tmp_path, zimage_dir, model={"arch": "zimage", "name_or_path": hub_id})
     assert cli_main([str(path)]) == 2
