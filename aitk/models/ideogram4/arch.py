@@ -33,9 +33,11 @@ from aitk.models.description import (
 
 
 class Ideogram4Kwargs(ArchKwargs):
-    max_sequence_length: int | None = Field(
+    # Upstream's knob and default (its Ideogram4Model reads model_kwargs.max_text_length):
+    # a cap, by truncation, for the long structured (JSON) captions Ideogram 4 takes.
+    max_text_length: int | None = Field(
         None, ge=1, description="prompt tokens kept, chat template included (default "
-                                "2048, the pipeline's); longer prompts are truncated")
+                                "3072, upstream's); longer prompts are truncated")
 
 
 REPO = "ideogram-ai/ideogram-v4"  # diffusers' Ideogram4Pipeline example id

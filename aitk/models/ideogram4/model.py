@@ -56,7 +56,7 @@ from aitk.models.prompt_embeds import AdvancedPromptEmbeds
 PARTS = ("transformer", "unconditional_transformer", "text_encoder", "tokenizer", "vae",
          "scheduler")
 PATCH = 2
-MAX_PROMPT_TOKENS = 2048  # the pipeline's max_sequence_length default
+MAX_PROMPT_TOKENS = 3072  # upstream's max_text_length default (the pipeline's: 2048)
 # Kept in the float dtype by quantization (upstream keeps these out of its layer
 # offloading too): the latent and text input projections, the time embedding and its
 # projection, the output layer.
@@ -157,8 +157,8 @@ class Ideogram4Model(BaseModel):
             return self.vae.decode(z).sample
 
     @property
-    def max_sequence_length(self) -> int:
-        tokens = self.model_kwargs.max_sequence_length
+    def max_text_length(self) -> int:
+        tokens = self.model_kwargs.max_text_length
         return int(tokens) if tokens is not None else MAX_PROMPT_TOKENS
 
     def get_prompt_embeds(self, prompts: list[str],
@@ -167,12 +167,12 @@ class Ideogram4Model(BaseModel):
         """One (L_i, 13 x D) tensor per prompt: the pipeline's text features of its
         tokens (chat template, tapped layers concatenated per token), each prompt
         encoded alone at its own length (what the pipeline's left padding gives its
-        real tokens), truncated to `max_sequence_length` tokens."""
+        real tokens), truncated to `max_text_length` tokens."""
         from diffusers import Ideogram4Pipeline
 
         if self.text_encoder is None:
             raise ModelLoadError("the text encoder is unloaded (text embeddings cached)")
-        te, limit = self.text_encoder, self.max_sequence_length
+        te, limit = self.text_encoder, self.max_text_length
         rows = []
         with torch.no_grad(), self.on_device(te):
             where = next(te.parameters()).device
@@ -193,7 +193,7 @@ class Ideogram4Model(BaseModel):
 
     @property
     def text_embedding_space_version(self) -> str:
-        return f"ideogram4-1-{self.max_sequence_length}"
+        return f"ideogram4-1-{self.max_text_length}"
 
     @property
     def latent_space_version(self) -> str:

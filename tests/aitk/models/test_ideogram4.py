@@ -155,6 +155,21 @@ def test_fused_qkv_with_alpha_folded_is_each_projections_exact_delta():
         assert torch.allclose(lora_delta(back, module), want, atol=1e-5)
 
 
+def test_a_partly_trained_qkv_is_written_with_zeros_and_read_back_as_trained():
+    """A LoRA on to_q alone (network_kwargs picking layers): the fused file carries
+    zero members for k and v, which reading back drops, so a resume finds the adapter
+    it saved."""
+    gen = torch.Generator().manual_seed(2)
+    internal = {"layers.0.attention.to_q.lora_A.weight": torch.randn(4, 6, generator=gen),
+                "layers.0.attention.to_q.lora_B.weight": torch.randn(6, 4, generator=gen),
+                "layers.0.attention.to_q.alpha": torch.tensor(4.0)}
+    written = lora_keys.to_file(internal)
+    assert written["diffusion_model.layers.0.attention.qkv.lora_B.weight"].shape == (18, 12)
+    back = lora_keys.from_file(written)
+    assert set(back) == set(internal)
+    assert all(torch.equal(back[k], v) for k, v in internal.items())
+
+
 def test_upstreams_shared_down_qkv_reads_back():
     """Upstream ai-toolkit's own files: one down of rank r shared by q, k and v (its
     fused Linear), an up of 3 x out rows and `.alpha`: each projection gets the shared
@@ -225,6 +240,10 @@ def test_prompt_embeds_are_the_pipelines_text_features(ideogram4_dir: Path):
         assert int(text.sum()) == lengths[i]
         assert torch.allclose(ours, features[i, :SEQUENCE][text], atol=1e-5)
     assert model.text_encoder.visual is None  # text to image: no vision tower
+    # model_kwargs.max_text_length (upstream's knob): longer prompts are cut there.
+    short = loaded_model(ideogram4_dir, model_kwargs={"max_text_length": 10})
+    [cut] = short.get_prompt_embeds(prompts[1:]).text_embeds
+    assert torch.allclose(cut, embeds.text_embeds[1][:10], atol=1e-5)
 
 
 def test_prediction_is_what_the_pipelines_scheduler_step_uses(ideogram4_dir: Path,
