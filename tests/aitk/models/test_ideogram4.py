@@ -42,6 +42,7 @@ from tests.aitk.models.arch_checks import (
     model_cfg,
     step_grads_without_and_with_checkpointing,
     tiny_model_folder,
+    train_cfg,
     write_lora_job,
 )
 from tests.aitk.models.conftest import NetCfg
@@ -276,6 +277,15 @@ def test_prediction_is_what_the_pipelines_scheduler_step_uses(ideogram4_dir: Pat
     assert model.get_bucket_divisibility() == 16
 
 
+def test_training_shift_is_upstreams_fixed_shift_of_one(ideogram4_dir: Path):
+    """Upstream trains Ideogram 4 with a scheduler of shift 1, no dynamic shift (the
+    pipeline samples on its own logit-normal sigmas): `shift` timesteps are unshifted."""
+    model = loaded_model(ideogram4_dir)
+    model.configure_training(train_cfg(timestep_type="shift"))
+    shift = model.training_schedule.shift
+    assert shift.shift == 1.0 and not shift.dynamic
+
+
 def test_latents_round_trip_through_the_pipelines_decode(ideogram4_dir: Path):
     """encode_images is the inverse of the pipeline's latent decode (BatchNorm
     denormalisation, Ideogram's patch order): decoding our latents as the pipeline does
@@ -325,13 +335,24 @@ def test_quantized_transformers_train_only_the_lora(ideogram4_dir: Path):
     assert_a_step_reaches_only_the_lora(model, network, one_batch(model, 1))
 
 
-def test_the_unconditional_transformer_is_only_for_guidance(ideogram4_dir: Path):
+def test_the_unconditional_transformer_is_only_for_guidance(ideogram4_dir: Path,
+                                                           monkeypatch):
     """The LoRA attaches to `transformer` only; the unconditional transformer stays
     frozen, idle (BaseModel's idle placement: the CPU under low_vram) and runs in
     previews, where guidance blends it in."""
+    placed: dict[str, list[Any]] = {}
+    place = Ideogram4Model.place_loaded
+
+    def spy(self: Ideogram4Model, working: Any, idle: Any = ()) -> None:
+        placed.update(working=list(working), idle=list(idle))
+        place(self, placed["working"], placed["idle"])
+
+    monkeypatch.setattr(Ideogram4Model, "place_loaded", spy)
     model = loaded_model(ideogram4_dir, low_vram=True)
     uncond = model.unconditional_transformer
     assert uncond is not model.model
+    assert [m is uncond for m in placed["idle"]].count(True) == 1
+    assert [m is model.model for m in placed["working"]] == [True]
     assert next(uncond.parameters()).device == model.idle_device == torch.device("cpu")
     before = {k: v.clone() for k, v in uncond.state_dict().items()}
     network = AdapterNetwork.attach(model, NetCfg())
