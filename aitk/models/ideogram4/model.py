@@ -68,6 +68,7 @@ class Ideogram4Model(BaseModel):
     arch = "ideogram4"
     use_old_lokr_format = False
     lora_block_prefixes = ("layers.",)
+    supports_dora = False  # its files fuse q/k/v (lora_keys): no per-layer magnitude
 
     @classmethod
     def build_tiny(cls, target: Path, seed: int = 0) -> None:
