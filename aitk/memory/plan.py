@@ -147,6 +147,8 @@ def plan_of(proc: TrainingProcess, desc: ArchDescription, device: str,
                 share = m.layer_offloading_text_encoder_percent
             idle = m.low_vram
         else:
+            if part.role is PartRole.GUIDANCE and m.quantize:
+                stored_as = m.qtype  # quantized as the denoiser is
             idle = m.low_vram
         parts.append(PartLoad(
             part.subfolder, part.role.value, counted.params, counted.blocks,

@@ -39,6 +39,10 @@ class PartRole(str, Enum):
     TEXT_ENCODER = "text_encoder"
     VAE = "vae"
     IMAGE_ENCODER = "image_encoder"  # e.g. Wan 2.1 i2v's CLIP vision tower
+    # A second denoiser that only previews run, for guidance, never trained (Ideogram 4's
+    # unconditional transformer); quantized with the denoiser, idle on the CPU with
+    # `low_vram`.
+    GUIDANCE = "guidance"
 
 
 @dataclass(frozen=True)

@@ -13,6 +13,7 @@ ARCH_FOLDERS: tuple[str, ...] = (
     "flux2_klein",
     "flux_kontext",
     "hidream",
+    "ideogram4",
     "krea2",
     "ltx2",
     "lumina2",

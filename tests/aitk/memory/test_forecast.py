@@ -129,6 +129,21 @@ def test_upstream_24gb_configs_on_a_24gb_card(config, fits):
                    for h in result.hints)
 
 
+def test_a_guidance_denoiser_is_quantized_with_the_denoiser_and_idles_on_the_host():
+    """Ideogram 4's unconditional transformer (PartRole.GUIDANCE, previews only): its
+    weights at `model.qtype` with `model.quantize`, on the CPU with `low_vram`, and the
+    24 GB example fits a 24 GB card."""
+    proc = load_config(str(EXAMPLES / "train_lora_ideogram4_24gb.yaml")).job.config.process[0]
+    plan = plan_of(proc, catalog.description("ideogram4"), "cuda", 23 * GIB, 128 * GIB)
+    [guidance] = [p for p in plan.parts if p.role == "guidance"]
+    assert (guidance.stored_as, guidance.idle_on_host) == ("qfloat8", True)
+    assert forecast(plan).fits is True
+    proc.model.quantize, proc.model.low_vram = False, False
+    plan = plan_of(proc, catalog.description("ideogram4"), "cuda", 23 * GIB, 128 * GIB)
+    [guidance] = [p for p in plan.parts if p.role == "guidance"]
+    assert (guidance.stored_as, guidance.idle_on_host) == ("bf16", False)
+
+
 def test_part_sizes_come_from_the_folders_safetensors_headers(example_model_dir: Path):
     import torch
     from safetensors.torch import load_file
