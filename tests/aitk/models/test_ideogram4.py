@@ -367,13 +367,7 @@ def test_the_unconditional_transformer_is_only_for_guidance(ideogram4_dir: Path,
 
 
 def test_hub_id_offline_is_one_line_exit_2(tmp_path: Path, ideogram4_dir: Path,
-                                           monkeypatch, capsys):
-    import huggingface_hub.constants
-
-    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
-    monkeypatch.setenv("HF_HOME", str(tmp_path / "hf"))
-    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", True)
-    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_CACHE", str(tmp_path / "hf"))
+                                           hub_offline, capsys):
     hub_id = "ideogram-ai/ideogram-v4"
     path = ideogram4_job(tmp_path, ideogram4_dir,
                          model={"arch": "ideogram4", "name_or_path": hub_id})
