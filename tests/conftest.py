@@ -3,6 +3,7 @@
 - tests/spawn_guard.py: a test that starts the trainer carries the `slow` marker.
 - tests/checkout_guard.py: no test creates or changes files in the checkout's own
   output/, cache/, .aitk-ui/ or logs/.
+- tests/network_guard.py: no test connects to or looks up a host but this machine.
 
 The tiers are described in docs/testing.md. Fixtures every folder shares live here.
 """
@@ -24,7 +25,8 @@ os.environ.setdefault("OMP_NUM_THREADS", "1")
 if "torch" in sys.modules:  # a plugin imported it first
     sys.modules["torch"].set_num_threads(int(os.environ["OMP_NUM_THREADS"]))
 
-pytest_plugins = ["pytester", "tests.spawn_guard", "tests.checkout_guard"]
+pytest_plugins = ["pytester", "tests.spawn_guard", "tests.checkout_guard",
+                  "tests.network_guard"]
 
 
 @pytest.fixture(scope="session")
