@@ -55,6 +55,7 @@ class ClipSpec:
     shrink: bool = True
     auto: bool = False  # auto_frame_count: num_frames from each video's length
     trim_tail: bool = True  # trim_auto_frame_count_tail
+    audio: bool = False  # do_audio on an arch that trains sound (aitk.data.audio)
 
 
 TEMPORAL_COMPRESSION = 4  # video VAE frames per latent frame (after the first)
