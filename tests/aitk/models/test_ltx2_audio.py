@@ -253,7 +253,10 @@ def _inputs(model: LTX2Model, batch: DataBatch) -> tuple[Any, Any, Any]:
     return s.model_input, s.x.timesteps, s.embeds
 
 
-AUDIO_ONLY = ("audio_ff.", "video_to_audio_attn.")  # reach only the audio output (1 block)
+# The modules that reach only the audio output (one block): audio_attn1/2 do not, they
+# feed the video tokens through audio_to_video_attn (measured: non-zero grads on a
+# silent batch), so a video loss alone trains them too.
+AUDIO_ONLY = ("audio_ff.", "video_to_audio_attn.")
 
 
 def audio_only_grads(model: LTX2Model, batch: DataBatch) -> dict[str, float]:
@@ -281,6 +284,50 @@ def test_audio_only_lora_modules_learn_only_from_sound(ltx_dir: Path) -> None:
     assert silent and silent.keys() == heard.keys()
     assert all(g == 0.0 for g in silent.values())
     assert any(g > 0.0 for name, g in heard.items() if "lora_B" in name)
+
+
+# ---- the batch source, without a cache; an arch without sound --------------------------
+def test_uncached_batches_carry_each_clips_audio_latents(model: LTX2Model,
+                                                         sound_dataset: Path) -> None:
+    from aitk.data.batches import BatchSource
+    from aitk.data.cache import ItemAudio
+
+    said: list[str] = []
+    items = list(scanned(sound_dataset, ClipSpec(FRAMES, audio=True)).values())
+    source = BatchSource(items, 2, 0, None, model.encode_images, model.get_prompt_embeds,
+                         audio=ItemAudio(model, said.append))
+    batch = source.next()
+    sounds = dict(zip((Path(f).name for f in batch.file_paths), batch.audio_latents or [],
+                      strict=True))
+    assert sounds["mute.mp4"] is None and sounds["tone.mp4"].shape == (9, 8)
+    assert said == [f"{sound_dataset / 'mute.mp4'}: no audio track; this clip trains "
+                    "video only"]
+    source.next()
+    assert len(said) == 1  # once per file, not per draw
+    # Without do_audio the batch carries no sound at all.
+    plain = BatchSource(list(scanned(sound_dataset, ClipSpec(FRAMES)).values()), 2, 0,
+                        None, model.encode_images, model.get_prompt_embeds,
+                        audio=ItemAudio(model, said.append)).next()
+    assert plain.audio_latents is None
+
+
+def test_an_arch_without_sound_ignores_do_audio_with_one_line(sound_dataset: Path) -> None:
+    from types import SimpleNamespace
+
+    from aitk.config.schema import DatasetConfig
+    from aitk.run.assembly import scan_datasets
+
+    ds = DatasetConfig(folder_path=str(sound_dataset), num_frames=FRAMES, resolution=[SIDE],
+                       do_audio=True)
+    proc = SimpleNamespace(datasets=[ds], model=SimpleNamespace(arch="wan21"),
+                           trigger_word=None)
+    said: list[str] = []
+    items = scan_datasets(proc, 32, said.append, is_video=True, audio=False)
+    assert items and all(i.audio is None for i in items)
+    assert said == ["datasets[0].do_audio: arch 'wan21' trains no sound; its videos train "
+                    "without their audio"]
+    with_sound = scan_datasets(proc, 32, said.append, is_video=True, audio=True)
+    assert all(i.audio is not None for i in with_sound)
 
 
 # ---- the job: cache, a silent clip, resume, the mp4 preview ----------------------------
