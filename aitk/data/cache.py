@@ -31,7 +31,7 @@ from safetensors.torch import load_file, save
 
 from aitk.data.buckets import resize_crop
 from aitk.data.dataset import Item, load_audio, load_pixels
-from aitk.errors import PromptEmbedsFileError
+from aitk.errors import BadInputFile, PromptEmbedsFileError, UnreadableVideo
 from aitk.models.prompt_embeds import AdvancedPromptEmbeds
 from aitk_common.files import atomic_write_bytes, sha256_file
 
@@ -81,7 +81,8 @@ AudioOf = Callable[[Item], "torch.Tensor | None"]  # an item's audio latents, No
 class ItemAudio:
     """An item's audio latents: its soundtrack decoded as the model's `audio_format()`
     says and encoded with its `encode_audio`; None (said once per file) when the video
-    has no audio stream."""
+    has no audio stream, or one FFmpeg cannot decode: the clip trains video only (its
+    frames decoded at the scan, so it is still a clip worth training)."""
 
     def __init__(self, model: Any, report: Callable[[str], None] = print) -> None:
         fmt = model.audio_format()
@@ -89,12 +90,20 @@ class ItemAudio:
         self.model, self.rate, self.channels, self.report = model, *fmt, report
         self._said: set[Path] = set()
 
+    def _say(self, item: Item, why: str) -> None:
+        if item.path not in self._said:
+            self._said.add(item.path)
+            self.report(f"{item.path}: {why}; this clip trains video only")
+
     def __call__(self, item: Item) -> torch.Tensor | None:
-        pcm = load_audio(item, self.rate, self.channels)
+        try:
+            pcm = load_audio(item, self.rate, self.channels)
+        except (UnreadableVideo, BadInputFile) as exc:
+            self._say(item, str(exc))
+            return None
         if pcm is None:
-            if item.audio is not None and item.path not in self._said:
-                self._said.add(item.path)
-                self.report(f"{item.path}: no audio track; this clip trains video only")
+            if item.audio is not None:
+                self._say(item, "no audio track")
             return None
         with torch.no_grad():
             return self.model.encode_audio(torch.from_numpy(pcm),

@@ -62,15 +62,16 @@ def ffmpeg() -> str:
 
 
 def make_clip(path: Path, seconds: float = 1.0, tone: float | None = 440.0,
-              fps: int = 24, caption: str = "a clip") -> Path:
+              fps: int = 24, caption: str = "a clip", tone_seconds: float | None = None
+              ) -> Path:
     """A 64x64 testsrc clip at `fps`, with a stereo 44.1 kHz sine at `tone` Hz (None: no
-    audio stream), AAC in an mp4."""
+    audio stream) lasting `tone_seconds` (default: the clip's), AAC in an mp4."""
     path.parent.mkdir(parents=True, exist_ok=True)
     args = [ffmpeg(), "-v", "error", "-y", "-f", "lavfi", "-i",
             f"testsrc=size={SIDE}x{SIDE}:rate={fps}:duration={seconds}"]
     if tone is not None:
         args += ["-f", "lavfi", "-i", f"sine=frequency={tone}:sample_rate=44100:"
-                 f"duration={seconds}", "-ac", "2", "-c:a", "aac", "-b:a", "96k"]
+                 f"duration={tone_seconds or seconds}", "-ac", "2", "-c:a", "aac", "-b:a", "96k"]
     subprocess.run([*args, "-c:v", "libx264", "-pix_fmt", "yuv420p", str(path)],
                    check=True, capture_output=True)
     path.with_suffix(".txt").write_text(caption)
@@ -115,6 +116,16 @@ def test_spread_frames_squeeze_the_whole_soundtrack_into_the_clip(tmp_path: Path
     pcm = load_audio(item, RATE, 2)
     assert pcm is not None and pcm.shape == (2, 6000)
     assert abs(main_tone(pcm, RATE) - 440 / 0.375) < 60
+
+
+def test_a_soundtrack_shorter_than_the_frames_ends_in_silence(tmp_path: Path) -> None:
+    make_clip(tmp_path / "ds" / "short.mp4", tone_seconds=0.2)
+    item = scanned(tmp_path / "ds", ClipSpec(FRAMES, fps=24, shrink=False,
+                                             audio=True))["short.mp4"]
+    pcm = load_audio(item, RATE, 2)
+    assert pcm is not None and pcm.shape == (2, 6000)
+    assert np.abs(pcm[:, :2400]).max() > 0.05  # the tone's 0.2 s (3200 samples)...
+    assert np.abs(pcm[:, 4000:]).max() == 0.0  # ...then silence up to the clip's end
 
 
 def test_span_and_fit_rules() -> None:
@@ -288,7 +299,8 @@ def test_audio_only_lora_modules_learn_only_from_sound(ltx_dir: Path) -> None:
 
 # ---- the batch source, without a cache; an arch without sound --------------------------
 def test_uncached_batches_carry_each_clips_audio_latents(model: LTX2Model,
-                                                         sound_dataset: Path) -> None:
+                                                         sound_dataset: Path,
+                                                         monkeypatch) -> None:
     from aitk.data.batches import BatchSource
     from aitk.data.cache import ItemAudio
 
@@ -304,6 +316,18 @@ def test_uncached_batches_carry_each_clips_audio_latents(model: LTX2Model,
                     "video only"]
     source.next()
     assert len(said) == 1  # once per file, not per draw
+    # A soundtrack FFmpeg cannot decode is said once too and trains video only.
+    import aitk.data.audio as audio_module
+    from aitk.errors import UnreadableVideo
+
+    def broken(*args: Any) -> None:
+        raise UnreadableVideo("its audio cannot be decoded (Invalid data)")
+
+    monkeypatch.setattr(audio_module, "read_audio", broken)
+    assert ItemAudio(model, said.append)(items[0]) is None
+    monkeypatch.undo()
+    assert said[-1] == (f"{items[0].path}: its audio cannot be decoded (Invalid data); this "
+                        "clip trains video only")
     # Without do_audio the batch carries no sound at all.
     plain = BatchSource(list(scanned(sound_dataset, ClipSpec(FRAMES)).values()), 2, 0,
                         None, model.encode_images, model.get_prompt_embeds,
