@@ -472,6 +472,7 @@ class DatasetConfig(_Strict):
     # (aitk.data.audio); a video without one trains video only. Other archs: ignored,
     # with a warning.
     do_audio: bool = False
+    audio_normalize: bool = False  # each soundtrack's peak scaled to 0.999 (upstream's)
     # Batches come from one dataset at a time (as upstream); unset: train.batch_size.
     batch_size: PositiveInt | None = None
     # Regularization (aitk.data.batches): its own batch order, every other step, loss

@@ -12,7 +12,9 @@ frames, from the first one to the end of the last one, fitted to the clip's trai
 duration (its frame count at the dataset's `fps`). With `auto_frame_count` and
 `trim_auto_frame_count_tail` the frames are real time, so the samples are cut (or padded
 with silence) to that duration; otherwise they are stretched or squeezed linearly (the
-pitch moves with the speed, as upstream without `audio_preserve_pitch`).
+pitch moves with the speed, as upstream without `audio_preserve_pitch`, which aitk does not
+do). `audio_normalize` (upstream's key) scales the track, as far as it is decoded, so its
+peak is 0.999.
 
 `log_mel` is the log-magnitude mel spectrogram LTX-2's audio VAE reads (Slaney mel scale
 and filter norm, a periodic Hann window of n_fft samples, centred frames with reflection
@@ -40,16 +42,17 @@ class AudioSpan:
     end: float
     duration: float
     stretch: bool = True  # False: cut or pad to the duration (real-time frames)
+    normalize: bool = False  # audio_normalize: the decoded track's peak scaled to 0.999
 
 
 def clip_span(frames: tuple[int, ...], video_fps: float | None, fps: float,
-              trim: bool) -> AudioSpan | None:
+              trim: bool, normalize: bool = False) -> AudioSpan | None:
     """The span of a clip's chosen `frames` of a video at `video_fps`, trained as
     len(frames) frames at `fps`; None when the video does not say its rate."""
     if not video_fps or not frames:
         return None
     start, end = frames[0] / video_fps, (frames[-1] + 1) / video_fps
-    return AudioSpan(start, end, len(frames) / fps, not trim)
+    return AudioSpan(start, end, len(frames) / fps, not trim, normalize)
 
 
 def _decoded(fh: BinaryIO, sample_rate: int, channels: int, until: float
@@ -118,6 +121,10 @@ def read_audio(fh: BinaryIO, span: AudioSpan, sample_rate: int, channels: int
         raise UnreadableVideo(f"its audio cannot be decoded ({exc})") from None
     if pcm is None:
         return None
+    if span.normalize and pcm.size:
+        # upstream's audio_normalize: one gain for the whole track (here: as far as it
+        # is decoded, up to the clip's end), its peak to 0.999 (~ -0.01 dBFS)
+        pcm = pcm * (0.999 / (float(np.abs(pcm).max()) + 1e-9))
     a, b = int(round(span.start * sample_rate)), int(round(span.end * sample_rate))
     piece = pcm[:, a:b]
     if piece.shape[1] < b - a:  # the soundtrack ends before the frames: silence after it

@@ -177,7 +177,8 @@ def video_clip(path: Path, clip: ClipSpec, report: Callable[[str], None]
                f"{clip.fps:g} fps; spread over the whole clip instead")
     span = None
     if clip.audio:
-        span = clip_span(frames, info.fps, clip.fps, clip.auto and clip.trim_tail)
+        span = clip_span(frames, info.fps, clip.fps, clip.auto and clip.trim_tail,
+                         clip.audio_normalize)
         if span is None:
             report(f"{path}: the video does not say its frame rate; trains without sound")
     return (info.width, info.height), frames, span

@@ -128,6 +128,19 @@ def test_a_soundtrack_shorter_than_the_frames_ends_in_silence(tmp_path: Path) ->
     assert np.abs(pcm[:, 4000:]).max() == 0.0  # ...then silence up to the clip's end
 
 
+def test_audio_normalize_lifts_the_peak_to_full_scale(tmp_path: Path) -> None:
+    make_clip(tmp_path / "ds" / "tone.mp4")  # lavfi's sine: peak 1/8
+    spec = ClipSpec(FRAMES, fps=24, shrink=False, audio=True, audio_normalize=True)
+    item = scanned(tmp_path / "ds", spec)["tone.mp4"]
+    assert item.audio is not None and item.audio.normalize
+    loud, quiet = load_audio(item, RATE, 2), load_audio(
+        scanned(tmp_path / "ds", ClipSpec(FRAMES, fps=24, shrink=False,
+                                          audio=True))["tone.mp4"], RATE, 2)
+    assert loud is not None and quiet is not None
+    assert 0.98 < np.abs(loud).max() <= 0.999 + 1e-6 and np.abs(quiet).max() < 0.2
+    assert np.allclose(loud / np.abs(loud).max(), quiet / np.abs(quiet).max(), atol=0.02)
+
+
 def test_span_and_fit_rules() -> None:
     assert clip_span((0, 2, 4), 24.0, 12.0, trim=True) == AudioSpan(0.0, 5 / 24, 0.25, False)
     assert clip_span((0, 1), None, 24.0, trim=False) is None  # no rate: no sound
