@@ -40,7 +40,10 @@ The trainer calls these hooks in this order:
    identity by default) ->
    `get_noise_prediction(latent_model_input, timestep, text_embeddings, batch=batch)`
    under autograd -> MSE in float32 (weighted per item when the schedule says so)
-   against `get_loss_target(noise=..., batch=..., timesteps=t)`. Noise, timesteps,
+   against `get_loss_target(noise=..., batch=..., timesteps=t)`, plus `side_loss()`
+   (None by default) right after that prediction: the weighted loss of a stream the
+   model predicted besides the latents (LTX-2's audio from `batch.audio_latents`, which
+   `encode_audio` made from the PCM `audio_format()` asks for). Noise, timesteps,
    `add_noise`, the target and the weights come from `self.training_schedule`, which the
    trainer builds once after loading with `configure_training(train_config)` through
    `make_training_schedule(settings)`: flow matching without a shift by default
