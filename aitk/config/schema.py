@@ -278,6 +278,9 @@ class TrainConfig(_Strict):
     # Multi-expert models (wan22_14b): train one expert for this many micro-batches,
     # then the other (upstream's key).
     switch_boundary_every: PositiveInt = 1
+    # Archs that train sound (datasets[].do_audio): the audio stream's loss counts this
+    # many times the video's (upstream's key and default).
+    audio_loss_multiplier: Annotated[float, Field(ge=0.0)] = 1.0
     # Regularization datasets (`datasets[].is_reg`): how much their loss counts.
     reg_weight: Annotated[float, Field(ge=0.0)] = 1.0
     loss_type: Literal[LOSS_TYPES] = "mse"  # type: ignore[valid-type]
@@ -469,6 +472,11 @@ class DatasetConfig(_Strict):
     # and drops the few left over (false: spread over the whole clip).
     auto_frame_count: bool = False
     trim_auto_frame_count_tail: bool = True
+    # Archs that train sound (ltx2): each video's audio track trains with its frames
+    # (aitk.data.audio); a video without one trains video only. Other archs: ignored,
+    # with a warning.
+    do_audio: bool = False
+    audio_normalize: bool = False  # each soundtrack's peak scaled to 0.999 (upstream's)
     # Batches come from one dataset at a time (as upstream); unset: train.batch_size.
     batch_size: PositiveInt | None = None
     # Regularization (aitk.data.batches): its own batch order, every other step, loss

@@ -31,6 +31,9 @@ class DataBatch:
     loss_weights: per item, how much its loss counts (a dataset's `loss_multiplier`,
     times `train.reg_weight` for a regularization dataset); None: all 1.
     prior_reg: a `prior_reg` dataset's batch: the target is the base model's prediction.
+    audio_latents: archs that train sound (`do_audio`): per item, its soundtrack's
+    latents (BaseModel.encode_audio) or None for a clip without one (it trains video
+    only); None when no item of the batch has sound.
     """
 
     captions: list[str]
@@ -46,6 +49,7 @@ class DataBatch:
     mask: torch.Tensor | None = None
     loss_weights: list[float] | None = None
     prior_reg: bool = False
+    audio_latents: list[torch.Tensor | None] | None = None
 
     def weigh(self, weights: torch.Tensor | None) -> torch.Tensor | None:
         """Per-item loss weights (B,): the schedule's `weights` times `loss_weights`."""

@@ -56,8 +56,10 @@ class BatchSource:
                  embeds: Callable[[list[str]], AdvancedPromptEmbeds],
                  control_embeds: ControlEmbeds | None = None,
                  rules: Sequence[DatasetRules] | None = None,
-                 accumulation: int = 1) -> None:
+                 accumulation: int = 1,
+                 audio: Callable[[Item], torch.Tensor | None] | None = None) -> None:
         self.seed = seed
+        self._audio = audio  # archs that train sound: a clip's audio latents
         self.rules = list(rules) if rules is not None else []
         self.accumulation = accumulation
         everything = list(items)
@@ -113,6 +115,10 @@ class BatchSource:
                 latents = self._encode(torch.stack([
                     load_pixels(item, self._augmenter(rules, stream, epoch, index, k))
                     for k, item in enumerate(items)]))
+        sounds = None
+        if self._audio is not None and any(i.audio is not None for i in items):
+            sounds = [self._audio(i) for i in items]
+            sounds = sounds if any(s is not None for s in sounds) else None
         plans = [resize_crop(*i.size, i.bucket) for i in items]
         controls = control_batch(items)
         if controls is not None and self._control_embeds is not None:
@@ -128,7 +134,7 @@ class BatchSource:
                          items=items,
                          loss_weights=None if rules.loss_weight == 1.0 else
                          [rules.loss_weight] * len(items),
-                         prior_reg=rules.prior_reg)
+                         prior_reg=rules.prior_reg, audio_latents=sounds)
 
     def _augmenter(self, rules: DatasetRules, stream: int, epoch: int, index: int,
                    position: int) -> Callable | None:

@@ -37,6 +37,7 @@ import numpy as np
 import torch
 from PIL import Image, ImageOps, UnidentifiedImageError
 
+from aitk.data.audio import AudioSpan, clip_span
 from aitk.data.augment import flip
 from aitk.data.buckets import Size, bucket_for, resize_crop
 from aitk.data.folders import folder_entries
@@ -89,6 +90,9 @@ class Item:
     flip_x: bool = False
     flip_y: bool = False
     dataset: int = 0  # its index in the process's `datasets` (per-dataset settings)
+    # A video of a `do_audio` dataset for an arch that trains sound: the soundtrack's
+    # source span (aitk.data.audio); None: no sound is read for it.
+    audio: AudioSpan | None = None
 
     @property
     def group(self) -> tuple[int, int, int, int]:
@@ -162,15 +166,22 @@ def image_size(path: Path) -> Size:
 
 
 def video_clip(path: Path, clip: ClipSpec, report: Callable[[str], None]
-               ) -> tuple[Size, tuple[int, ...]]:
-    """(frame size, frame indices) of a video; UnreadableVideo or BadInputFile."""
+               ) -> tuple[Size, tuple[int, ...], AudioSpan | None]:
+    """(frame size, frame indices, soundtrack span when `clip.audio`) of a video;
+    UnreadableVideo or BadInputFile."""
     with open_input(path, MAX_VIDEO_BYTES) as fh:
         info = probe(fh, MAX_IMAGE_PIXELS)
     frames = frame_indices(info, clip)
     if not clip.auto and not clip.shrink and not fits_at_fps(info, clip):
         report(f"{path}: {info.frames} frames are too few for {clip.num_frames} at "
                f"{clip.fps:g} fps; spread over the whole clip instead")
-    return (info.width, info.height), frames
+    span = None
+    if clip.audio:
+        span = clip_span(frames, info.fps, clip.fps, clip.auto and clip.trim_tail,
+                         clip.audio_normalize)
+        if span is None:
+            report(f"{path}: the video does not say its frame rate; trains without sound")
+    return (info.width, info.height), frames, span
 
 
 def scan_folder(folder: Path, *, caption_ext: str = "txt", default_caption: str | None = None,
@@ -193,10 +204,11 @@ def scan_folder(folder: Path, *, caption_ext: str = "txt", default_caption: str 
     items: list[Item] = []
     for path in (p for p in entries if p.suffix.lower() in kinds):
         frames: tuple[int, ...] | None = None if clip is None else (0,)
+        span: AudioSpan | None = None
         try:
             if is_video(path):
                 assert clip is not None
-                size, frames = video_clip(path, clip, report)
+                size, frames, span = video_clip(path, clip, report)
             else:
                 size = image_size(path)
         except BadInputFile as exc:
@@ -218,7 +230,7 @@ def scan_folder(folder: Path, *, caption_ext: str = "txt", default_caption: str 
                        f"{divisibility}px cell; skipped")
                 break
             items += [Item(path, caption, size, bucket, caption_dropout_rate,
-                           frames)] * num_repeats
+                           frames, audio=span)] * num_repeats
     if not items:
         what = "images or videos" if takes_videos else "images"
         raise DatasetError(f"dataset folder {folder} has no usable {what} "
@@ -256,6 +268,17 @@ def load_pixels(item: Item, augment: Augment | None = None) -> torch.Tensor:
     with open_image(item.path) as img:
         pixels = to_bucket(ImageOps.exif_transpose(img), item.bucket, item.flips, augment)
     return pixels if item.frames is None else pixels.unsqueeze(1)
+
+
+def load_audio(item: Item, sample_rate: int, channels: int) -> np.ndarray | None:
+    """The item's soundtrack (aitk.data.audio.read_audio), read bounded like its frames;
+    None when it has no span or the file has no audio stream."""
+    if item.audio is None:
+        return None
+    from aitk.data.audio import read_audio
+
+    with open_input(item.path, MAX_VIDEO_BYTES) as fh:
+        return read_audio(fh, item.audio, sample_rate, channels)
 
 
 def dropped_captions(seed: int, epoch: int, batch_index: int,

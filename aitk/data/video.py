@@ -55,6 +55,8 @@ class ClipSpec:
     shrink: bool = True
     auto: bool = False  # auto_frame_count: num_frames from each video's length
     trim_tail: bool = True  # trim_auto_frame_count_tail
+    audio: bool = False  # do_audio on an arch that trains sound (aitk.data.audio)
+    audio_normalize: bool = False  # its peak scaled to full scale (upstream's key)
 
 
 TEMPORAL_COMPRESSION = 4  # video VAE frames per latent frame (after the first)

@@ -40,7 +40,10 @@ The trainer calls these hooks in this order:
    identity by default) ->
    `get_noise_prediction(latent_model_input, timestep, text_embeddings, batch=batch)`
    under autograd -> MSE in float32 (weighted per item when the schedule says so)
-   against `get_loss_target(noise=..., batch=..., timesteps=t)`. Noise, timesteps,
+   against `get_loss_target(noise=..., batch=..., timesteps=t)`, plus `side_loss()`
+   (None by default) right after that prediction: the weighted loss of a stream the
+   model predicted besides the latents (LTX-2's audio from `batch.audio_latents`, which
+   `encode_audio` made from the PCM `audio_format()` asks for). Noise, timesteps,
    `add_noise`, the target and the weights come from `self.training_schedule`, which the
    trainer builds once after loading with `configure_training(train_config)` through
    `make_training_schedule(settings)`: flow matching without a shift by default
@@ -100,7 +103,9 @@ dataset's `num_frames` (1 or 4k+1), an image being a 1-frame clip, so `encode_im
 takes 5-D pixels (and 4-D ones, as F = 1) and returns latents (B, C, f, h, w). An image
 arch refuses `num_frames` above 1. A video arch's `generate_single_image` returns the
 frames, a `list[PIL.Image]` (`config.num_frames` of them, played at `config.fps`), which
-aitk.run.sampling writes as an animated WebP plus a frame strip.
+aitk.run.sampling writes as an animated WebP plus a frame strip; an arch that makes sound
+returns them as a `VideoWithSound` (the list plus its waveform), written as an mp4 with
+its soundtrack too.
 """
 
 from __future__ import annotations
@@ -166,6 +171,17 @@ class GenerateImageConfig:
     fps: int = 16  # video archs: playback rate of the preview (upstream's sample default)
     output_path: str | None = None
     network_multiplier: float = 1.0  # the adapter's weight for this image (the caller's)
+
+
+class VideoWithSound(list):
+    """A video arch's preview with a soundtrack: the frames (a list, so everything that
+    takes a preview's frames takes it) plus `audio`, (channels, samples) float PCM in
+    [-1, 1] at `sample_rate`; aitk.run.sampling writes it as an mp4 too."""
+
+    def __init__(self, frames: Iterable[Any], audio: Any, sample_rate: int) -> None:
+        super().__init__(frames)
+        self.audio = audio
+        self.sample_rate = int(sample_rate)
 
 
 class BaseModel:
@@ -417,6 +433,29 @@ class BaseModel:
                           ) -> AdvancedPromptEmbeds:
         """One 2-D (L, D) tensor per prompt, at its natural length."""
         raise NotImplementedError
+
+    # Sound (archs whose denoiser has an audio stream; `datasets[].do_audio`): the data
+    # layer decodes a clip's soundtrack as `audio_format()` says (aitk.data.audio), the
+    # model encodes it with `encode_audio` (cached with the clip's latents), and the
+    # batch carries the result in `DataBatch.audio_latents`. The model's
+    # `get_noise_prediction` trains its audio stream on them and `side_loss()` gives
+    # that stream's loss, which the objective adds to the main loss.
+    def audio_format(self) -> tuple[int, int] | None:
+        """(sample rate, channels) of the PCM `encode_audio` takes; None (the default):
+        the arch trains no sound and `do_audio` is ignored with a warning."""
+        return None
+
+    def encode_audio(self, pcm: torch.Tensor, num_frames: int) -> torch.Tensor:
+        """(channels, samples) float PCM in [-1, 1] of a clip of `num_frames` frames ->
+        its audio latents, in the arch's own layout (one tensor per clip, on the CPU
+        after the call; the caches keep it beside the clip's latents)."""
+        raise NotImplementedError
+
+    def side_loss(self) -> torch.Tensor | None:
+        """The loss of what the last `get_noise_prediction` predicted besides the
+        latents (LTX-2's audio stream), already weighted, taken once (the next call
+        returns None); None (the default): nothing else was predicted."""
+        return None
 
     # ---- 3. train step -------------------------------------------------------------
     def make_training_schedule(self, settings: NoiseSettings) -> NoiseSchedule:

@@ -115,10 +115,12 @@ def enable_gradient_checkpointing(module: torch.nn.Module) -> None:
 
 
 def scan_datasets(proc: TrainingProcess, divisibility: int, report: Callable[[str], None],
-                  is_video: bool = False) -> list[Item]:
+                  is_video: bool = False, audio: bool = False) -> list[Item]:
     """Every dataset's items, each tagged with its dataset's index (and the mirrored
     copies flip_x/flip_y ask for). For a video arch (`is_video`) each dataset's frame
-    settings apply; an image arch refuses num_frames above 1 (one line, exit 2)."""
+    settings apply; an image arch refuses num_frames above 1 (one line, exit 2). With
+    `audio` (the arch trains sound) a `do_audio` dataset's videos carry their
+    soundtrack's span; without it `do_audio` is said to be ignored."""
     from aitk.data.video import ClipSpec
 
     items: list[Item] = []
@@ -135,8 +137,12 @@ def scan_datasets(proc: TrainingProcess, divisibility: int, report: Callable[[st
             raise DatasetError(f"datasets[{i}].augments: augments apply to images, not "
                                f"videos (as upstream); remove them for arch "
                                f"{proc.model.arch!r}")
+        if ds.do_audio and not audio:
+            report(f"datasets[{i}].do_audio: arch {proc.model.arch!r} trains no sound; "
+                   "its videos train without their audio")
         clip = (ClipSpec(ds.num_frames, float(ds.fps), ds.shrink_video_to_frames,
-                         ds.auto_frame_count, ds.trim_auto_frame_count_tail)
+                         ds.auto_frame_count, ds.trim_auto_frame_count_tail,
+                         audio=ds.do_audio and audio, audio_normalize=ds.audio_normalize)
                 if is_video else None)
         found = scan_folder(Path(ds.folder_path).expanduser(), caption_ext=ds.caption_ext,
                             default_caption=ds.default_caption,
@@ -253,7 +259,8 @@ def attach_adapter(proc: TrainingProcess, model: Any, items: list[Item],
                    latents: Callable[[Sequence[Item]], torch.Tensor] | None,
                    embeds: Callable[..., Any],
                    control_embeds: controls.ControlEmbeds | None,
-                   vary_captions: bool = True) -> Trainable:
+                   vary_captions: bool = True,
+                   audio: Callable[[Item], torch.Tensor | None] | None = None) -> Trainable:
     """The adapter (seeded), gradient checkpointing, the optimizer and schedule, and the
     batch source over the encoded inputs."""
     tr = proc.train
@@ -264,7 +271,7 @@ def attach_adapter(proc: TrainingProcess, model: Any, items: list[Item],
         enable_gradient_checkpointing(module)
     params = list(network.trainable_parameters())
     return trainable_over(proc, model, network, module, params, items, latents, embeds,
-                          control_embeds, vary_captions)
+                          control_embeds, vary_captions, audio)
 
 
 def trainable_over(proc: TrainingProcess, model: Any, network: Any,
@@ -272,7 +279,8 @@ def trainable_over(proc: TrainingProcess, model: Any, network: Any,
                    items: list[Item], latents: Callable[[Sequence[Item]], torch.Tensor] | None,
                    embeds: Callable[..., Any],
                    control_embeds: controls.ControlEmbeds | None,
-                   vary_captions: bool = True) -> Trainable:
+                   vary_captions: bool = True,
+                   audio: Callable[[Item], torch.Tensor | None] | None = None) -> Trainable:
     """The optimizer and LR schedule over `params`, and the batch source (none for a
     process without datasets: a slider makes its own latents)."""
     tr = proc.train
@@ -281,7 +289,7 @@ def trainable_over(proc: TrainingProcess, model: Any, network: Any,
     schedule = schedule_from_config(tr)
     data = BatchSource(items, tr.batch_size, tr.seed, latents, model.encode_images, embeds,
                        control_embeds, dataset_rules(proc, vary_captions),
-                       tr.accumulation) if items else NoImages()
+                       tr.accumulation, audio) if items else NoImages()
     settings = tr.ema_config
     ema = AdapterEMA(params, settings.ema_decay, settings.use_feedback,
                      settings.param_multiplier) if settings.use_ema else None

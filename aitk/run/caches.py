@@ -19,7 +19,7 @@ import torch
 from aitk.config.loading import REPO_ROOT
 from aitk.config.schema import TrainingProcess
 from aitk.data import controls
-from aitk.data.cache import LatentCache, TextEmbedCache, default_cache_dir
+from aitk.data.cache import AudioOf, ItemAudio, LatentCache, TextEmbedCache, default_cache_dir
 from aitk.data.dataset import Item
 from aitk.run import distributed
 from aitk.run.signals import StopFlag
@@ -39,6 +39,9 @@ class Inputs:
     # False when text embeddings are cached once per caption: the per-draw caption
     # changes (aitk.data.captions) are then off, as upstream's cached embeddings are.
     vary_captions: bool = True
+    # Archs that train sound (`do_audio`): an item's audio latents (cached with its
+    # latents when those are); None: no item has sound to read.
+    audio: AudioOf | None = None
 
     def reembed(self, captions: list[str], batch: Any) -> Any:
         """A batch's embeddings for other captions (a preservation prompt), from the same
@@ -81,17 +84,20 @@ def encode_inputs(proc: TrainingProcess, model: Any, items: list[Item], samples:
     unloads the text encoder."""
     fixed = model.encode_prompts(prompts) if prompts else {}
     cache_dir = usable_cache_dir(say)
-    latents = cached_latents(proc, model, items, stop, say, stream, cache_dir, world)
+    audio: AudioOf | None = ItemAudio(model, say) \
+        if any(i.audio is not None for i in items) else None
+    latents, audio = cached_latents(proc, model, items, stop, say, stream, cache_dir, world,
+                                    audio)
     vary = not caption_changes_off(proc, say)
     if model.encode_control_in_text_embeddings and items and items[0].controls:
         control_embeds, sample_embeds = control_text_embeddings(
             proc, model, items, samples, stop, say, cache_dir, world, extra)
         # unused: every item has its controls
         return Inputs(latents, model.get_prompt_embeds, control_embeds, sample_embeds, fixed,
-                      vary)
+                      vary, audio)
     embeds, sample_embeds = text_embeddings(proc, model, items, samples, stop, say,
                                             cache_dir, world, extra)
-    return Inputs(latents, embeds, None, sample_embeds, fixed, vary)
+    return Inputs(latents, embeds, None, sample_embeds, fixed, vary, audio)
 
 
 def usable_cache_dir(say: Callable[[str], None]) -> Path | None:
@@ -129,12 +135,14 @@ def fill_shared(fill: Callable[..., Any], entries: Sequence[Any], world: distrib
 
 def cached_latents(proc: TrainingProcess, model: Any, items: list[Item], stop: StopFlag,
                    say: Callable[[str], None], stream: TextIO, cache_dir: Path | None,
-                   world: distributed.World = distributed.SINGLE
-                   ) -> Callable[[Sequence[Item]], torch.Tensor] | None:
-    """Encode every image once (memory, and disk with `cache_latents_to_disk`); None
-    when no dataset asks for caching: the loop then encodes each batch."""
+                   world: distributed.World = distributed.SINGLE,
+                   audio: AudioOf | None = None
+                   ) -> tuple[Callable[[Sequence[Item]], torch.Tensor] | None, AudioOf | None]:
+    """Encode every image once (memory, and disk with `cache_latents_to_disk`), and
+    with `audio` each clip's sound beside it: (batch latents, item audio); (None,
+    `audio`) when no dataset asks for caching: the loop then encodes each batch."""
     if not any(ds.cache_latents or ds.cache_latents_to_disk for ds in proc.datasets):
-        return None
+        return None, audio
     for i, ds in enumerate(proc.datasets):
         if ds.augments:  # aitk.data.batches encodes these batches from the pixels
             say(f"datasets[{i}].augments change the pixels at every draw: its latents are "
@@ -143,10 +151,10 @@ def cached_latents(proc: TrainingProcess, model: Any, items: list[Item], stop: S
     to_disk = any(ds.cache_latents_to_disk for ds in proc.datasets)
     folder = cache_dir / "latents" if to_disk and cache_dir else None
     cache = LatentCache(model.encode_images, model_identity(model, cache_dir),
-                        model.latent_space_version, folder, report=say)
+                        model.latent_space_version, folder, report=say, audio=audio)
     print(f"caching latents for {len(set(items))} image sizes", file=stream, flush=True)
     fill_shared(cache.fill, items, world, folder is not None, stop)
-    return cache.get
+    return cache.get, (cache.audio_of if audio is not None else None)
 
 
 def text_embeddings(proc: TrainingProcess, model: Any, items: list[Item],

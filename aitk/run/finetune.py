@@ -257,7 +257,8 @@ def prune_step_models(out_dir: Path, name: str, keep: int) -> None:
 
 def attach_full(proc: TrainingProcess, model: Any, items: Sequence[Any],
                 latents: Callable[..., torch.Tensor] | None, embeds: Callable[..., Any],
-                control_embeds: Any, vary_captions: bool = True) -> Any:
+                control_embeds: Any, vary_captions: bool = True,
+                audio: Callable[..., Any] | None = None) -> Any:
     """The model's own weights unfrozen, gradient checkpointing on each trained part, the
     optimizer over them: an aitk.run.assembly.Trainable like an adapter's."""
     from aitk.run.assembly import enable_gradient_checkpointing, trainable_over
@@ -268,4 +269,4 @@ def attach_full(proc: TrainingProcess, model: Any, items: Sequence[Any],
         for module in modules:
             enable_gradient_checkpointing(module)
     return trainable_over(proc, model, weights, nn.ModuleList(modules), weights.params,
-                          items, latents, embeds, control_embeds, vary_captions)
+                          items, latents, embeds, control_embeds, vary_captions, audio)

@@ -19,6 +19,9 @@ through aitk.run.train.compute_loss).
                 prediction held to the base model's for the batch's own prompt
     prior_reg   a `prior_reg` dataset's batch (aitk.data.batches): the target is the
                 base model's own prediction, so the adapter learns to leave it alone
+    side loss   what the main prediction predicted besides the latents (LTX-2's audio
+                stream, `do_audio`), scored and weighted by the model
+                (BaseModel.side_loss), added as it is
 
 A prior (the base model alone) runs with the adapter disabled (AdapterNetwork.disabled),
 in eval mode and without gradients, on the step's own noisy latents and timesteps: it
@@ -279,6 +282,7 @@ class Objective:
             if self.trajectory is not None:
                 step = self.trajectory(model, batch, step)
             pred = predict(model, batch, step)
+            side = model.side_loss()  # now: the passes below predict again
             x = step.x
             target = model.get_loss_target(noise=x.noise, batch=batch, clean_latents=x.clean,
                                            timesteps=x.timesteps)
@@ -293,6 +297,8 @@ class Objective:
             loss = self.main(model, batch, step, pred, target)
             for term in self.terms:
                 loss = loss + term(model, batch, step, pred)
+            if side is not None:
+                loss = loss + side
         return loss
 
 

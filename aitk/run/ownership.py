@@ -6,7 +6,8 @@ too, and it must not import torch.
   `software` names aitk (aitk.run.provenance writes it);
 - model folders (a full fine-tune or a merge saved as diffusers): MODEL_MARKER inside,
   naming aitk and listing every file written (only those are ever removed);
-- previews: EXIF `Software` = aitk (PNG, JPEG, WebP, animated WebP);
+- previews: EXIF `Software` = aitk (PNG, JPEG, WebP, animated WebP); an mp4 preview's
+  container `comment` tag = aitk (read with PyAV);
 - config.yaml: its first line is CONFIG_HEADER;
 - loss_log.jsonl: aitk.run.metrics.is_loss_log; checkpoints: aitk.run.checkpoint.is_ours.
 Links are never ours: replacing one would replace the user's link.
@@ -80,6 +81,27 @@ def image_is_ours(path: Path) -> bool:
             return image.getexif().get(EXIF_SOFTWARE) == aitk.SOFTWARE_NAME
     except Exception:  # not an image, unreadable: not ours either way
         return False
+
+
+MP4_TAG = "comment"  # the container tag an mp4 preview names aitk in
+
+
+def video_is_ours(path: Path) -> bool:
+    """A regular mp4 file whose container `comment` tag names aitk."""
+    if not _regular(path):
+        return False
+    try:
+        import av
+
+        with av.open(str(path)) as container:
+            return container.metadata.get(MP4_TAG) == aitk.SOFTWARE_NAME
+    except Exception:  # not a video, unreadable: not ours either way
+        return False
+
+
+def preview_is_ours(path: Path) -> bool:
+    """An image preview (EXIF mark) or an mp4 one (container tag)."""
+    return video_is_ours(path) if path.suffix.lower() == ".mp4" else image_is_ours(path)
 
 
 def config_is_ours(path: Path) -> bool:

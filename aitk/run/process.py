@@ -118,7 +118,7 @@ def train_process(p: Process) -> Outcome:
     offload_layers(p, model, PartRole.TEXT_ENCODER)
     p.stop.check()
     items = scan_datasets(p.proc, model.get_bucket_divisibility(), p.say,
-                          getattr(model, "is_video", False))
+                          getattr(model, "is_video", False), model.audio_format() is not None)
     masks = Masks([MaskRule.of(ds) for ds in p.proc.datasets], items, p.say)
     previews = preview_configs(p, model, items)
     slider_embeds = embed_slider(p, model)
@@ -156,10 +156,10 @@ def attach(p: Process, model: Any, items: list[Item], inputs: Inputs
         from aitk.run.finetune import ModelOutputs, attach_full
 
         trainable = attach_full(p.proc, model, items, inputs.latents, inputs.embeds,
-                                inputs.control_embeds, inputs.vary_captions)
+                                inputs.control_embeds, inputs.vary_captions, inputs.audio)
         return trainable, ModelOutputs(p.loaded, p.proc, p.out_dir, model, trainable.network)
     trainable = attach_adapter(p.proc, model, items, inputs.latents, inputs.embeds,
-                               inputs.control_embeds, inputs.vary_captions)
+                               inputs.control_embeds, inputs.vary_captions, inputs.audio)
     return trainable, LoraOutputs(p.loaded, p.proc, p.out_dir, trainable.network,
                                   model.lora_file_suffixes())
 

@@ -7,6 +7,10 @@ A video arch's preview (a list of frames) is saved as an animated WebP
 `<step:09d>_<i>.webp` (Pillow; each frame shown 1/fps s, looping) plus a frame strip
 `<step:09d>_<i>.<format>`: up to STRIP_FRAMES evenly spaced frames side by side (with
 `format: webp` the strip is `<step:09d>_<i>_strip.webp`, the animation keeping the name).
+A preview with a soundtrack (aitk.models.base.VideoWithSound: LTX-2) is written as
+`<step:09d>_<i>.mp4` too: H.264 frames at the sample's fps with the sound as AAC, encoded
+with PyAV (FFmpeg's libraries, as aitk.data.video decodes), marked as aitk's in the
+container's `comment` tag.
 """
 
 from __future__ import annotations
@@ -21,12 +25,13 @@ from typing import Any
 import torch
 from PIL import Image
 
+import aitk
 from aitk.config.schema import SampleConfig
 from aitk.data.dataset import TRIGGER_TAG
 from aitk.data.video import spread
 from aitk.models.base import BaseModel, GenerateImageConfig
 from aitk.models.prompt_embeds import AdvancedPromptEmbeds
-from aitk.run.ownership import image_is_ours, image_mark
+from aitk.run.ownership import MP4_TAG, image_mark, preview_is_ours
 from aitk.run.status import StatusFile
 from aitk_common.files import atomic_write_bytes
 
@@ -94,6 +99,40 @@ def animated_webp(frames: Sequence[Image.Image], fps: float) -> bytes:
     return buf.getvalue()
 
 
+def video_with_sound(frames: Sequence[Image.Image], fps: float, audio: Any,
+                     sample_rate: int) -> bytes:
+    """The frames (H.264, yuv420p, at `fps`) and `audio` ((channels, samples) float in
+    [-1, 1], AAC at `sample_rate`) as one mp4."""
+    import av
+    import numpy as np
+
+    pcm = np.clip(np.asarray(audio, dtype=np.float32).reshape(-1, np.shape(audio)[-1]),
+                  -1.0, 1.0)
+    buf = io.BytesIO()
+    with av.open(buf, mode="w", format="mp4") as out:
+        out.metadata[MP4_TAG] = aitk.SOFTWARE_NAME
+        from fractions import Fraction
+
+        video = out.add_stream("libx264", rate=Fraction(fps).limit_denominator(1000))
+        first = frames[0]
+        # yuv420p wants even sides; a 32 px size multiple always gives them
+        video.width, video.height = first.width // 2 * 2, first.height // 2 * 2
+        video.pix_fmt = "yuv420p"
+        sound = out.add_stream("aac", rate=int(sample_rate),
+                               layout="mono" if pcm.shape[0] == 1 else "stereo")
+        for image in frames:
+            frame = av.VideoFrame.from_image(image.convert("RGB").crop(
+                (0, 0, video.width, video.height)))
+            out.mux(video.encode(frame))
+        out.mux(video.encode(None))
+        planar = av.AudioFrame.from_ndarray(np.ascontiguousarray(pcm[:2]), format="fltp",
+                                            layout="mono" if pcm.shape[0] == 1 else "stereo")
+        planar.sample_rate = int(sample_rate)
+        out.mux(sound.encode(planar))
+        out.mux(sound.encode(None))
+    return buf.getvalue()
+
+
 def frame_strip(frames: Sequence[Image.Image], count: int = STRIP_FRAMES) -> Image.Image:
     """Up to `count` evenly spaced frames (first and last included) side by side."""
     picked = [frames[i] for i in spread(len(frames), min(count, len(frames)))]
@@ -152,13 +191,19 @@ def write_samples(model: BaseModel, configs: list[GenerateImageConfig], folder: 
             if strip == animation:
                 strip = animation.with_name(f"{animation.stem}_strip.webp")
             files = {animation: image, strip: frame_strip(image)}
+            if getattr(image, "audio", None) is not None:
+                files[sample_path(folder, step, i, "mp4")] = image
         for path, content in files.items():
-            if os.path.lexists(path) and not image_is_ours(path):
+            if os.path.lexists(path) and not preview_is_ours(path):
                 (say or _stderr)(f"{path} was not written by aitk; left as it is (no "
                                  "preview written there)")
                 continue
-            data = (image_bytes(content, fmt) if isinstance(content, Image.Image)
-                    else animated_webp(content, cfg.fps))
+            if isinstance(content, Image.Image):
+                data = image_bytes(content, fmt)
+            elif path.suffix == ".mp4":
+                data = video_with_sound(content, cfg.fps, content.audio, content.sample_rate)
+            else:
+                data = animated_webp(content, cfg.fps)
             atomic_write_bytes(path, data)
             paths.append(path)
     return paths

@@ -131,3 +131,51 @@ def test_every_sample_format_carries_the_trainers_mark(tiny_model, tmp_path: Pat
     link = tmp_path / "link.png"
     link.symlink_to(tmp_path / "png" / "000000001_0.png")
     assert not written_by_aitk(link)  # replacing a link would replace the user's link
+
+
+def test_a_preview_with_sound_is_also_an_mp4_with_its_soundtrack(tmp_path: Path,
+                                                                monkeypatch):
+    """A VideoWithSound preview (LTX-2's): the WebP and strip as for any video, plus an
+    mp4 of its frames and sound, aitk's mark in the container; someone else's mp4 at
+    that name is left alone, aitk's own is rewritten."""
+    import av
+
+    from aitk.models.base import VideoWithSound
+
+    model = video_model()
+    frames_only = model.generate_images
+    t = np.arange(8000) / 16000
+    tone = (0.5 * np.stack([np.sin(2 * np.pi * 440 * t)] * 2)).astype(np.float32)
+
+    def with_sound(configs, prompt_embeds=None):
+        return [VideoWithSound(f, tone, 16000)
+                for f in frames_only(configs, prompt_embeds=prompt_embeds)]
+
+    monkeypatch.setattr(model, "generate_images", with_sound)
+    configs = image_configs(SampleConfig(prompts=["a"], width=16, height=8, num_frames=9,
+                                         fps=10), None)
+    folder = tmp_path / "samples"
+    paths = write_samples(model, configs, folder, 20, "jpg")
+    assert [p.name for p in paths] == ["000000020_0.webp", "000000020_0.jpg",
+                                       "000000020_0.mp4"]
+    with av.open(str(paths[2])) as container:
+        assert container.metadata.get("comment") == "aitk"
+        video = container.streams.video[0]
+        assert (video.codec_context.name, video.width, video.height) == ("h264", 16, 8)
+        assert sum(1 for _ in container.decode(video)) == 9
+    with av.open(str(paths[2])) as container:
+        stream = container.streams.audio[0]
+        assert (stream.codec_context.name, stream.rate, stream.channels) == ("aac", 16000, 2)
+        pcm = np.concatenate([f.to_ndarray() for f in container.decode(stream)], axis=1)
+    assert abs(pcm.shape[1] - 8000) < 2048  # AAC's priming and frame padding
+    spectrum = np.abs(np.fft.rfft(pcm[0]))
+    assert abs(np.fft.rfftfreq(pcm.shape[1], 1 / 16000)[spectrum.argmax()] - 440) < 10
+    said: list[str] = []
+    paths[2].write_bytes(b"the user's video")
+    assert write_samples(model, configs, folder, 20, "jpg", say=said.append) == paths[:2]
+    assert paths[2].read_bytes() == b"the user's video" and len(said) == 1
+    paths[2].unlink()
+    write_samples(model, configs, folder, 20, "jpg")
+    before = paths[2].stat().st_ino
+    assert write_samples(model, configs, folder, 20, "jpg") == paths  # ours: rewritten
+    assert paths[2].stat().st_ino != before

@@ -319,7 +319,7 @@ CORPUS: dict[str, tuple[dict[str, Any], str]] = {
                                       "height": 768},
                               train={"timestep_type": "weighted"},
                               datasets={"do_i2v": True, "fps": 24}), RUNS),
-    # options.tsx `ltx2`: 121 frames at 24 fps, audio on (aitk warns: no audio decoding).
+    # options.tsx `ltx2`: 121 frames at 24 fps, audio on (aitk trains the clips' sound).
     "ui_ltx2": (_ui_video(_ui_job("ltx2", "Lightricks/LTX-2", low_vram=True),
                           sample={"num_frames": 121, "fps": 24, "width": 768, "height": 768},
                           train={"timestep_type": "weighted", "audio_loss_multiplier": 1.0},

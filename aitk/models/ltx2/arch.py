@@ -31,13 +31,13 @@ LORA = Lora(LoraKeys("diffusion_model.", ModuleNames.DIFFUSERS, KeyStyle.PEFT),
 
 LTX2 = ArchDescription(
     name="ltx2",
-    summary="LTX-2: Lightricks' 19B video model with a sound stream (trained on video)",
+    summary="LTX-2: Lightricks' 19B video model with a sound stream (do_audio trains it)",
     model_class="aitk.models.ltx2.model:LTX2Model",
     quantizes_while_loading=True,
     size_multiple=32,  # VAE 32 x patch 1
-    # The transformer makes sound too; aitk's datasets decode no audio yet, so a LoRA
-    # trains on the video stream (upstream's path for a clip without sound).
-    capabilities=Capabilities(video=Frames(8)),
+    # The transformer makes sound too: a `do_audio` dataset's clips train it with their
+    # audio track (LTX2Model.encode_audio / side_loss); a clip without one trains video.
+    capabilities=Capabilities(video=Frames(8), audio=True),
     schedule=Schedule("flowmatch", FLOWMATCH_SCHEDULERS),
     model_kwargs=ArchKwargs,
     lora=LORA,

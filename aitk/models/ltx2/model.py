@@ -1,5 +1,6 @@
 """LTX-2 (Lightricks) on diffusers: `ltx2`, one transformer with a video stream and an
-audio stream that attend to each other, trained here on video.
+audio stream that attend to each other, trained on video and, with a dataset's
+`do_audio`, on the clips' sound.
 
 `name_or_path`: a diffusers folder or hub id (Lightricks/LTX-2) with
 
@@ -21,21 +22,28 @@ Conventions at this arch's edges (aitk.models.base):
 - Training: flow matching, target noise - clean, the scheduler's dynamic shift over
   the video tokens for `timestep_type: shift`. Each step runs the connectors (frozen,
   no gradients) on the prompt, then the transformer on the packed video tokens and an
-  audio stream. A clip here carries no soundtrack (aitk's datasets decode no audio yet),
-  so the audio stream is what upstream feeds a batch without audio: noise latents for
-  the clip's duration at 24 fps, at the video's timestep, its prediction unused. The
-  noise is drawn from a generator keyed by the micro-step (`begin_micro_step`), so a
-  resumed run draws the same.
+  audio stream of the clip's duration at 24 fps (`audio_frames`). Its noise is drawn
+  from a generator keyed by the micro-step (`begin_micro_step`), so a resumed run draws
+  the same. A clip with sound (`do_audio`, aitk.data.audio) feeds its audio latents
+  noised at the video's sigma, and the stream's flow-matching loss (noise - clean, mean
+  squared error over the clips that have sound) times `train.audio_loss_multiplier` is
+  the step's `side_loss`; a clip without sound gets pure noise at the video's timestep
+  and its audio prediction is unused (upstream's path for a clip without audio).
+- Audio latents (`encode_audio`): the clip's PCM at the audio VAE's sample rate and
+  channels -> log-mel spectrogram (n_fft 1024, the VAE's hop and mel bins: upstream's
+  and the pipeline's parameters) -> the VAE posterior's mode, packed (L, C * mel/4) and
+  normalised with the VAE's `latents_mean` / `latents_std` as LTX2Pipeline does, cut or
+  zero-padded to `audio_frames` so it matches the clip's video length.
 - LoRA files: `diffusion_model.` + the transformer's module names (Lightricks' names,
   which are diffusers' for every adapted Linear), the layout ComfyUI's LTXAV loader and
   diffusers' LTX2Pipeline.load_lora_weights read. diffusers refuses a file with
   `.alpha` keys, so each LoRA's scale alpha / rank is folded into its up weights and no
   alpha is written (both loaders then apply scale 1: the same delta).
 - Previews: LTX2Pipeline with embeds only, classifier-free guidance only (no
-  spatio-temporal or modality guidance), frames as a list; the soundtrack the pipeline
-  makes is dropped (aitk writes previews as frames). A sample with `ctrl_img` is image
-  to video (LTX2ImageToVideoPipeline: the picture, resized to the sample size, is the
-  first latent frame), as upstream previews it.
+  spatio-temporal or modality guidance): the frames with the soundtrack the audio VAE
+  and vocoder make (`VideoWithSound`, which aitk.run.sampling also writes as an mp4).
+  A sample with `ctrl_img` is image to video (LTX2ImageToVideoPipeline: the picture,
+  resized to the sample size, is the first latent frame), as upstream previews it.
 """
 
 from __future__ import annotations
@@ -51,7 +59,7 @@ from aitk.diffusion.flow_matching import FlowMatchSchedule, image_tokens
 from aitk.diffusion.noise import NoiseSchedule, NoiseSettings
 from aitk.diffusion.timesteps import FlowShift
 from aitk.errors import ModelLoadError
-from aitk.models.base import BaseModel, GenerateImageConfig
+from aitk.models.base import BaseModel, GenerateImageConfig, VideoWithSound
 from aitk.models.loading import freeze, load_part, load_scheduler
 from aitk.models.ltx2.lora_keys import from_ltx2_keys, to_ltx2_keys
 from aitk.models.ltx2.tiny import TEXT_LEN, build_tiny_ltx2
@@ -59,6 +67,7 @@ from aitk.models.prompt_embeds import AdvancedPromptEmbeds
 from aitk.models.wan21.model import preview_first_frame
 
 FRAME_RATE = 24.0  # LTX-2's native rate: the video RoPE's time axis and the audio length
+N_FFT = 1024  # the mel spectrogram's window (upstream's; the VAE config does not say)
 # Kept in the float dtype by quantization: the embedders, modulation and output heads.
 TRANSFORMER_QUANT_EXCLUDE = ("proj_in", "audio_proj_in", "*caption_projection*",
                              "*time_embed*", "av_cross_attn*", "proj_out", "audio_proj_out")
@@ -70,6 +79,8 @@ class LTX2Model(BaseModel):
     is_video: ClassVar[bool] = True
     lora_block_prefixes = ("transformer_blocks.",)
     _micro_step = 0
+    # The last training prediction's audio stream: (prediction, target, has sound (B,)).
+    _audio_pass: tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None = None
 
     @classmethod
     def build_tiny(cls, target: Path, seed: int = 0) -> None:
@@ -176,6 +187,62 @@ class LTX2Model(BaseModel):
         per_second = cfg.sample_rate / cfg.mel_hop_length / ratio
         return round(pixel_frames / fps * per_second)
 
+    # ---- sound ----------------------------------------------------------------------
+    def audio_format(self) -> tuple[int, int]:
+        cfg = self.audio_vae.config
+        return int(cfg.sample_rate), int(cfg.in_channels)
+
+    def encode_audio(self, pcm: torch.Tensor, num_frames: int) -> torch.Tensor:
+        """(C, N) PCM of a clip of `num_frames` frames -> (audio_frames, C' * mel/4)
+        normalised audio latents (see the module docstring)."""
+        from diffusers import LTX2Pipeline
+
+        from aitk.data.audio import log_mel
+
+        cfg = self.audio_vae.config
+        mel = log_mel(pcm.float(), int(cfg.sample_rate), int(cfg.mel_hop_length),
+                      int(cfg.mel_bins), N_FFT)
+        with torch.no_grad(), self.on_device(self.audio_vae):
+            z = self.audio_vae.encode(mel[None].to(self.device)).latent_dist.mode()
+        packed = LTX2Pipeline._normalize_audio_latents(
+            LTX2Pipeline._pack_audio_latents(z.float()),
+            self.audio_vae.latents_mean.float(), self.audio_vae.latents_std.float())[0]
+        latent_frames = (num_frames - 1) // self.vae.temporal_compression_ratio + 1
+        want = self.audio_frames(latent_frames)
+        out = packed.new_zeros(want, packed.shape[1])
+        out[:min(want, packed.shape[0])] = packed[:want]
+        return out.cpu()
+
+    def audio_stream(self, batch: Any, b: int, frames: int, t: torch.Tensor
+                     ) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor | None]:
+        """(the audio stream's input, its target or None, has sound (B,) or None): the
+        batch's audio latents noised at sigma t / 1000 with the micro-step's noise;
+        pure noise for a clip without sound."""
+        noise = self.silent_audio(b, frames)
+        sounds = getattr(batch, "audio_latents", None)
+        if not sounds or all(s is None for s in sounds):
+            return noise, None, None
+        clean = torch.stack([noise.new_zeros(noise.shape[1:]) if s is None
+                             else s.to(noise.device, noise.dtype) for s in sounds])
+        has = torch.tensor([s is not None for s in sounds], device=noise.device)
+        s = (t.float() / 1000.0).view(-1, 1, 1).to(noise.device)
+        noisy = torch.where(has.view(-1, 1, 1), (1 - s) * clean.float() + s * noise.float(),
+                            noise.float()).to(noise.dtype)
+        return noisy, (noise.float() - clean.float()), has
+
+    def side_loss(self) -> torch.Tensor | None:
+        """The audio stream's loss of the last prediction: mean squared error over the
+        clips with sound, times `train.audio_loss_multiplier`."""
+        taken, self._audio_pass = self._audio_pass, None
+        if taken is None:
+            return None
+        pred, target, has = taken
+        per_item = (pred.float() - target.to(pred.device)).pow(2).flatten(1).mean(1)
+        weight = has.to(per_item.device, torch.float32)
+        multiplier = float(getattr(getattr(self, "train_config", None),
+                                   "audio_loss_multiplier", 1.0))
+        return (per_item * weight).sum() / weight.sum() * multiplier
+
     def silent_audio(self, batch: int, frames: int) -> torch.Tensor:
         """The audio stream of a clip without a soundtrack: packed noise latents
         (B, frames, C * mel bins), drawn from a generator keyed by the micro-step."""
@@ -200,14 +267,17 @@ class LTX2Model(BaseModel):
             video_ctx, audio_ctx, ctx_mask = self.connectors(embeds, mask, padding_side="left")
         patch, patch_t = self.model.config.patch_size, self.model.config.patch_size_t
         audio_frames = self.audio_frames(f)
-        pred, _ = self.model(
+        audio_in, audio_target, has_sound = self.audio_stream(batch, b, audio_frames, t)
+        pred, audio_pred = self.model(
             hidden_states=LTX2Pipeline._pack_latents(x, patch, patch_t),
-            audio_hidden_states=self.silent_audio(b, audio_frames),
+            audio_hidden_states=audio_in,
             encoder_hidden_states=video_ctx, audio_encoder_hidden_states=audio_ctx,
             timestep=t.to(x.dtype), audio_timestep=t.to(x.dtype), sigma=t.to(x.dtype),
             encoder_attention_mask=ctx_mask, audio_encoder_attention_mask=ctx_mask,
             num_frames=f, height=h, width=w, fps=FRAME_RATE, audio_num_frames=audio_frames,
             use_cross_timestep=False, return_dict=False)
+        self._audio_pass = (None if audio_target is None or has_sound is None
+                            else (audio_pred, audio_target, has_sound))
         return LTX2Pipeline._unpack_latents(pred, f, h, w, patch, patch_t)
 
     # ---- 4. previews ---------------------------------------------------------------
@@ -290,10 +360,11 @@ def run_pipeline(pipeline: Any, gen_config: GenerateImageConfig,
     """One preview from diffusers' LTX2Pipeline (or LTX2ImageToVideoPipeline, with
     `image=`) called with embeds only, plain classifier-free guidance (LTX-2.0's
     behaviour: no cross-modal timestep), at the sample's fps: the list of PIL frames, or
-    one image when num_frames == 1."""
+    one image when num_frames == 1; a clip comes with the pipeline's soundtrack
+    (VideoWithSound: the vocoder's waveform at its output rate)."""
     embeds, mask = padded_prompt(conditional, device, dtype)
     neg, neg_mask = padded_prompt(unconditional, device, dtype)
-    frames = pipeline(
+    out = pipeline(
         prompt_embeds=embeds, prompt_attention_mask=mask, negative_prompt_embeds=neg,
         negative_prompt_attention_mask=neg_mask, height=gen_config.height,
         width=gen_config.width, num_frames=max(1, int(gen_config.num_frames)),
@@ -302,5 +373,9 @@ def run_pipeline(pipeline: Any, gen_config: GenerateImageConfig,
         audio_guidance_scale=gen_config.guidance_scale, guidance_rescale=0.0,
         audio_guidance_rescale=0.0, stg_scale=0.0, audio_stg_scale=0.0, modality_scale=1.0,
         audio_modality_scale=1.0, spatio_temporal_guidance_blocks=None,
-        use_cross_timestep=False, generator=generator, output_type="pil", **inputs).frames[0]
-    return list(frames) if gen_config.num_frames > 1 else frames[0]
+        use_cross_timestep=False, generator=generator, output_type="pil", **inputs)
+    frames = out.frames[0]
+    if gen_config.num_frames <= 1:
+        return frames[0]
+    rate = int(pipeline.vocoder.config.output_sampling_rate)
+    return VideoWithSound(frames, out.audio[0].float().cpu().numpy(), rate)

@@ -6,7 +6,7 @@
     vae/           AutoencoderKLLTX2Video: LTX-2's block layout at 8-64 channels, 32x
                    space and 8x time (frames 8k + 1), 8 latent channels
     audio_vae/     AutoencoderKLLTX2Audio: 16 mel bins -> 2 latent channels x 4 bins
-    vocoder/       LTX2Vocoder: mel -> stereo waveform (previews' soundtrack)
+    vocoder/       LTX2Vocoder: mel -> stereo waveform at 16 kHz (previews' soundtrack)
     connectors/    LTX2TextConnectors: stacked Gemma states -> video / audio text tokens
     text_encoder/  Gemma3ForConditionalGeneration: 1 text layer of 16 (so 2 stacked hidden
                    states), a 1-layer vision tower as the real one has a vision tower
@@ -154,8 +154,10 @@ def build_tiny_ltx2(target: Path, seed: int = 0, sizes: LtxSizes = LtxSizes(),
         AutoencoderKLLTX2Audio(base_channels=8, ch_mult=(1, 2, 4), num_res_blocks=1,
                                latent_channels=sizes.audio_latent_channels,
                                mel_bins=sizes.mel_bins).save_pretrained(tmp / "audio_vae")
+        # Upsampling 8 x 20 = the audio VAE's hop (160): a preview's soundtrack lasts
+        # as long as its clip, as the real vocoder's does.
         LTX2Vocoder(in_channels=2 * sizes.mel_bins, hidden_channels=8, out_channels=2,
-                    upsample_kernel_sizes=[4, 4], upsample_factors=[2, 2],
+                    upsample_kernel_sizes=[16, 40], upsample_factors=[8, 20],
                     resnet_kernel_sizes=[3], resnet_dilations=[[1]],
                     output_sampling_rate=16000).save_pretrained(tmp / "vocoder")
         # LTX-2's scheduler config (dynamic exponential shift over the video tokens).

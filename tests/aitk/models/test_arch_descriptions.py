@@ -172,6 +172,19 @@ def test_video_and_its_frame_rule(arch: str, loaded) -> None:
 
 
 @pytest.mark.parametrize("arch", ARCHS)
+def test_sound_is_said_where_the_model_takes_it(arch: str, loaded) -> None:
+    """`capabilities.audio` exactly where the model says which PCM it trains on (and
+    so where `do_audio` is acted on), and only for a video arch."""
+    desc = catalog.description(arch)
+    model = loaded(arch)
+    fmt = model.audio_format()
+    assert desc.capabilities.audio == (fmt is not None)
+    if fmt is not None:
+        rate, channels = fmt
+        assert model.is_video and rate > 0 and channels in (1, 2)
+
+
+@pytest.mark.parametrize("arch", ARCHS)
 def test_control_images_first_frame_and_experts(arch: str, loaded) -> None:
     """What `condition_noisy_latents` makes of a batch with n control images: an edit
     arch uses up to `control_images` of them and no more, an image-to-video arch adds
