@@ -3,10 +3,11 @@ the sample gallery by step, the LoRA files, and the one file the file route serv
 
 Only files the trainer wrote are served or deleted, whatever else the folder holds: its
 ownership marks say which (aitk.run.ownership: LoRA metadata, the previews' EXIF mark, the
-config header; aitk.run.metrics and aitk.run.checkpoint for the loss log and checkpoints). They
-are imported in one place, `_owners()`. Previews are served inline with their own image
-type (a video preview is an animated WebP); everything else as a download; nothing ever
-as HTML, so no file can run as a page of the UI's origin.
+config header, an mp4 preview's container tag; aitk.run.metrics and aitk.run.checkpoint for
+the loss log and checkpoints). They are imported in one place, `_owners()`. Previews are
+served inline with their own type (a video preview is an animated WebP, and an mp4 with
+its sound beside it when the arch makes sound); everything else as a download; nothing
+ever as HTML, so no file can run as a page of the UI's origin.
 """
 
 from __future__ import annotations
@@ -22,11 +23,12 @@ from typing import Any
 from aitk.config.kinds import FILE_KINDS
 
 SAMPLE = re.compile(r"^(\d{9})_(\d+)\.(png|jpg|jpeg|webp)$")
-SERVED_SAMPLE = re.compile(r"^\d{9}_\d+(_strip)?\.(png|jpg|jpeg|webp)$")  # a video's strip too
+# A video's strip and its mp4 with sound too.
+SERVED_SAMPLE = re.compile(r"^\d{9}_\d+(_strip)?\.(png|jpg|jpeg|webp)$|^\d{9}_\d+\.mp4$")
 STEP_LORA = re.compile(r"_(\d{9})\.safetensors$")
 MAX_LOG_BYTES = 64 * 1024 * 1024
 INLINE_TYPES = {".png": "image/png", ".jpg": "image/jpeg", ".jpeg": "image/jpeg",
-                ".webp": "image/webp"}
+                ".webp": "image/webp", ".mp4": "video/mp4"}
 DOWNLOAD_TYPE = "application/octet-stream"
 
 
@@ -34,10 +36,15 @@ def _owners() -> SimpleNamespace:
     """aitk's ownership checks: every import from the trainer's modules is here."""
     from aitk.run.checkpoint import is_ours as checkpoint
     from aitk.run.metrics import is_loss_log
-    from aitk.run.ownership import config_is_ours, image_is_ours, lora_is_ours
+    from aitk.run.ownership import (
+        config_is_ours,
+        image_is_ours,
+        lora_is_ours,
+        preview_is_ours,
+    )
 
-    return SimpleNamespace(lora=lora_is_ours, image=image_is_ours, config=config_is_ours,
-                           loss_log=is_loss_log, checkpoint=checkpoint)
+    return SimpleNamespace(lora=lora_is_ours, image=image_is_ours, preview=preview_is_ours,
+                           config=config_is_ours, loss_log=is_loss_log, checkpoint=checkpoint)
 
 
 def _lora_name(name: str) -> re.Pattern[str]:
@@ -98,7 +105,7 @@ def served_file(out_dir: Path, name: str, relative: str,
     parts = rel.parts
     if len(parts) == 2 and parts[0] == "samples":
         kind = INLINE_TYPES.get(path.suffix.lower())
-        if kind and SERVED_SAMPLE.match(parts[1]) and owners.image(path):
+        if kind and SERVED_SAMPLE.match(parts[1]) and owners.preview(path):
             return Served(path, kind, True)
         return None
     if len(parts) != 1:
@@ -147,16 +154,20 @@ def samples(out_dir: Path) -> list[dict[str, Any]]:
 
 def previews(out_dir: Path, sample: Any, trigger: str | None) -> list[dict[str, Any]]:
     """The previews per prompt across steps, with the prompt and seed each was made
-    with: [{index, prompt, seed, steps: [{step, file}]}]. `sample` is the job's
-    SampleConfig; the seed rule is the trainer's (aitk.run.sampling.image_configs)."""
+    with: [{index, prompt, seed, steps: [{step, file, sound}]}]; `sound` is the step's mp4
+    with sound, or None (an arch without sound). `sample` is the job's SampleConfig; the
+    seed rule is the trainer's (aitk.run.sampling.image_configs)."""
     items = sample.items if sample is not None else []
+    is_ours = _owners().preview
     by_index: dict[int, list[dict[str, Any]]] = {}
     for entry in samples(out_dir):
         for file in entry["files"]:
             found = SAMPLE.match(PurePosixPath(file).name)
             if found:
+                mp4 = PurePosixPath(file).with_suffix(".mp4")
                 by_index.setdefault(int(found.group(2)), []).append(
-                    {"step": entry["step"], "file": file})
+                    {"step": entry["step"], "file": file,
+                     "sound": str(mp4) if is_ours(out_dir / mp4) else None})
     out = []
     for index in sorted(set(by_index) | set(range(len(items)))):
         item = items[index] if index < len(items) else None
@@ -222,7 +233,7 @@ def trainer_written(out_dir: Path, name: str, kind: str = "extension") -> list[P
     if kind in FILE_KINDS:
         return [out_dir / f["file"] for f in file_job_outputs(out_dir)]
     return sorted([*_owned_files(out_dir, name),
-                   *_owned_in(out_dir / "samples", owners.image),
+                   *_owned_in(out_dir / "samples", owners.preview),
                    *_owned_in(out_dir / "checkpoints", owners.checkpoint)])
 
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import stat
 
+import numpy as np
 import yaml
 
 from aitk_server import machine, outputs, preferences
@@ -103,3 +104,31 @@ def test_previews_per_prompt_across_steps_with_prompt_and_seed(client, job_yaml,
     assert [s["step"] for s in shown[1]["steps"]] == [0, 2]
     assert shown[1]["steps"][1]["file"] == "samples/000000002_1.png"
     assert outputs.previews(settings.outputs_dir / "none", None, None) == []
+
+
+def test_a_preview_with_sound_is_listed_and_played_inline_only_when_aitk_made_it(
+        client, job_yaml, settings):
+    """LTX-2's previews: beside each step's WebP an mp4 with its sound, served inline as
+    video/mp4 when its container carries aitk's mark; someone else's mp4 at that name is
+    neither listed nor served."""
+    from PIL import Image
+
+    from aitk.run.sampling import video_with_sound
+
+    job = client.post("/api/jobs", json={"yaml": job_yaml("sound")}).json()
+    folder = settings.outputs_dir / "sound" / "samples"
+    folder.mkdir(parents=True)
+    frames = [Image.new("RGB", (16, 8), (40 * i, 0, 0)) for i in range(5)]
+    tone = np.zeros((1, 1600), dtype=np.float32)
+    for step in (0, 2):
+        aitk_png(folder / f"{step:09d}_0.png")
+    (folder / "000000002_0.mp4").write_bytes(video_with_sound(frames, 10.0, tone, 16000))
+    (folder / "000000000_0.mp4").write_bytes(b"\x00\x00\x00\x18ftypmp42 not ours")
+    shown = client.get(f"/api/jobs/{job['id']}/previews").json()
+    assert [(s["step"], s["sound"]) for s in shown[0]["steps"]] == [
+        (0, None), (2, "samples/000000002_0.mp4")]
+    played = client.get(f"/api/jobs/{job['id']}/files/samples/000000002_0.mp4")
+    assert played.status_code == 200 and played.headers["content-type"] == "video/mp4"
+    assert "inline" in played.headers["content-disposition"]
+    assert client.get(f"/api/jobs/{job['id']}/files/samples/000000000_0.mp4"
+                      ).status_code == 404

@@ -1,5 +1,6 @@
 // The previews per prompt across steps: a slider over the steps of each prompt, the
-// prompt and seed it was made with, full size on click (an animated WebP plays).
+// prompt and seed it was made with, full size on click (an animated WebP plays); a
+// preview with sound (LTX-2) also plays as its mp4 below the picture.
 import { h } from "preact";
 import { useState } from "preact/hooks";
 import htm from "htm";
@@ -16,6 +17,8 @@ function Prompt({ jobId, prompt, onOpen }) {
     ${shown ? html`<img class="sample" src=${fileUrl(jobId, shown.file)}
         alt=${`step ${shown.step}`} onClick=${() => onOpen(fileUrl(jobId, shown.file))} />`
       : html`<div class="muted">none yet</div>`}
+    ${shown?.sound && html`<video class="sound" controls preload="none"
+        src=${fileUrl(jobId, shown.sound)}></video>`}
     <figcaption>
       <div class="prompt">${prompt.prompt ?? `prompt ${prompt.index + 1}`}</div>
       <div class="muted">seed ${prompt.seed ?? "–"} · step <b class="shown-step">${shown?.step ?? "–"}</b></div>
