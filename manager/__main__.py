@@ -252,6 +252,11 @@ def main() -> int:
         except KeyboardInterrupt:  # the marker is written last: the next run redoes it
             say("interrupted; run the command again to finish setting up")
             return 130
+    from manager import noop_memo  # stdlib-only; a plain `sync` with nothing to do
+
+    answered = noop_memo.answer(ROOT, sys.argv[1:])
+    if answered is not None:
+        return answered
     python = str(venv_python())
     argv = [python, "-m", "manager", *sys.argv[1:]]
     env = clean_env()

@@ -6,7 +6,8 @@ launchers' and scripts' call) first asks commands.sync.answer_without_changes, w
 reads what `check` reads, without the lock; when nothing would change, its answer is
 printed here, the same document or lines the full command prints. Anything else (other
 flags, work to do, something to recover, any error) goes to the full command line,
-which takes the lock and reports properly.
+which takes the lock and reports properly. An answer with nothing to do is recorded for
+the bootstrap, which prints it again while nothing it reads changes (noop_memo.py).
 """
 
 from __future__ import annotations
@@ -36,11 +37,16 @@ def main(argv: Sequence[str]) -> int | None:
     if result is None:
         return None
     if "--json" in flags:
-        from manager.output import emit_json, envelope
+        from manager.output import envelope, json_text
 
-        emit_json(envelope("sync", result))
+        text = json_text(envelope("sync", result))
     else:
-        sys.stdout.write("".join(f"{line}\n" for line in sync.unchanged_lines(result.data)
-                                 or ()))
-        sys.stdout.flush()
+        text = "".join(f"{line}\n" for line in sync.unchanged_lines(result.data) or ())
+    sys.stdout.write(text)
+    sys.stdout.flush()
+    if not result.data.get("plan"):  # nothing to do: the bootstrap may answer it next time
+        from manager import noop_memo
+        from manager.paths import paths
+
+        noop_memo.record(paths().root, text, result.exit_code)
     return result.exit_code

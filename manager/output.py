@@ -64,8 +64,13 @@ def envelope(command: str, result: Result | None, error: Mapping[str, Any] | Non
     }
 
 
+def json_text(payload: Mapping[str, Any]) -> str:
+    """The envelope as printed: what emit_json writes (and the no-op memo keeps)."""
+    return json.dumps(payload, indent=2, sort_keys=False, default=str) + "\n"
+
+
 def emit_json(payload: Mapping[str, Any]) -> None:
-    sys.stdout.write(json.dumps(payload, indent=2, sort_keys=False, default=str) + "\n")
+    sys.stdout.write(json_text(payload))
     sys.stdout.flush()
 
 

@@ -237,3 +237,50 @@ def test_a_swap_killed_between_its_renames_is_restored_not_rebuilt(tmp_path):
     assert "creating" not in done.stderr
     assert (venv / "kept.txt").read_text() == "the verified venv\n"
     assert not (checkout / ".venv.old").exists()
+
+
+def test_a_noop_sync_is_answered_by_the_bootstrap_until_an_input_changes(tmp_path):
+    """manager/noop_memo.py through the real bootstrap: the venv's side records its
+    no-op answer under the key the bootstrap handed it (a stand-in venv python here,
+    which logs each start); the next plain `sync` with the same flags is printed by the
+    bootstrap without starting it; a changed requirement file starts it again."""
+    checkout = tmp_path / "checkout"
+    checkout.mkdir()
+    copy_manager(checkout)
+    (checkout / "requirements.txt").write_text("demo==1.0\n")
+    venv = checkout / ".venv"
+    (venv / "bin").mkdir(parents=True)
+    (venv / "aitk_bootstrap.txt").write_text(bootstrap.requirements_hash() + "\n")
+    starts = tmp_path / "starts.log"
+    stand_in = venv / "bin" / "python"
+    stand_in.write_text(
+        "#!/bin/sh\n"
+        'echo started >> "$STARTS"\n'
+        'printf \'{"version": 1, "key": "%s", "exit_code": 0, "stdout": "Nothing to do\\\\n"}\''
+        ' "$AITK_NOOP_KEY" > "$MEMO"\n'
+        "echo Nothing to do\n")
+    stand_in.chmod(0o755)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("AITK_")
+           and k not in ("VIRTUAL_ENV", "PYTHONPATH")}
+    env.update(STARTS=str(starts), MEMO=str(venv / "aitk_noop_memo.json"))
+
+    def sync(*flags: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([sys._base_executable, "-m", "manager", "sync", *flags],
+                              cwd=checkout, env=env, capture_output=True, text=True,
+                              timeout=120)
+
+    def started() -> int:
+        return len(starts.read_text().splitlines()) if starts.exists() else 0
+
+    assert sync().stdout == "Nothing to do\n" and started() == 1  # recorded
+    for _ in range(2):
+        done = sync()
+        assert (done.returncode, done.stdout) == (0, "Nothing to do\n"), done.stderr
+    assert started() == 1  # answered by the bootstrap alone
+    sync("--json")
+    assert started() == 2  # other flags: another key
+    (checkout / "requirements.txt").write_text("demo==2.0\n")
+    sync()
+    assert started() == 3
+    sync("--force")
+    assert started() == 4  # not a plain sync: never answered
