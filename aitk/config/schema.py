@@ -162,6 +162,9 @@ class SampleItem(_Strict):
 class SampleConfig(_Strict):
     sampler: str = "flowmatch"  # upstream's names; the arch's own sampler is used
     sample_every: PositiveInt = 250
+    # No cadence previews before this step (upstream's); the step-0 baseline is
+    # train.skip_first_sample's and the last step's preview is always made.
+    sample_start_step: Annotated[int, Field(ge=0)] = 0
     width: PositiveInt = 512
     height: PositiveInt = 512
     prompts: list[Prompt] = []
@@ -254,6 +257,9 @@ class TrainConfig(_Strict):
     # trains the denoiser's adapter (the preflight says so when `train_unet` is off).
     train_text_encoder: bool = False
     text_encoder_lr: Annotated[float, Field(gt=0.0)] | None = None
+    # The denoiser's rate (its adapter's, or its own weights' in a full fine-tune);
+    # unset: `lr`. Like text_encoder_lr a scale of `lr` on the one schedule.
+    unet_lr: Annotated[float, Field(gt=0.0)] | None = None
     train_unet: bool = True
     # aitk.config.optimizers lists them, with the packages they need and their settings.
     optimizer: Annotated[Literal[optimizers.NAMES],  # type: ignore[valid-type]
@@ -270,6 +276,11 @@ class TrainConfig(_Strict):
     timestep_type: Literal[TIMESTEP_TYPES] = "sigmoid"  # type: ignore[valid-type]
     next_sample_timesteps: Annotated[int, Field(ge=3)] = 8  # timestep_type next_sample
     content_or_style: Literal[TIMESTEP_BIASES] = "balanced"  # type: ignore[valid-type]
+    # The window of the 1000-step training schedule a step draws from, as indices
+    # counted from pure noise (0) to the clean image (999), upstream's way
+    # (aitk.diffusion.timesteps: a range of the timestep distribution's quantiles).
+    min_denoising_steps: Annotated[int, Field(ge=0, le=999)] = 0
+    max_denoising_steps: Annotated[int, Field(ge=0, le=999)] = 999
     noise_offset: Annotated[float, Field(ge=0.0)] = 0.0
     min_snr_gamma: Annotated[float, Field(gt=0.0)] | None = None  # DDPM archs (SDXL)
     # Flux: the value fed to a guidance-distilled model's guidance embedding.
@@ -352,9 +363,22 @@ class TrainConfig(_Strict):
                              "used with bypass_guidance_embedding")
         return self
 
+    @model_validator(mode="after")
+    def _denoising_window(self) -> TrainConfig:
+        if self.min_denoising_steps > self.max_denoising_steps:
+            raise ValueError(f"min_denoising_steps ({self.min_denoising_steps}) is above "
+                             f"max_denoising_steps ({self.max_denoising_steps}): no "
+                             "timestep is left to train on")
+        return self
+
     @property
     def accumulation(self) -> int:
         return max(self.gradient_accumulation, self.gradient_accumulation_steps)
+
+    @property
+    def denoising_steps(self) -> tuple[int, int]:
+        """The training schedule's window (BaseModel.configure_training reads it)."""
+        return self.min_denoising_steps, self.max_denoising_steps
 
 
 def _qtype(value: str) -> str:

@@ -149,8 +149,6 @@ DROPPED: dict[Key, str] = {
     ("network", "all_layers"): "full-weight difference modules for norms and other layers; "
     "aitk adapts Linear and Conv layers only",
     # ---- sample ---------------------------------------------------------------------
-    ("sample", "sample_start_step"): f"{_LATER} previews run from step 0 "
-    "(skip_first_sample and sample_every decide)",
     ("sample", "guidance_rescale"): "the CFG rescale of SD-era pipelines; aitk's previews "
     "use plain CFG",
     ("sample", "adapter_conditioning_scale"): _ADAPTER,
@@ -163,16 +161,10 @@ DROPPED: dict[Key, str] = {
     ("sample.samples", "ctrl_idx"): "the slot a prompt's control image fills; aitk fills "
     "ctrl_img, ctrl_img_1..3 by name",
     # ---- train ----------------------------------------------------------------------
-    ("train", "unet_lr"): f"{_LATER} a separate denoiser rate; aitk trains the denoiser at "
-    "train.lr, so set lr to it",
     **_each("train", "refiner_lr train_refiner", _REFINER),
     ("train", "embedding_lr"): "the rate of a textual-inversion embedding, which aitk does "
     "not train",
     ("train", "adapter_lr"): "the rate of an adapter, which aitk does not train",
-    ("train", "min_denoising_steps"): f"{_LATER} a floor on the training timesteps; aitk "
-    "draws from the whole schedule (timestep_type, content_or_style)",
-    ("train", "max_denoising_steps"): f"{_LATER} a ceiling on the training timesteps of a "
-    "LoRA; aitk draws from the whole schedule (the slider job reads it)",
     ("train", "train_turbo"): "upstream's turbo (few-step) distillation, which aitk does not "
     "run",
     ("train", "snr_gamma"): f"{_LATER} the SNR loss weighting; min_snr_gamma is read",

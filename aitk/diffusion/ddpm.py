@@ -16,7 +16,7 @@ from typing import Any
 import torch
 
 from aitk.diffusion.noise import NoiseSettings, sample_noise
-from aitk.diffusion.timesteps import biased_quantiles
+from aitk.diffusion.timesteps import FULL_STEPS, biased_quantiles, in_window, step_window
 
 PREDICTION_TYPES = ("epsilon", "v_prediction")
 
@@ -50,14 +50,18 @@ class DDPMSchedule:
     def sample_timesteps(self, clean: torch.Tensor, generator: torch.Generator
                          ) -> torch.Tensor:
         """Integer steps, uniform over 0..num_train_timesteps-1 (as float32);
-        `content_or_style` leans them to the noisy or the clean end (timesteps.py)."""
+        `content_or_style` leans them to the noisy or the clean end, and
+        min/max_denoising_steps keep steps n-1-max .. n-1-min (upstream indexes the
+        schedule from its noisy end; timesteps.py)."""
         n = self.num_train_timesteps
-        bias = self.settings.content_or_style
-        if bias == "balanced":
+        bias, steps = self.settings.content_or_style, self.settings.denoising_steps
+        if bias == "balanced" and steps == FULL_STEPS:
             t = torch.randint(0, n, (clean.shape[0],), generator=generator)
         else:
-            q = biased_quantiles(torch.rand(clean.shape[0], generator=generator), bias)
-            t = (q * n).long().clamp(0, n - 1)
+            first, last = steps[0], min(steps[1], n - 1)  # upstream clips to the schedule
+            q = in_window(biased_quantiles(torch.rand(clean.shape[0], generator=generator),
+                                           bias), step_window((first, last), n))
+            t = (q * n).long().clamp(n - 1 - last, n - 1 - first)
         return t.to(clean.device, torch.float32)
 
     def add_noise(self, clean: torch.Tensor, noise: torch.Tensor,

@@ -94,12 +94,15 @@ def create_network(model: Any, proc: TrainingProcess) -> Any:
 
 
 def parameter_groups(network: Any, proc: TrainingProcess) -> list[dict[str, Any]]:
-    """The optimizer's groups: the denoiser's adapter at `lr`, a text encoder's at
-    `text_encoder_lr` (as a scale of `lr`, so both follow the one LR schedule)."""
+    """The optimizer's groups: the denoiser's adapter (or weights) at `unet_lr`, a text
+    encoder's at `text_encoder_lr`, each unset one at `lr`; as scales of `lr`, so all
+    follow the one LR schedule."""
     tr = proc.train
     encoders = {id(p) for p in network.text_encoder_parameters()}
     groups: list[dict[str, Any]] = [
         {"params": [p for p in network.trainable_parameters() if id(p) not in encoders]}]
+    if tr.unet_lr is not None:
+        groups[0]["lr_scale"] = tr.unet_lr / tr.lr
     if encoders:
         rate = tr.text_encoder_lr if tr.text_encoder_lr is not None else tr.lr
         groups.append({"params": network.text_encoder_parameters(),

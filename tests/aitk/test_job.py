@@ -241,3 +241,13 @@ def test_non_finite_loss_stops_the_job_with_exit_1_naming_the_step(tmp_path: Pat
     err = capsys.readouterr().err
     assert "error: loss is " in err and " at step " in err and "Traceback" not in err
     assert not (tmp_path / "out" / "nan" / "nan.safetensors").exists()
+
+
+def test_sample_start_step_leaves_no_previews_before_it(tmp_path, example_model_dir):
+    cfg = job_config("late", tmp_path / "out", example_model_dir, steps=6,
+                     sample={"sample_every": 1, "sample_start_step": 4},
+                     train={"skip_first_sample": True})
+    assert run_job(load_config(str(write_config(tmp_path / "late.yml", cfg)))) == EXIT_OK
+    steps = {int(p.name.split("_")[0]) for p in (tmp_path / "out" / "late" / "samples"
+                                                 ).iterdir()}
+    assert steps == {4, 5, 6}

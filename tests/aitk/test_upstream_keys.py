@@ -77,13 +77,13 @@ def test_switched_off_settings_stay_quiet_and_switched_on_ones_warn_once():
 
 def test_upstream_keys_are_accepted_not_suggested():
     r = raw()
-    proc(r)["sample"]["sample_start_step"] = 100  # once "did you mean 'sample_steps'?"
+    proc(r)["sample"]["guidance_rescale"] = 0.7  # not "did you mean 'guidance_scale'?"
     proc(r)["save"]["save_format"] = "diffusers"
     proc(r)["model"]["layer_offloading"] = True
     loaded = parse(r)
-    assert loaded.warnings == ["config.process[0].sample.sample_start_step: valid upstream "
+    assert loaded.warnings == ["config.process[0].sample.guidance_rescale: valid upstream "
                                "but not acted on by aitk: " + uk.DROPPED[
-                                   ("sample", "sample_start_step")]]
+                                   ("sample", "guidance_rescale")]]
 
 
 def test_a_near_miss_of_an_upstream_key_still_gets_a_suggestion():
@@ -241,6 +241,8 @@ TRAINED_NOW = [
     ("datasets", "prior_reg", True), ("datasets", "auto_frame_count", True),
     ("network", "type", "dora"), ("network", "conv", 4), ("network", "conv_alpha", 4),
     ("logging", "use_wandb", True), ("save", "push_to_hub", True),
+    ("train", "min_denoising_steps", 100), ("train", "max_denoising_steps", 800),
+    ("train", "unet_lr", 5e-5), ("sample", "sample_start_step", 100),
 ]
 
 
