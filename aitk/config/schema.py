@@ -283,6 +283,7 @@ class TrainConfig(_Strict):
     max_denoising_steps: Annotated[int, Field(ge=0, le=999)] = 999
     noise_offset: Annotated[float, Field(ge=0.0)] = 0.0
     min_snr_gamma: Annotated[float, Field(gt=0.0)] | None = None  # DDPM archs (SDXL)
+    snr_gamma: Annotated[float, Field(gt=0.0)] | None = None  # gamma / SNR; wins over min
     # Flux: the value fed to a guidance-distilled model's guidance embedding.
     cfg_scale: float = 1.0
     bypass_guidance_embedding: bool = False
@@ -292,6 +293,9 @@ class TrainConfig(_Strict):
     # Regularization datasets (`datasets[].is_reg`): how much their loss counts.
     reg_weight: Annotated[float, Field(ge=0.0)] = 1.0
     loss_type: Literal[LOSS_TYPES] = "mse"  # type: ignore[valid-type]
+    # Upstream's: a micro-step's diffusion loss is clamped at it, so a step above it
+    # trains nothing (aitk.run.objectives.Objective).
+    max_loss: Annotated[float, Field(gt=0.0)] | None = None
     # Extra loss terms (aitk.run.objectives), each as upstream.
     diff_output_preservation: bool = False
     diff_output_preservation_multiplier: float = 1.0

@@ -167,7 +167,6 @@ DROPPED: dict[Key, str] = {
     ("train", "adapter_lr"): "the rate of an adapter, which aitk does not train",
     ("train", "train_turbo"): "upstream's turbo (few-step) distillation, which aitk does not "
     "run",
-    ("train", "snr_gamma"): f"{_LATER} the SNR loss weighting; min_snr_gamma is read",
     ("train", "learnable_snr_gos"): "an upstream experiment that learns a loss weighting "
     "per timestep",
     ("train", "force_first_sample"): "previews at a resume's first step; aitk previews on "
@@ -230,7 +229,6 @@ DROPPED: dict[Key, str] = {
     ("train", "do_blank_stabilization"): "an upstream experiment that zeroes blank-prompt "
     "predictions; blank_prompt_preservation is read",
     ("train", "audio_loss_multiplier"): _AUDIO,
-    ("train", "max_loss"): f"{_LATER} clipping a step's loss",
     # ---- model ----------------------------------------------------------------------
     ("model", "use_flux_cfg"): "upstream's CFG for Flux training; aitk trains Flux with its "
     "guidance embedding",

@@ -5,7 +5,8 @@ almost pure noise, so the API's "1000 is noise" direction holds). Targets: epsil
 the noise; v_prediction -> v = sqrt(abar_t) noise - sqrt(1 - abar_t) x0
 (scheduler.get_velocity). `min_snr_gamma` weights each item by min(SNR, gamma) / SNR
 (epsilon) or min(SNR, gamma) / (SNR + 1) (v), the Min-SNR rule (Hang et al. 2023), so
-the easy low-noise steps stop dominating the gradient.
+the easy low-noise steps stop dominating the gradient. `snr_gamma` (upstream's, which
+wins over min_snr_gamma there too) weights by gamma / SNR itself, unclipped.
 """
 
 from __future__ import annotations
@@ -85,10 +86,15 @@ class DDPMSchedule:
         return compute_snr(self.scheduler, timesteps.long().cpu()).float()
 
     def loss_weights(self, timesteps: torch.Tensor) -> torch.Tensor | None:
-        gamma = self.settings.min_snr_gamma
-        if not gamma:
+        """Per-item weights from the SNR: `snr_gamma` (upstream's, checked first as
+        upstream does) gamma / SNR unclipped, for either target; else `min_snr_gamma`'s
+        Min-SNR rule; None with neither."""
+        fixed, gamma = self.settings.snr_gamma, self.settings.min_snr_gamma
+        if not (fixed or gamma):
             return None
         snr = self.snr(timesteps)
+        if fixed:
+            return (float(fixed) / snr).to(timesteps.device)
         clipped = torch.clamp(snr, max=float(gamma))
         weights = clipped / (snr + 1.0) if self.prediction_type == "v_prediction" \
             else clipped / snr

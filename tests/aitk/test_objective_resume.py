@@ -54,6 +54,7 @@ SWITCHES: dict[str, dict[str, Any]] = {
     "lognorm_blend": {"train": {"timestep_type": "lognorm_blend"}},
     "next_sample": {"train": {"timestep_type": "next_sample"}},
     "content_or_style": {"train": {"content_or_style": "style"}},
+    "max_loss": {"train": {"max_loss": 0.3, "blank_prompt_preservation": True}},
     "denoising_steps": {"train": {"min_denoising_steps": 100, "max_denoising_steps": 600,
                                   "unet_lr": 1e-3}},
     "guidance_loss": {"train": {"do_guidance_loss": True,

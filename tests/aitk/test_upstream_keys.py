@@ -214,13 +214,13 @@ def test_no_reason_is_left_for_a_key_aitk_now_reads():
 
 def test_a_dropped_key_warns_with_its_reason():
     r = raw()
-    proc(r)["train"]["snr_gamma"] = 5.0
+    proc(r)["train"]["learnable_snr_gos"] = True
     proc(r)["network"]["pretrained_lora_path"] = "old.safetensors"
     assert parse(r).warnings == [
         "config.process[0].network.pretrained_lora_path: valid upstream but not acted on by "
         "aitk: " + ud.DROPPED[("network", "pretrained_lora_path")],
-        "config.process[0].train.snr_gamma: valid upstream but not acted on by aitk: "
-        + ud.DROPPED[("train", "snr_gamma")]]
+        "config.process[0].train.learnable_snr_gos: valid upstream but not acted on by "
+        "aitk: " + ud.DROPPED[("train", "learnable_snr_gos")]]
 
 
 # Issue 24's list of what aitk now trains as upstream does: (section, key, a value that
@@ -243,6 +243,7 @@ TRAINED_NOW = [
     ("logging", "use_wandb", True), ("save", "push_to_hub", True),
     ("train", "min_denoising_steps", 100), ("train", "max_denoising_steps", 800),
     ("train", "unet_lr", 5e-5), ("sample", "sample_start_step", 100),
+    ("train", "max_loss", 0.5), ("train", "snr_gamma", 5.0),
 ]
 
 
