@@ -76,6 +76,9 @@ class NetworkConfig(_Strict):
     conv_alpha: float | None = None
     lokr_factor: int = -1
     network_kwargs: NetworkKwargs = NetworkKwargs()
+    # A LoRA file (this network's layout) the adapter starts from instead of its fresh
+    # init; a resumed run's checkpoint wins over it (upstream's order).
+    pretrained_lora_path: str | None = None
 
     @property
     def dim(self) -> int:

@@ -144,8 +144,6 @@ DROPPED: dict[Key, str] = {
     "always (upstream's default)",
     ("network", "normalize"): "an upstream experiment that rescales the LoRA's weights; "
     "aitk keeps the trained weights as they are",
-    ("network", "pretrained_lora_path"): f"{_LATER} starting a new LoRA from a LoRA file "
-    "(aitk starts fresh or resumes its own checkpoint)",
     ("network", "all_layers"): "full-weight difference modules for norms and other layers; "
     "aitk adapts Linear and Conv layers only",
     # ---- sample ---------------------------------------------------------------------

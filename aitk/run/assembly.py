@@ -21,7 +21,7 @@ from aitk.data import controls
 from aitk.data.batches import BatchSource, DatasetRules, NoImages
 from aitk.data.captions import CaptionRules
 from aitk.data.dataset import Item, scan_folder
-from aitk.errors import DatasetError, DeviceUnavailable, ModelError
+from aitk.errors import AdapterError, AdapterFileError, DatasetError, DeviceUnavailable, ModelError
 from aitk.run.ema import AdapterEMA
 from aitk.run.optim import Schedule, build_optimizer, schedule_from_config
 
@@ -90,7 +90,25 @@ def create_network(model: Any, proc: TrainingProcess) -> Any:
                            conv=net.conv, conv_alpha=net.conv_alpha,
                            network_kwargs=net.network_kwargs.model_dump(exclude_none=True),
                            train_text_encoder=proc.train.train_text_encoder)
-    return AdapterNetwork.attach(model, spec)
+    network = AdapterNetwork.attach(model, spec)
+    start_from_file(network, net.pretrained_lora_path)
+    return network
+
+
+def start_from_file(network: Any, path: str | None) -> None:
+    """`network.pretrained_lora_path`: the adapter's weights from a LoRA file (its alpha
+    rescaled to the network's, aitk.adapters.network.load_file); a resume overwrites
+    them with the checkpoint's."""
+    if path is None:
+        return
+    file = Path(path).expanduser()
+    if not file.is_file():
+        raise AdapterFileError(f"network.pretrained_lora_path: {file} is not a file (the "
+                               "LoRA the adapter starts from)")
+    try:
+        network.load_file(file)
+    except AdapterError as exc:  # one line that names the key that brought the file
+        raise AdapterFileError(f"network.pretrained_lora_path: {exc}") from None
 
 
 def parameter_groups(network: Any, proc: TrainingProcess) -> list[dict[str, Any]]:

@@ -13,6 +13,7 @@ import torch
 import yaml
 from PIL import Image
 from safetensors import safe_open
+from safetensors.torch import load_file
 
 from aitk.config.loading import load_config
 from aitk.errors import EXIT_OK
@@ -251,3 +252,45 @@ def test_sample_start_step_leaves_no_previews_before_it(tmp_path, example_model_
     steps = {int(p.name.split("_")[0]) for p in (tmp_path / "out" / "late" / "samples"
                                                  ).iterdir()}
     assert steps == {4, 5, 6}
+
+
+def test_pretrained_lora_path_starts_the_adapter_from_the_file(tmp_path, example_model_dir):
+    """Upstream's network.pretrained_lora_path: a run with (almost) no learning rate ends
+    where the file is; without it the adapter starts fresh (LoRA up weights zero)."""
+    first = job_config("first", tmp_path / "out", example_model_dir, steps=2,
+                       sample={"prompts": []})
+    assert run_job(load_config(str(write_config(tmp_path / "first.yml", first)))) == EXIT_OK
+    lora = tmp_path / "out" / "first" / "first.safetensors"
+    trained = load_file(lora)
+
+    def ends(name: str, network: dict) -> dict:
+        cfg = job_config(name, tmp_path / "out", example_model_dir, steps=1,
+                         network={"type": "lora", "linear": 4, "linear_alpha": 4, **network},
+                         train={"lr": 1e-12, "optimizer": "adamw"}, sample={"prompts": []})
+        assert run_job(load_config(str(write_config(tmp_path / f"{name}.yml", cfg)))) \
+            == EXIT_OK
+        return load_file(tmp_path / "out" / name / f"{name}.safetensors")
+
+    started = ends("started", {"pretrained_lora_path": str(lora)})
+    assert started.keys() == trained.keys()
+    assert all(torch.allclose(started[k], trained[k], atol=1e-6) for k in trained)
+    fresh = ends("fresh", {})
+    assert not all(torch.allclose(fresh[k], trained[k], atol=1e-6) for k in trained)
+    missing = job_config("missing", tmp_path / "out", example_model_dir, steps=1,
+                         network={"type": "lora", "linear": 4,
+                                  "pretrained_lora_path": str(tmp_path / "nope.safetensors")})
+    assert run_job(load_config(str(write_config(tmp_path / "missing.yml", missing)))) == 2
+
+
+def test_a_pretrained_lora_of_another_rank_is_one_line(tmp_path, example_model_dir, capsys):
+    first = job_config("r4", tmp_path / "out", example_model_dir, steps=1,
+                       sample={"prompts": []})
+    assert run_job(load_config(str(write_config(tmp_path / "r4.yml", first)))) == EXIT_OK
+    other = job_config("r8", tmp_path / "out", example_model_dir, steps=1,
+                       network={"type": "lora", "linear": 8, "pretrained_lora_path":
+                                str(tmp_path / "out" / "r4" / "r4.safetensors")})
+    capsys.readouterr()
+    assert run_job(load_config(str(write_config(tmp_path / "r8.yml", other)))) == 2
+    err = capsys.readouterr().err
+    assert "network.pretrained_lora_path: adapter weight shapes differ" in err
+    assert "Traceback" not in err

@@ -215,10 +215,10 @@ def test_no_reason_is_left_for_a_key_aitk_now_reads():
 def test_a_dropped_key_warns_with_its_reason():
     r = raw()
     proc(r)["train"]["learnable_snr_gos"] = True
-    proc(r)["network"]["pretrained_lora_path"] = "old.safetensors"
+    proc(r)["network"]["normalize"] = True
     assert parse(r).warnings == [
-        "config.process[0].network.pretrained_lora_path: valid upstream but not acted on by "
-        "aitk: " + ud.DROPPED[("network", "pretrained_lora_path")],
+        "config.process[0].network.normalize: valid upstream but not acted on by "
+        "aitk: " + ud.DROPPED[("network", "normalize")],
         "config.process[0].train.learnable_snr_gos: valid upstream but not acted on by "
         "aitk: " + ud.DROPPED[("train", "learnable_snr_gos")]]
 
@@ -244,6 +244,7 @@ TRAINED_NOW = [
     ("train", "min_denoising_steps", 100), ("train", "max_denoising_steps", 800),
     ("train", "unet_lr", 5e-5), ("sample", "sample_start_step", 100),
     ("train", "max_loss", 0.5), ("train", "snr_gamma", 5.0),
+    ("network", "pretrained_lora_path", "start.safetensors"),
 ]
 
 
