@@ -282,8 +282,9 @@ class TrainConfig(_Strict):
     # The window of the 1000-step training schedule a step draws from, as indices
     # counted from pure noise (0) to the clean image (999), upstream's way
     # (aitk.diffusion.timesteps: a range of the timestep distribution's quantiles).
-    min_denoising_steps: Annotated[int, Field(ge=0, le=999)] = 0
-    max_denoising_steps: Annotated[int, Field(ge=0, le=999)] = 999
+    # Above 999 reads as 999, as upstream clips it (its example configs write 1000).
+    min_denoising_steps: Annotated[int, Field(ge=0)] = 0
+    max_denoising_steps: Annotated[int, Field(ge=0)] = 999
     noise_offset: Annotated[float, Field(ge=0.0)] = 0.0
     min_snr_gamma: Annotated[float, Field(gt=0.0)] | None = None  # DDPM archs (SDXL)
     snr_gamma: Annotated[float, Field(gt=0.0)] | None = None  # gamma / SNR; wins over min
@@ -385,7 +386,8 @@ class TrainConfig(_Strict):
     @property
     def denoising_steps(self) -> tuple[int, int]:
         """The training schedule's window (BaseModel.configure_training reads it)."""
-        return self.min_denoising_steps, self.max_denoising_steps
+        last = min(self.max_denoising_steps, 999)
+        return min(self.min_denoising_steps, last), last
 
 
 def _qtype(value: str) -> str:

@@ -137,5 +137,7 @@ def test_the_model_reads_the_denoising_window_from_the_config(tiny_model):
     # a slider's max_denoising_steps counts its partial denoising: the window stays whole
     tiny_model.configure_training(SliderTrainConfig(max_denoising_steps=40))
     assert tiny_model.training_schedule.settings.denoising_steps == (0, 999)
+    # upstream's example configs write 1000: clipped to the schedule, as upstream does
+    assert TrainConfig(max_denoising_steps=1000).denoising_steps == (0, 999)
     with pytest.raises(ValueError, match="min_denoising_steps"):
         TrainConfig(min_denoising_steps=600, max_denoising_steps=500)
