@@ -413,6 +413,10 @@ class ModelConfig(_Strict):
     # Step-distilled models (Flux schnell, Z-Image Turbo, Krea 2 Turbo): the
     # de-distillation LoRA merged into the frozen base (aitk.models.assistant).
     assistant_lora_path: str | None = None
+    # A LoRA fused into the frozen denoiser before training (aitk.models.fused_lora):
+    # training and previews run on the model with it; the saved LoRA holds only what
+    # was trained.
+    lora_path: str | None = None
     # Where the parts `name_or_path` lacks come from (text encoder, tokenizer, VAE,
     # scheduler): Z-Image De-Turbo ships only its transformer.
     extras_name_or_path: str | None = None

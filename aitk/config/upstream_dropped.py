@@ -233,8 +233,6 @@ DROPPED: dict[Key, str] = {
     **_each("model", "vae_path unet_path experimental_xl unet_sample_size "
             "latent_space_version use_text_encoder_1 use_text_encoder_2", _SD_LOADER),
     **_each("model", "refiner_name_or_path refiner_start_at", _REFINER),
-    ("model", "lora_path"): f"{_LATER} fusing a LoRA into the model before training "
-    "(job: generate reads it)",
     ("model", "inference_lora_path"): "a LoRA upstream applies only for previews; aitk "
     "previews the trained adapter",
     ("model", "unconditional_lora_path"): "a LoRA for the negative CFG pass, an upstream "

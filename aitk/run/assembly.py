@@ -77,6 +77,11 @@ def load_model(proc: TrainingProcess, device: torch.device,
     model_cls = registry.get_model_class(proc.model.arch, report=report)
     model = model_cls(proc.model, device=device, dtype=TRAIN_DTYPES[proc.train.dtype])
     model.load_model()
+    if proc.model.lora_path:  # fused into the frozen base before the adapter attaches
+        from aitk.models.fused_lora import fuse_lora
+
+        fuse_lora(model.get_model_to_train(), proc.model.lora_path, proc.model.arch,
+                  model.convert_lora_weights_before_load, proc.model.quantize)
     return model
 
 

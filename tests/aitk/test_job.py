@@ -294,3 +294,46 @@ def test_a_pretrained_lora_of_another_rank_is_one_line(tmp_path, example_model_d
     err = capsys.readouterr().err
     assert "network.pretrained_lora_path: adapter weight shapes differ" in err
     assert "Traceback" not in err
+
+
+def test_model_lora_path_fuses_the_lora_into_the_frozen_base(tmp_path, example_model_dir):
+    """Upstream's model.lora_path: training starts from the base model with the LoRA at
+    weight 1 in it (the same predictions as the base plus that LoRA as an adapter), and
+    the trained adapter starts fresh."""
+    from aitk.errors import ModelLoadError
+    from aitk.run.assembly import load_model as load_for
+
+    first = job_config("base_lora", tmp_path / "out", example_model_dir, steps=2,
+                       sample={"prompts": []})
+    assert run_job(load_config(str(write_config(tmp_path / "b.yml", first)))) == EXIT_OK
+    lora = tmp_path / "out" / "base_lora" / "base_lora.safetensors"
+
+    def proc(**model):
+        cfg = job_config("fused", tmp_path / "out", example_model_dir, steps=1,
+                         model={"arch": "example", "name_or_path": str(example_model_dir),
+                                **model})
+        return load_config(str(write_config(tmp_path / "f.yml", cfg))).job.config.process[0]
+
+    cpu = torch.device("cpu")
+    fused = load_for(proc(lora_path=str(lora)), cpu)
+    plain_proc = proc()
+    plain = load_for(plain_proc, cpu)
+    with torch.no_grad():
+        latents = plain.encode_images(torch.zeros(1, 3, 32, 32))
+        latents = torch.randn(latents.shape, generator=torch.Generator().manual_seed(0))
+        t = torch.tensor([500.0])
+        embeds = plain.get_prompt_embeds(["a red circle"])
+        before = plain.get_noise_prediction(latents, t, embeds)
+        network = create_network(plain, plain_proc)
+        network.load_file(lora)
+        expected = plain.get_noise_prediction(latents, t, embeds)
+        got = fused.get_noise_prediction(latents, t, embeds)
+    assert not torch.allclose(before, expected, atol=1e-5)  # the LoRA changes the model
+    assert torch.allclose(got, expected, atol=1e-5)
+    other = tmp_path / "other.safetensors"
+    from safetensors.torch import save_file
+
+    save_file({"diffusion_model.nope.lora_A.weight": torch.zeros(4, 8),
+               "diffusion_model.nope.lora_B.weight": torch.zeros(8, 4)}, str(other))
+    with pytest.raises(ModelLoadError, match="model.lora_path .* does not fit"):
+        load_for(proc(lora_path=str(other)), cpu)

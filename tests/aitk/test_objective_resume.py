@@ -57,6 +57,7 @@ SWITCHES: dict[str, dict[str, Any]] = {
     "max_loss": {"train": {"max_loss": 0.3, "blank_prompt_preservation": True}},
     "pretrained_lora": {"network": {"type": "lora", "linear": 4, "linear_alpha": 4,
                                     "pretrained_lora_path": "start"}},
+    "model_lora_path": {"model": {"lora_path": "start"}},
     "denoising_steps": {"train": {"min_denoising_steps": 100, "max_denoising_steps": 600,
                                   "unet_lr": 1e-3}},
     "guidance_loss": {"train": {"do_guidance_loss": True,
@@ -95,6 +96,9 @@ def write_job(tmp: Path, name: str, example_model_dir: Path, switch: str) -> Pat
     if sections.get("network", {}).get("pretrained_lora_path") == "start":
         sections["network"] = {**sections["network"],
                                "pretrained_lora_path": start_lora(tmp, example_model_dir)}
+    if sections.get("model", {}).get("lora_path") == "start":
+        sections["model"] = {"arch": "example", "name_or_path": str(example_model_dir),
+                             "lora_path": start_lora(tmp, example_model_dir)}
     if "log_dir" in sections:
         sections["log_dir"] = str(tmp / sections["log_dir"])
     train = {"batch_size": 2, "steps": STEPS, "lr": 2e-3, "optimizer": "adamw",

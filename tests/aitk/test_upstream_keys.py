@@ -245,6 +245,7 @@ TRAINED_NOW = [
     ("train", "unet_lr", 5e-5), ("sample", "sample_start_step", 100),
     ("train", "max_loss", 0.5), ("train", "snr_gamma", 5.0),
     ("network", "pretrained_lora_path", "start.safetensors"),
+    ("model", "lora_path", "fused.safetensors"),
 ]
 
 
