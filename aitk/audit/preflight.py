@@ -372,10 +372,35 @@ def _trained_parts(where: str, proc: TrainingProcess, loaded: LoadedConfig
     return out
 
 
+def _rates_and_start(where: str, proc: TrainingProcess, loaded: LoadedConfig
+                     ) -> list[Finding]:
+    """A pretrained or fused LoRA that is not there is found before the model loads; a denoiser
+    rate with no denoiser training is said."""
+    out = []
+    start = proc.network.pretrained_lora_path if proc.network is not None else None
+    if start and not Path(start).expanduser().is_file():
+        out.append(error(f"{where}.network.pretrained_lora_path", f"{start} is not a file "
+                         "(the LoRA the adapter starts from)", "point it at a .safetensors "
+                         "LoRA of this arch, or remove it", "network"))
+    fused = proc.model.lora_path
+    parts = (fused or "").split("/")
+    hub = not (fused or "").startswith((".", "/", "~")) and len(parts) in (2, 3) and \
+        all(parts)  # aitk.models.assistant.resolve_adapter_file's rule
+    if fused and not Path(fused).expanduser().is_file() and not hub:
+        out.append(error(f"{where}.model.lora_path", f"{fused} does not exist (the LoRA "
+                         "fused into the model before training)", "point it at a "
+                         ".safetensors LoRA of this arch, or remove it", "model"))
+    if proc.full_fine_tune and proc.train.unet_lr is not None and not proc.train.train_unet:
+        out.append(warning(f"{where}.train.unet_lr", "the denoiser does not train "
+                           "(train_unet is off): this rate is not used", "remove it, or "
+                           "set train_unet: true", "full_fine_tune"))
+    return out
+
+
 CHECKS: tuple[PreflightCheck, ...] = (_device, _optimizer, _model, _model_kwargs,
                                       _text_encoder, _datasets, _sample_controls, _output,
                                       _quantize, _recovery_adapter, _preservation, _memory,
-                                      _trained_parts)
+                                      _trained_parts, _rates_and_start)
 
 
 def preflight(loaded: LoadedConfig) -> list[Finding]:

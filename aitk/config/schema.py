@@ -76,6 +76,9 @@ class NetworkConfig(_Strict):
     conv_alpha: float | None = None
     lokr_factor: int = -1
     network_kwargs: NetworkKwargs = NetworkKwargs()
+    # A LoRA file (this network's layout) the adapter starts from instead of its fresh
+    # init; a resumed run's checkpoint wins over it (upstream's order).
+    pretrained_lora_path: str | None = None
 
     @property
     def dim(self) -> int:
@@ -162,6 +165,9 @@ class SampleItem(_Strict):
 class SampleConfig(_Strict):
     sampler: str = "flowmatch"  # upstream's names; the arch's own sampler is used
     sample_every: PositiveInt = 250
+    # No cadence previews before this step (upstream's); the step-0 baseline is
+    # train.skip_first_sample's and the last step's preview is always made.
+    sample_start_step: Annotated[int, Field(ge=0)] = 0
     width: PositiveInt = 512
     height: PositiveInt = 512
     prompts: list[Prompt] = []
@@ -254,6 +260,9 @@ class TrainConfig(_Strict):
     # trains the denoiser's adapter (the preflight says so when `train_unet` is off).
     train_text_encoder: bool = False
     text_encoder_lr: Annotated[float, Field(gt=0.0)] | None = None
+    # The denoiser's rate (its adapter's, or its own weights' in a full fine-tune);
+    # unset: `lr`. Like text_encoder_lr a scale of `lr` on the one schedule.
+    unet_lr: Annotated[float, Field(gt=0.0)] | None = None
     train_unet: bool = True
     # aitk.config.optimizers lists them, with the packages they need and their settings.
     optimizer: Annotated[Literal[optimizers.NAMES],  # type: ignore[valid-type]
@@ -270,8 +279,15 @@ class TrainConfig(_Strict):
     timestep_type: Literal[TIMESTEP_TYPES] = "sigmoid"  # type: ignore[valid-type]
     next_sample_timesteps: Annotated[int, Field(ge=3)] = 8  # timestep_type next_sample
     content_or_style: Literal[TIMESTEP_BIASES] = "balanced"  # type: ignore[valid-type]
+    # The window of the 1000-step training schedule a step draws from, as indices
+    # counted from pure noise (0) to the clean image (999), upstream's way
+    # (aitk.diffusion.timesteps: a range of the timestep distribution's quantiles).
+    # Above 999 reads as 999, as upstream clips it (its example configs write 1000).
+    min_denoising_steps: Annotated[int, Field(ge=0)] = 0
+    max_denoising_steps: Annotated[int, Field(ge=0)] = 999
     noise_offset: Annotated[float, Field(ge=0.0)] = 0.0
     min_snr_gamma: Annotated[float, Field(gt=0.0)] | None = None  # DDPM archs (SDXL)
+    snr_gamma: Annotated[float, Field(gt=0.0)] | None = None  # gamma / SNR; wins over min
     # Flux: the value fed to a guidance-distilled model's guidance embedding.
     cfg_scale: float = 1.0
     bypass_guidance_embedding: bool = False
@@ -284,6 +300,9 @@ class TrainConfig(_Strict):
     # Regularization datasets (`datasets[].is_reg`): how much their loss counts.
     reg_weight: Annotated[float, Field(ge=0.0)] = 1.0
     loss_type: Literal[LOSS_TYPES] = "mse"  # type: ignore[valid-type]
+    # Upstream's: a micro-step's diffusion loss is clamped at it, so a step above it
+    # trains nothing (aitk.run.objectives.Objective).
+    max_loss: Annotated[float, Field(gt=0.0)] | None = None
     # Extra loss terms (aitk.run.objectives), each as upstream.
     diff_output_preservation: bool = False
     diff_output_preservation_multiplier: float = 1.0
@@ -355,9 +374,23 @@ class TrainConfig(_Strict):
                              "used with bypass_guidance_embedding")
         return self
 
+    @model_validator(mode="after")
+    def _denoising_window(self) -> TrainConfig:
+        if self.min_denoising_steps > self.max_denoising_steps:
+            raise ValueError(f"min_denoising_steps ({self.min_denoising_steps}) is above "
+                             f"max_denoising_steps ({self.max_denoising_steps}): no "
+                             "timestep is left to train on")
+        return self
+
     @property
     def accumulation(self) -> int:
         return max(self.gradient_accumulation, self.gradient_accumulation_steps)
+
+    @property
+    def denoising_steps(self) -> tuple[int, int]:
+        """The training schedule's window (BaseModel.configure_training reads it)."""
+        last = min(self.max_denoising_steps, 999)
+        return min(self.min_denoising_steps, last), last
 
 
 def _qtype(value: str) -> str:
@@ -383,6 +416,10 @@ class ModelConfig(_Strict):
     # Step-distilled models (Flux schnell, Z-Image Turbo, Krea 2 Turbo): the
     # de-distillation LoRA merged into the frozen base (aitk.models.assistant).
     assistant_lora_path: str | None = None
+    # A LoRA fused into the frozen denoiser before training (aitk.models.fused_lora):
+    # training and previews run on the model with it; the saved LoRA holds only what
+    # was trained.
+    lora_path: str | None = None
     # Where the parts `name_or_path` lacks come from (text encoder, tokenizer, VAE,
     # scheduler): Z-Image De-Turbo ships only its transformer.
     extras_name_or_path: str | None = None

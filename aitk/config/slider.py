@@ -82,7 +82,13 @@ class SliderSettings(_Strict):
 class SliderTrainConfig(TrainConfig):
     # The partial denoising that makes each step's latents runs this many steps in all
     # and stops after a seeded number of them (upstream's key; its default for sliders).
-    max_denoising_steps: Annotated[int, Field(ge=2)] = 40
+    max_denoising_steps: Annotated[int, Field(ge=2)] = 40  # type: ignore[assignment]
+
+    @property
+    def denoising_steps(self) -> tuple[int, int]:
+        """Here max_denoising_steps counts the partial denoising's steps (as upstream's
+        slider), so it leaves the training timesteps whole."""
+        return 0, 999
 
 
 class SliderProcess(TrainingProcess):

@@ -144,13 +144,9 @@ DROPPED: dict[Key, str] = {
     "always (upstream's default)",
     ("network", "normalize"): "an upstream experiment that rescales the LoRA's weights; "
     "aitk keeps the trained weights as they are",
-    ("network", "pretrained_lora_path"): f"{_LATER} starting a new LoRA from a LoRA file "
-    "(aitk starts fresh or resumes its own checkpoint)",
     ("network", "all_layers"): "full-weight difference modules for norms and other layers; "
     "aitk adapts Linear and Conv layers only",
     # ---- sample ---------------------------------------------------------------------
-    ("sample", "sample_start_step"): f"{_LATER} previews run from step 0 "
-    "(skip_first_sample and sample_every decide)",
     ("sample", "guidance_rescale"): "the CFG rescale of SD-era pipelines; aitk's previews "
     "use plain CFG",
     ("sample", "adapter_conditioning_scale"): _ADAPTER,
@@ -163,19 +159,12 @@ DROPPED: dict[Key, str] = {
     ("sample.samples", "ctrl_idx"): "the slot a prompt's control image fills; aitk fills "
     "ctrl_img, ctrl_img_1..3 by name",
     # ---- train ----------------------------------------------------------------------
-    ("train", "unet_lr"): f"{_LATER} a separate denoiser rate; aitk trains the denoiser at "
-    "train.lr, so set lr to it",
     **_each("train", "refiner_lr train_refiner", _REFINER),
     ("train", "embedding_lr"): "the rate of a textual-inversion embedding, which aitk does "
     "not train",
     ("train", "adapter_lr"): "the rate of an adapter, which aitk does not train",
-    ("train", "min_denoising_steps"): f"{_LATER} a floor on the training timesteps; aitk "
-    "draws from the whole schedule (timestep_type, content_or_style)",
-    ("train", "max_denoising_steps"): f"{_LATER} a ceiling on the training timesteps of a "
-    "LoRA; aitk draws from the whole schedule (the slider job reads it)",
     ("train", "train_turbo"): "upstream's turbo (few-step) distillation, which aitk does not "
     "run",
-    ("train", "snr_gamma"): f"{_LATER} the SNR loss weighting; min_snr_gamma is read",
     ("train", "learnable_snr_gos"): "an upstream experiment that learns a loss weighting "
     "per timestep",
     ("train", "force_first_sample"): "previews at a resume's first step; aitk previews on "
@@ -201,8 +190,9 @@ DROPPED: dict[Key, str] = {
     ("train", "num_train_timesteps"): "aitk uses the length of each arch's own schedule",
     ("train", "adaptive_scaling_factor"): "an upstream experiment that adapts the VAE "
     "scale to each image; aitk uses the arch's",
-    ("train", "prompt_dropout_prob"): f"{_LATER} dropout per text encoder; "
-    "datasets[].caption_dropout_rate drops the whole caption",
+    ("train", "prompt_dropout_prob"): f"{_LATER} blanking each text encoder's prompt "
+    "on its own when it embeds live; datasets[].caption_dropout_rate blanks the whole "
+    "caption for every encoder",
     ("train", "match_noise_norm"): "an upstream experiment that matches the prediction's "
     "norm to the noise's",
     **_each("train", "short_and_long_captions short_and_long_captions_encoder_split",
@@ -238,15 +228,12 @@ DROPPED: dict[Key, str] = {
     ("train", "do_blank_stabilization"): "an upstream experiment that zeroes blank-prompt "
     "predictions; blank_prompt_preservation is read",
     ("train", "audio_loss_multiplier"): _AUDIO,
-    ("train", "max_loss"): f"{_LATER} clipping a step's loss",
     # ---- model ----------------------------------------------------------------------
     ("model", "use_flux_cfg"): "upstream's CFG for Flux training; aitk trains Flux with its "
     "guidance embedding",
     **_each("model", "vae_path unet_path experimental_xl unet_sample_size "
             "latent_space_version use_text_encoder_1 use_text_encoder_2", _SD_LOADER),
     **_each("model", "refiner_name_or_path refiner_start_at", _REFINER),
-    ("model", "lora_path"): f"{_LATER} fusing a LoRA into the model before training "
-    "(job: generate reads it)",
     ("model", "inference_lora_path"): "a LoRA upstream applies only for previews; aitk "
     "previews the trained adapter",
     ("model", "unconditional_lora_path"): "a LoRA for the negative CFG pass, an upstream "

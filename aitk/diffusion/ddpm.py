@@ -5,7 +5,8 @@ almost pure noise, so the API's "1000 is noise" direction holds). Targets: epsil
 the noise; v_prediction -> v = sqrt(abar_t) noise - sqrt(1 - abar_t) x0
 (scheduler.get_velocity). `min_snr_gamma` weights each item by min(SNR, gamma) / SNR
 (epsilon) or min(SNR, gamma) / (SNR + 1) (v), the Min-SNR rule (Hang et al. 2023), so
-the easy low-noise steps stop dominating the gradient.
+the easy low-noise steps stop dominating the gradient. `snr_gamma` (upstream's, which
+wins over min_snr_gamma there too) weights by gamma / SNR itself, unclipped.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from typing import Any
 import torch
 
 from aitk.diffusion.noise import NoiseSettings, sample_noise
-from aitk.diffusion.timesteps import biased_quantiles
+from aitk.diffusion.timesteps import FULL_STEPS, biased_quantiles, in_window, step_window
 
 PREDICTION_TYPES = ("epsilon", "v_prediction")
 
@@ -50,14 +51,18 @@ class DDPMSchedule:
     def sample_timesteps(self, clean: torch.Tensor, generator: torch.Generator
                          ) -> torch.Tensor:
         """Integer steps, uniform over 0..num_train_timesteps-1 (as float32);
-        `content_or_style` leans them to the noisy or the clean end (timesteps.py)."""
+        `content_or_style` leans them to the noisy or the clean end, and
+        min/max_denoising_steps keep steps n-1-max .. n-1-min (upstream indexes the
+        schedule from its noisy end; timesteps.py)."""
         n = self.num_train_timesteps
-        bias = self.settings.content_or_style
-        if bias == "balanced":
+        bias, steps = self.settings.content_or_style, self.settings.denoising_steps
+        if bias == "balanced" and steps == FULL_STEPS:
             t = torch.randint(0, n, (clean.shape[0],), generator=generator)
         else:
-            q = biased_quantiles(torch.rand(clean.shape[0], generator=generator), bias)
-            t = (q * n).long().clamp(0, n - 1)
+            first, last = steps[0], min(steps[1], n - 1)  # upstream clips to the schedule
+            q = in_window(biased_quantiles(torch.rand(clean.shape[0], generator=generator),
+                                           bias), step_window((first, last), n))
+            t = (q * n).long().clamp(n - 1 - last, n - 1 - first)
         return t.to(clean.device, torch.float32)
 
     def add_noise(self, clean: torch.Tensor, noise: torch.Tensor,
@@ -81,10 +86,15 @@ class DDPMSchedule:
         return compute_snr(self.scheduler, timesteps.long().cpu()).float()
 
     def loss_weights(self, timesteps: torch.Tensor) -> torch.Tensor | None:
-        gamma = self.settings.min_snr_gamma
-        if not gamma:
+        """Per-item weights from the SNR: `snr_gamma` (upstream's, checked first as
+        upstream does) gamma / SNR unclipped, for either target; else `min_snr_gamma`'s
+        Min-SNR rule; None with neither."""
+        fixed, gamma = self.settings.snr_gamma, self.settings.min_snr_gamma
+        if not (fixed or gamma):
             return None
         snr = self.snr(timesteps)
+        if fixed:
+            return (float(fixed) / snr).to(timesteps.device)
         clipped = torch.clamp(snr, max=float(gamma))
         weights = clipped / (snr + 1.0) if self.prediction_type == "v_prediction" \
             else clipped / snr

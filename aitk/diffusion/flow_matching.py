@@ -77,7 +77,7 @@ class FlowMatchSchedule:
             return sample_from_table(clean.shape[0], generator,
                                      self.next_sample_table(clean)).to(clean.device)
         t = sample_timesteps(clean.shape[0], generator, st.timestep_type, self.shift,
-                             self.seq_len(clean), st.content_or_style)
+                             self.seq_len(clean), st.content_or_style, st.denoising_steps)
         return t.to(clean.device)
 
     def next_sample_table(self, clean: torch.Tensor) -> torch.Tensor:

@@ -33,8 +33,12 @@ class NoiseSettings:
     timestep_type: str = "sigmoid"
     noise_offset: float = 0.0
     min_snr_gamma: float | None = None
+    snr_gamma: float | None = None  # upstream's fixed gamma / SNR weight (wins over min)
     content_or_style: str = "balanced"  # which end of the noise range items lean to
     next_sample_timesteps: int = 8  # `next_sample`: levels of its short schedule
+    # min/max_denoising_steps: the window of the 1000-step schedule trained on, counted
+    # from pure noise (aitk.diffusion.timesteps.step_window); `next_sample` ignores it.
+    denoising_steps: tuple[int, int] = (0, 999)
 
 
 class NoiseSchedule(Protocol):

@@ -29,6 +29,13 @@ timesteps t = 1000 s, where 1000 is pure noise.
 (upstream's cubic bias, from diffusers' T2I-Adapter script): `content` takes 1 - u^3
 (the noisy end, where layout and structure form), `style` u^3 (the clean end, where
 texture and detail form), `balanced` u itself.
+
+`train.min_denoising_steps` / `max_denoising_steps` (upstream's, 0 and 999 by default)
+keep a window of the 1000-step training schedule, counted as upstream indexes it: from
+pure noise (index 0) towards the clean image (index 999). Upstream indexes a sorted
+table of 1000 draws of the distribution, so the window is a range of its quantiles:
+index i is quantile 1 - i / 1000 (`step_window`), and the items' quantiles are squeezed
+into it before the distribution's inverse CDF (and shift) turns them into noise levels.
 """
 
 from __future__ import annotations
@@ -118,6 +125,24 @@ def blend_cdf(s: torch.Tensor) -> torch.Tensor:
     return BLEND_SHARE * lognormal_part + (1.0 - BLEND_SHARE) * s
 
 
+DENOISING_STEPS = 1000  # the schedule min/max_denoising_steps index (upstream's)
+FULL_STEPS = (0, DENOISING_STEPS - 1)
+
+
+def step_window(steps: tuple[int, int], length: int = DENOISING_STEPS
+                ) -> tuple[float, float]:
+    """min/max_denoising_steps (indices from the noisy end of a `length`-step schedule)
+    as the range [lo, hi) of quantiles of the noise level they keep."""
+    first, last = steps
+    return 1.0 - (last + 1) / length, 1.0 - first / length
+
+
+def in_window(q: torch.Tensor, window: tuple[float, float]) -> torch.Tensor:
+    """Quantiles in [0, 1) squeezed into the window (the full window: unchanged)."""
+    lo, hi = window
+    return lo + (hi - lo) * q
+
+
 def blend_quantile(q: torch.Tensor, iterations: int = 40) -> torch.Tensor:
     """The inverse of `blend_cdf` by bisection (monotone, no closed form): 40 halvings
     of (0, 1) are below float32's resolution."""
@@ -130,16 +155,21 @@ def blend_quantile(q: torch.Tensor, iterations: int = 40) -> torch.Tensor:
 
 
 def sample_sigmas(batch_size: int, generator: torch.Generator, kind: str = "sigmoid",
-                  bias: str = "balanced") -> torch.Tensor:
-    """(B,) float32 noise levels in (0, 1), before any shift."""
+                  bias: str = "balanced", steps: tuple[int, int] = FULL_STEPS
+                  ) -> torch.Tensor:
+    """(B,) float32 noise levels in (0, 1), before any shift; `steps`: the window of
+    min/max_denoising_steps (the full one draws as before it existed)."""
+    window = step_window(steps)
     if kind not in TIMESTEP_TYPES or kind == "next_sample":
         raise ValueError(f"unknown timestep_type {kind!r}; use one of "
                          f"{', '.join(t for t in TIMESTEP_TYPES if t != 'next_sample')}")
     if kind == "lognorm_blend":
-        s = blend_quantile(biased_quantiles(torch.rand(batch_size, generator=generator),
-                                            bias))
-    elif bias != "balanced":  # one uniform per item through the distribution's quantile
-        q = biased_quantiles(torch.rand(batch_size, generator=generator), bias)
+        s = blend_quantile(in_window(biased_quantiles(
+            torch.rand(batch_size, generator=generator), bias), window))
+    elif bias != "balanced" or steps != FULL_STEPS:
+        # one uniform per item through the distribution's quantile
+        q = in_window(biased_quantiles(torch.rand(batch_size, generator=generator), bias),
+                      window)
         s = torch.sigmoid(_normal_quantile(q)) if kind in ("sigmoid", "logit_normal") else q
     elif kind in ("sigmoid", "logit_normal"):
         s = torch.sigmoid(torch.randn(batch_size, generator=generator))
@@ -150,9 +180,11 @@ def sample_sigmas(batch_size: int, generator: torch.Generator, kind: str = "sigm
 
 def sample_timesteps(batch_size: int, generator: torch.Generator, kind: str = "sigmoid",
                      shift: FlowShift | None = None, image_seq_len: int = 0,
-                     bias: str = "balanced") -> torch.Tensor:
-    """(B,) float32 timesteps in (0, 1000); `shift` applies to the shifted kinds only."""
-    s = sample_sigmas(batch_size, generator, kind, bias)
+                     bias: str = "balanced", steps: tuple[int, int] = FULL_STEPS
+                     ) -> torch.Tensor:
+    """(B,) float32 timesteps in (0, 1000); `shift` applies to the shifted kinds only
+    (it keeps the order, so the step window is the same quantiles shifted)."""
+    s = sample_sigmas(batch_size, generator, kind, bias, steps)
     if kind in SHIFTED_TYPES and shift is not None:
         s = shift.apply(s, image_seq_len).clamp(S_MIN, S_MAX)
     return s * 1000.0

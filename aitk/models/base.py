@@ -470,15 +470,17 @@ class BaseModel:
 
     def configure_training(self, train_config: Any) -> None:
         """Called once by the trainer after loading: keep `train:` and build the noise
-        schedule from its `timestep_type`, `noise_offset`, `min_snr_gamma`,
-        `content_or_style` and `next_sample_timesteps`."""
+        schedule from its `timestep_type`, `noise_offset`, `min_snr_gamma`, `snr_gamma`,
+        `content_or_style`, `next_sample_timesteps` and denoising-step window."""
         self.train_config = train_config
         self._training_schedule = self.make_training_schedule(NoiseSettings(
             timestep_type=getattr(train_config, "timestep_type", "sigmoid"),
             noise_offset=float(getattr(train_config, "noise_offset", 0.0) or 0.0),
             min_snr_gamma=getattr(train_config, "min_snr_gamma", None),
+            snr_gamma=getattr(train_config, "snr_gamma", None),
             content_or_style=getattr(train_config, "content_or_style", "balanced"),
-            next_sample_timesteps=int(getattr(train_config, "next_sample_timesteps", 8))))
+            next_sample_timesteps=int(getattr(train_config, "next_sample_timesteps", 8)),
+            denoising_steps=getattr(train_config, "denoising_steps", (0, 999))))
 
     @property
     def training_schedule(self) -> NoiseSchedule:

@@ -21,7 +21,7 @@ from aitk.data import controls
 from aitk.data.batches import BatchSource, DatasetRules, NoImages
 from aitk.data.captions import CaptionRules
 from aitk.data.dataset import Item, scan_folder
-from aitk.errors import DatasetError, DeviceUnavailable, ModelError
+from aitk.errors import AdapterError, AdapterFileError, DatasetError, DeviceUnavailable, ModelError
 from aitk.run.ema import AdapterEMA
 from aitk.run.optim import Schedule, build_optimizer, schedule_from_config
 
@@ -77,6 +77,11 @@ def load_model(proc: TrainingProcess, device: torch.device,
     model_cls = registry.get_model_class(proc.model.arch, report=report)
     model = model_cls(proc.model, device=device, dtype=TRAIN_DTYPES[proc.train.dtype])
     model.load_model()
+    if proc.model.lora_path:  # fused into the frozen base before the adapter attaches
+        from aitk.models.fused_lora import fuse_lora
+
+        fuse_lora(model.get_model_to_train(), proc.model.lora_path, proc.model.arch,
+                  model.convert_lora_weights_before_load, proc.model.quantize)
     return model
 
 
@@ -90,16 +95,37 @@ def create_network(model: Any, proc: TrainingProcess) -> Any:
                            conv=net.conv, conv_alpha=net.conv_alpha,
                            network_kwargs=net.network_kwargs.model_dump(exclude_none=True),
                            train_text_encoder=proc.train.train_text_encoder)
-    return AdapterNetwork.attach(model, spec)
+    network = AdapterNetwork.attach(model, spec)
+    start_from_file(network, net.pretrained_lora_path)
+    return network
+
+
+def start_from_file(network: Any, path: str | None) -> None:
+    """`network.pretrained_lora_path`: the adapter's weights from a LoRA file (its alpha
+    rescaled to the network's, aitk.adapters.network.load_file); a resume overwrites
+    them with the checkpoint's."""
+    if path is None:
+        return
+    file = Path(path).expanduser()
+    if not file.is_file():
+        raise AdapterFileError(f"network.pretrained_lora_path: {file} is not a file (the "
+                               "LoRA the adapter starts from)")
+    try:
+        network.load_file(file)
+    except AdapterError as exc:  # one line that names the key that brought the file
+        raise AdapterFileError(f"network.pretrained_lora_path: {exc}") from None
 
 
 def parameter_groups(network: Any, proc: TrainingProcess) -> list[dict[str, Any]]:
-    """The optimizer's groups: the denoiser's adapter at `lr`, a text encoder's at
-    `text_encoder_lr` (as a scale of `lr`, so both follow the one LR schedule)."""
+    """The optimizer's groups: the denoiser's adapter (or weights) at `unet_lr`, a text
+    encoder's at `text_encoder_lr`, each unset one at `lr`; as scales of `lr`, so all
+    follow the one LR schedule."""
     tr = proc.train
     encoders = {id(p) for p in network.text_encoder_parameters()}
     groups: list[dict[str, Any]] = [
         {"params": [p for p in network.trainable_parameters() if id(p) not in encoders]}]
+    if tr.unet_lr is not None:
+        groups[0]["lr_scale"] = tr.unet_lr / tr.lr
     if encoders:
         rate = tr.text_encoder_lr if tr.text_encoder_lr is not None else tr.lr
         groups.append({"params": network.text_encoder_parameters(),

@@ -17,6 +17,7 @@ through aitk.run.train.compute_loss).
                 model's prediction for it
     InvertedMaskPrior  `inverted_mask_prior`: where the mask is 0, the adapter's
                 prediction held to the base model's for the batch's own prompt
+    max_loss    the diffusion loss clamped at `train.max_loss` (no gradient above it)
     prior_reg   a `prior_reg` dataset's batch (aitk.data.batches): the target is the
                 base model's own prediction, so the adapter learns to leave it alone
     side loss   what the main prediction predicted besides the latents (LTX-2's audio
@@ -272,6 +273,10 @@ class Objective:
     trajectory: NextSample | None = None
     guidance: Guidance | None = None
     adapter: Adapter | None = None
+    # `max_loss` (upstream's): the diffusion loss (with the inverted-mask prior, which
+    # upstream sums into it) clamped there, so a step above it adds no gradient; the
+    # preservation terms are added after, as upstream adds them.
+    max_loss: float | None = None
 
     def __call__(self, model: BaseModel, batch: DataBatch, generator: torch.Generator
                  ) -> torch.Tensor:
@@ -295,7 +300,16 @@ class Objective:
                 assert scales is not None
                 target = self.guidance(model, batch, step, target, scales)
             loss = self.main(model, batch, step, pred, target)
+            if self.max_loss is None:
+                for term in self.terms:
+                    loss = loss + term(model, batch, step, pred)
+                return loss
+            after = [t for t in self.terms if not isinstance(t, InvertedMaskPrior)]
             for term in self.terms:
+                if isinstance(term, InvertedMaskPrior):
+                    loss = loss + term(model, batch, step, pred)
+            loss = loss.clamp(max=self.max_loss)
+            for term in after:
                 loss = loss + term(model, batch, step, pred)
             if side is not None:
                 loss = loss + side
@@ -397,4 +411,4 @@ def build_objective(proc: Any, model: BaseModel, adapter: Adapter, embed: Reembe
                             tr.unconditional_prompt)
     prior_reg = any(ds.prior_reg for ds in proc.datasets)
     return Objective(Diffusion(tr.loss_type), tuple(terms), trajectory, guidance,
-                     adapter if prior_reg else None)
+                     adapter if prior_reg else None, tr.max_loss)

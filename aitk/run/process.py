@@ -352,7 +352,8 @@ def train_from(p: Process, model: Any, trainable: Trainable, outputs: Outputs,
             total_steps=tr.steps, accumulation=tr.accumulation,
             max_grad_norm=tr.max_grad_norm, save_every=p.proc.save.save_every,
             sample_every=p.proc.sample.sample_every if previews else None,
-            sample_first=not tr.skip_first_sample, seed=tr.seed,
+            sample_first=not tr.skip_first_sample,
+            sample_start=p.proc.sample.sample_start_step, seed=tr.seed,
             validate_every=(tr.validation_config.validate_every_n_steps
                             if validate is not None else None),
             # Reading a loss syncs an accelerator; on a CPU it costs nothing.

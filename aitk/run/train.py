@@ -51,6 +51,7 @@ class LoopSettings:
     save_every: int = 250
     sample_every: int | None = None  # None: no previews
     sample_first: bool = True
+    sample_start: int = 0  # no cadence previews before this step (sample_start_step)
     validate_every: int | None = None  # None: no validation loss
     seed: int = 42
     # Losses are read (a device sync) and logged every `log_every` steps, before that
@@ -121,18 +122,18 @@ def flush_losses(pending: list[tuple[int, torch.Tensor, float]],
 
 
 def due(every: int | None, step: int, start_step: int, s: LoopSettings,
-        first: bool = True) -> bool:
-    """A preview or a validation at `step`: every `every` steps, the last step, and step
-    0 when `first`."""
+        first: bool = True, from_step: int = 0) -> bool:
+    """A preview or a validation at `step`: every `every` steps from `from_step` on, the
+    last step, and step 0 when `first`."""
     if every is None or (step == start_step and step > 0):
         return False  # a resumed run already did (or skipped) this step
     if step == 0:
         return first
-    return step % every == 0 or step == s.total_steps
+    return (step % every == 0 and step >= from_step) or step == s.total_steps
 
 
 def should_sample(step: int, start_step: int, s: LoopSettings) -> bool:
-    return due(s.sample_every, step, start_step, s, s.sample_first)
+    return due(s.sample_every, step, start_step, s, s.sample_first, s.sample_start)
 
 
 def train(run: Run, start_step: int) -> Outcome:

@@ -114,7 +114,7 @@ def test_unknown_key_without_a_near_match_has_no_suggestion():
 def test_upstream_only_keys_warn_and_are_dropped():
     raw = example_raw()
     proc(raw)["train"]["correct_pred_norm"] = True
-    proc(raw)["train"]["snr_gamma"] = 5.0
+    proc(raw)["train"]["learnable_snr_gos"] = True
     proc(raw)["datasets"][0]["random_crop"] = True
     loaded = parse(raw)
     said = "valid upstream but not acted on by aitk: "
@@ -123,7 +123,8 @@ def test_upstream_only_keys_warn_and_are_dropped():
                                                                            "random_crop")],
         "config.process[0].train.correct_pred_norm: " + said + uk.DROPPED[
             ("train", "correct_pred_norm")],
-        "config.process[0].train.snr_gamma: " + said + uk.DROPPED[("train", "snr_gamma")],
+        "config.process[0].train.learnable_snr_gos: " + said + uk.DROPPED[
+            ("train", "learnable_snr_gos")],
     ]
     assert "correct_pred_norm" not in proc(loaded.raw)["train"]
 

@@ -174,3 +174,21 @@ def test_a_trained_text_encoder_gets_text_encoder_lr(tmp_path, example_model_dir
     assert len(groups) == 2 and groups[1]["lr_scale"] == pytest.approx(0.1)
     assert {id(p) for p in groups[1]["params"]} == encoder
     assert not encoder & {id(p) for p in groups[0]["params"]}
+
+
+def test_unet_lr_is_the_denoisers_rate_in_a_full_fine_tune(tmp_path, example_model_dir):
+    from aitk.models.registry import load_model
+    from aitk.run.assembly import parameter_groups
+    from aitk.run.finetune import FullWeights
+    from aitk.run.optim import build_optimizer
+
+    loaded = fine_tune(tmp_path, example_model_dir, steps=2,
+                       train={"train_text_encoder": True, "cache_text_embeddings": False,
+                              "lr": 1e-4, "unet_lr": 3e-4, "text_encoder_lr": 1e-5})
+    proc = loaded.job.config.process[0]
+    model = load_model(proc.model)
+    groups = parameter_groups(FullWeights(model, proc), proc)
+    denoiser = {id(p) for m in model.denoiser_parts().values() for p in m.parameters()}
+    optimizer = build_optimizer("adamw", groups, proc.train.lr)
+    assert [g["lr"] for g in optimizer.param_groups] == pytest.approx([3e-4, 1e-5])
+    assert groups[0]["params"] and {id(p) for p in groups[0]["params"]} <= denoiser

@@ -13,6 +13,7 @@ import torch
 import yaml
 from PIL import Image
 from safetensors import safe_open
+from safetensors.torch import load_file
 
 from aitk.config.loading import load_config
 from aitk.errors import EXIT_OK
@@ -241,3 +242,98 @@ def test_non_finite_loss_stops_the_job_with_exit_1_naming_the_step(tmp_path: Pat
     err = capsys.readouterr().err
     assert "error: loss is " in err and " at step " in err and "Traceback" not in err
     assert not (tmp_path / "out" / "nan" / "nan.safetensors").exists()
+
+
+def test_sample_start_step_leaves_no_previews_before_it(tmp_path, example_model_dir):
+    cfg = job_config("late", tmp_path / "out", example_model_dir, steps=6,
+                     sample={"sample_every": 1, "sample_start_step": 4},
+                     train={"skip_first_sample": True})
+    assert run_job(load_config(str(write_config(tmp_path / "late.yml", cfg)))) == EXIT_OK
+    steps = {int(p.name.split("_")[0]) for p in (tmp_path / "out" / "late" / "samples"
+                                                 ).iterdir()}
+    assert steps == {4, 5, 6}
+
+
+def test_pretrained_lora_path_starts_the_adapter_from_the_file(tmp_path, example_model_dir):
+    """Upstream's network.pretrained_lora_path: a run with (almost) no learning rate ends
+    where the file is; without it the adapter starts fresh (LoRA up weights zero)."""
+    first = job_config("first", tmp_path / "out", example_model_dir, steps=2,
+                       sample={"prompts": []})
+    assert run_job(load_config(str(write_config(tmp_path / "first.yml", first)))) == EXIT_OK
+    lora = tmp_path / "out" / "first" / "first.safetensors"
+    trained = load_file(lora)
+
+    def ends(name: str, network: dict) -> dict:
+        cfg = job_config(name, tmp_path / "out", example_model_dir, steps=1,
+                         network={"type": "lora", "linear": 4, "linear_alpha": 4, **network},
+                         train={"lr": 1e-12, "optimizer": "adamw"}, sample={"prompts": []})
+        assert run_job(load_config(str(write_config(tmp_path / f"{name}.yml", cfg)))) \
+            == EXIT_OK
+        return load_file(tmp_path / "out" / name / f"{name}.safetensors")
+
+    started = ends("started", {"pretrained_lora_path": str(lora)})
+    assert started.keys() == trained.keys()
+    assert all(torch.allclose(started[k], trained[k], atol=1e-6) for k in trained)
+    fresh = ends("fresh", {})
+    assert not all(torch.allclose(fresh[k], trained[k], atol=1e-6) for k in trained)
+    missing = job_config("missing", tmp_path / "out", example_model_dir, steps=1,
+                         network={"type": "lora", "linear": 4,
+                                  "pretrained_lora_path": str(tmp_path / "nope.safetensors")})
+    assert run_job(load_config(str(write_config(tmp_path / "missing.yml", missing)))) == 2
+
+
+def test_a_pretrained_lora_of_another_rank_is_one_line(tmp_path, example_model_dir, capsys):
+    first = job_config("r4", tmp_path / "out", example_model_dir, steps=1,
+                       sample={"prompts": []})
+    assert run_job(load_config(str(write_config(tmp_path / "r4.yml", first)))) == EXIT_OK
+    other = job_config("r8", tmp_path / "out", example_model_dir, steps=1,
+                       network={"type": "lora", "linear": 8, "pretrained_lora_path":
+                                str(tmp_path / "out" / "r4" / "r4.safetensors")})
+    capsys.readouterr()
+    assert run_job(load_config(str(write_config(tmp_path / "r8.yml", other)))) == 2
+    err = capsys.readouterr().err
+    assert "network.pretrained_lora_path: adapter weight shapes differ" in err
+    assert "Traceback" not in err
+
+
+def test_model_lora_path_fuses_the_lora_into_the_frozen_base(tmp_path, example_model_dir):
+    """Upstream's model.lora_path: training starts from the base model with the LoRA at
+    weight 1 in it (the same predictions as the base plus that LoRA as an adapter), and
+    the trained adapter starts fresh."""
+    from aitk.errors import ModelLoadError
+    from aitk.run.assembly import load_model as load_for
+
+    first = job_config("base_lora", tmp_path / "out", example_model_dir, steps=2,
+                       sample={"prompts": []})
+    assert run_job(load_config(str(write_config(tmp_path / "b.yml", first)))) == EXIT_OK
+    lora = tmp_path / "out" / "base_lora" / "base_lora.safetensors"
+
+    def proc(**model):
+        cfg = job_config("fused", tmp_path / "out", example_model_dir, steps=1,
+                         model={"arch": "example", "name_or_path": str(example_model_dir),
+                                **model})
+        return load_config(str(write_config(tmp_path / "f.yml", cfg))).job.config.process[0]
+
+    cpu = torch.device("cpu")
+    fused = load_for(proc(lora_path=str(lora)), cpu)
+    plain_proc = proc()
+    plain = load_for(plain_proc, cpu)
+    with torch.no_grad():
+        latents = plain.encode_images(torch.zeros(1, 3, 32, 32))
+        latents = torch.randn(latents.shape, generator=torch.Generator().manual_seed(0))
+        t = torch.tensor([500.0])
+        embeds = plain.get_prompt_embeds(["a red circle"])
+        before = plain.get_noise_prediction(latents, t, embeds)
+        network = create_network(plain, plain_proc)
+        network.load_file(lora)
+        expected = plain.get_noise_prediction(latents, t, embeds)
+        got = fused.get_noise_prediction(latents, t, embeds)
+    assert not torch.allclose(before, expected, atol=1e-5)  # the LoRA changes the model
+    assert torch.allclose(got, expected, atol=1e-5)
+    other = tmp_path / "other.safetensors"
+    from safetensors.torch import save_file
+
+    save_file({"diffusion_model.nope.lora_A.weight": torch.zeros(4, 8),
+               "diffusion_model.nope.lora_B.weight": torch.zeros(8, 4)}, str(other))
+    with pytest.raises(ModelLoadError, match="model.lora_path .* does not fit"):
+        load_for(proc(lora_path=str(other)), cpu)

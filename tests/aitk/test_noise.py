@@ -118,6 +118,27 @@ def test_min_snr_gamma_weights():
     assert DDPMSchedule.from_config(SDXL_SCHEDULER, NoiseSettings()).loss_weights(t) is None
 
 
+def test_snr_gamma_weights_by_gamma_over_snr_and_wins_over_min_snr_gamma():
+    """Upstream's `snr_gamma` (apply_snr_weight fixed=True): gamma / SNR, unclipped, for
+    epsilon and v alike; it is checked before min_snr_gamma."""
+    t = torch.tensor([1.0, 500.0, 999.0])
+    for prediction in (None, "v_prediction"):
+        fixed = DDPMSchedule.from_config(SDXL_SCHEDULER, NoiseSettings(
+            snr_gamma=5.0, min_snr_gamma=1.0), prediction_type=prediction)
+        snr = fixed.snr(t)
+        assert fixed.loss_weights(t).tolist() == pytest.approx((5.0 / snr).tolist())
+    assert fixed.loss_weights(t)[2] > 1.0  # not clipped at 1 the way Min-SNR is
+    flow = FlowMatchSchedule(NoiseSettings(snr_gamma=5.0))
+    assert flow.loss_weights(t) is None  # DDPM archs only, as min_snr_gamma
+
+
+def test_the_model_reads_snr_gamma(tiny_model):
+    from aitk.config.schema import TrainConfig
+
+    tiny_model.configure_training(TrainConfig(snr_gamma=5.0))
+    assert tiny_model.training_schedule.settings.snr_gamma == 5.0
+
+
 def test_noise_offset_adds_one_value_per_item_and_channel():
     clean = torch.zeros(2, 3, 4, 4)
     plain = sample_noise(clean, torch.Generator().manual_seed(0))

@@ -54,6 +54,12 @@ SWITCHES: dict[str, dict[str, Any]] = {
     "lognorm_blend": {"train": {"timestep_type": "lognorm_blend"}},
     "next_sample": {"train": {"timestep_type": "next_sample"}},
     "content_or_style": {"train": {"content_or_style": "style"}},
+    "max_loss": {"train": {"max_loss": 0.3, "blank_prompt_preservation": True}},
+    "pretrained_lora": {"network": {"type": "lora", "linear": 4, "linear_alpha": 4,
+                                    "pretrained_lora_path": "start"}},
+    "model_lora_path": {"model": {"lora_path": "start"}},
+    "denoising_steps": {"train": {"min_denoising_steps": 100, "max_denoising_steps": 600,
+                                  "unet_lr": 1e-3}},
     "guidance_loss": {"train": {"do_guidance_loss": True,
                                 "guidance_loss_target": [2.0, 4.0]}},
     "masked_loss": {"train": {"inverted_mask_prior": True}, "datasets": "masks"},
@@ -75,8 +81,24 @@ SWITCHES: dict[str, dict[str, Any]] = {
 }
 
 
+def start_lora(tmp: Path, example_model_dir: Path) -> str:
+    """A LoRA file of the example arch, trained for two steps (made once)."""
+    path = tmp / "out" / "start" / "start.safetensors"
+    if not path.exists():
+        cfg = job_config("start", tmp / "out", example_model_dir, steps=2,
+                         sample={"prompts": []})
+        assert run_job(load_config(str(write_config(tmp / "start.yml", cfg)))) == EXIT_OK
+    return str(path)
+
+
 def write_job(tmp: Path, name: str, example_model_dir: Path, switch: str) -> Path:
     sections = {k: v for k, v in SWITCHES[switch].items() if k not in ("datasets", "reg")}
+    if sections.get("network", {}).get("pretrained_lora_path") == "start":
+        sections["network"] = {**sections["network"],
+                               "pretrained_lora_path": start_lora(tmp, example_model_dir)}
+    if sections.get("model", {}).get("lora_path") == "start":
+        sections["model"] = {"arch": "example", "name_or_path": str(example_model_dir),
+                             "lora_path": start_lora(tmp, example_model_dir)}
     if "log_dir" in sections:
         sections["log_dir"] = str(tmp / sections["log_dir"])
     train = {"batch_size": 2, "steps": STEPS, "lr": 2e-3, "optimizer": "adamw",

@@ -288,3 +288,25 @@ def test_diffusion_term_reads_the_schedules_item_weights(tiny_model):
     per_item = ((pred - (noise - batch.latents)) ** 2).flatten(1).mean(1)
     w = tiny_model.training_schedule.loss_weights(t)
     assert weighted.item() == pytest.approx((per_item * w).mean().item(), rel=1e-5)
+
+
+def test_max_loss_clamps_the_diffusion_loss_and_leaves_preservation_on_top(tiny_model):
+    """Upstream's `max_loss`: torch.clamp of the step's diffusion loss, so above it the
+    loss reads max_loss and no gradient flows from it; preservation is added after."""
+    adapter = randomised(tiny_model)
+    batch = batch_of(tiny_model, ["a red thing", "blue"])
+    plain = compute_loss(tiny_model, batch, step_generator(1, 2, 0))
+    assert plain.item() > 0.1
+    low = compute_loss(tiny_model, batch, step_generator(1, 2, 0), Objective(max_loss=0.1))
+    assert low.item() == pytest.approx(0.1)
+    low.backward()
+    assert adapter.delta.grad is None or adapter.delta.grad.abs().max() == 0
+    high = compute_loss(tiny_model, batch, step_generator(1, 2, 0), Objective(max_loss=1e6))
+    assert high.item() == plain.item()
+    bpp = Preservation("blank_prompt_preservation", lambda b: [""] * len(b),
+                       embed_with(tiny_model), adapter, multiplier=1.0)
+    both = compute_loss(tiny_model, batch, step_generator(1, 2, 0),
+                        Objective(terms=(bpp,), max_loss=0.1))
+    term = compute_loss(tiny_model, batch, step_generator(1, 2, 0), Objective(terms=(bpp,))) \
+        - plain
+    assert both.item() == pytest.approx(0.1 + term.item(), rel=1e-5)

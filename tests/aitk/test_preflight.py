@@ -156,6 +156,34 @@ def test_text_encoder_lr_without_a_training_text_encoder_is_a_warning(tmp_path):
     assert not any(level is Level.ERROR for level, _ in found)
 
 
+def test_a_missing_pretrained_lora_is_found_before_the_model_loads(tmp_path):
+    loaded = _loaded(tmp_path, network={"type": "lora", "linear": 4,
+                                        "pretrained_lora_path": str(tmp_path / "no.safetensors")})
+    assert (Level.ERROR, "config.process[0].network.pretrained_lora_path") in \
+        _by_path(preflight(loaded))
+    (tmp_path / "yes.safetensors").write_bytes(b"")
+    loaded = _loaded(tmp_path, network={"type": "lora", "linear": 4,
+                                        "pretrained_lora_path": str(tmp_path / "yes.safetensors")})
+    assert "config.process[0].network.pretrained_lora_path" not in \
+        {path for _, path in _by_path(preflight(loaded))}
+
+
+def test_a_missing_fused_lora_is_found_before_the_model_loads(tmp_path):
+    model = {"arch": "example", "name_or_path": str(tmp_path / "model")}
+    loaded = _loaded(tmp_path, model={**model, "lora_path": str(tmp_path / "no.safetensors")})
+    assert (Level.ERROR, "config.process[0].model.lora_path") in _by_path(preflight(loaded))
+    loaded = _loaded(tmp_path, model={**model, "lora_path": "owner/repo/x.safetensors"})
+    assert "config.process[0].model.lora_path" not in \
+        {path for _, path in _by_path(preflight(loaded))}  # a hub file: fetched at load
+
+
+def test_unet_lr_with_no_training_denoiser_is_a_warning(tmp_path):
+    loaded = _loaded(tmp_path, network=None, train={"unet_lr": 1e-5, "train_unet": False,
+                                                    "train_text_encoder": True,
+                                                    "cache_text_embeddings": False})
+    assert (Level.WARNING, "config.process[0].train.unet_lr") in _by_path(preflight(loaded))
+
+
 def test_an_accuracy_recovery_adapter_that_cannot_be_had(tmp_path, monkeypatch):
     from huggingface_hub import constants
 

@@ -88,3 +88,56 @@ def test_the_model_reads_the_new_train_keys(tiny_model):
                                                   next_sample_timesteps=5))
     settings = tiny_model.training_schedule.settings
     assert (settings.content_or_style, settings.next_sample_timesteps) == ("style", 5)
+
+
+# min/max_denoising_steps index the 1000-step schedule from pure noise (index 0), as
+# upstream's trainer does: index i is noise level 1 - i / 1000 of a linear schedule.
+@pytest.mark.parametrize("bias", ["balanced", "content", "style"])
+def test_denoising_steps_keep_every_flow_matching_draw_in_the_window(bias):
+    clean = torch.zeros(20000, 4, 8, 8)
+    schedule = FlowMatchSchedule(NoiseSettings(timestep_type="linear", content_or_style=bias,
+                                               denoising_steps=(200, 499)))
+    t = schedule.sample_timesteps(clean, torch.Generator().manual_seed(0))
+    assert t.min() >= 1000 - 499 - 1 and t.max() <= 1000 - 200  # noise levels 0.5 .. 0.8
+    assert t.max() - t.min() > 290  # the whole window, not one end of it
+    # sigmoid: the same quantiles of its own distribution, shifted kinds: then shifted
+    quantiles = torch.tensor([0.5, 0.8])
+    edges = torch.sigmoid(math.sqrt(2.0) * torch.erfinv(2.0 * quantiles - 1.0)) * 1000
+    sig = FlowMatchSchedule(NoiseSettings(timestep_type="sigmoid", denoising_steps=(200, 499)))
+    t = sig.sample_timesteps(clean, torch.Generator().manual_seed(1))
+    assert t.min() >= edges[0] - 0.01 and t.max() <= edges[1] + 0.01
+    shifted = FlowMatchSchedule(NoiseSettings(timestep_type="shift",
+                                              denoising_steps=(200, 499)),
+                                FlowShift(shift=3.0))
+    t = shifted.sample_timesteps(clean, torch.Generator().manual_seed(2)) / 1000
+    assert t.min() >= 3 * 0.5 / (1 + 2 * 0.5) - 1e-4 and t.max() <= 3 * 0.8 / 2.6 + 1e-4
+
+
+@pytest.mark.parametrize("bias", ["balanced", "content"])
+def test_denoising_steps_keep_every_ddpm_step_in_the_window(bias):
+    from diffusers import DDPMScheduler
+
+    ddpm = DDPMSchedule(DDPMScheduler(), NoiseSettings(content_or_style=bias,
+                                                       denoising_steps=(0, 249)))
+    t = ddpm.sample_timesteps(torch.zeros(20000, 4, 8, 8), torch.Generator().manual_seed(0))
+    # indices 0..249 from the noisy end of upstream's 999..0 schedule: steps 750..999
+    assert (t == t.round()).all() and t.min() == 750 and t.max() == 999
+    one = DDPMSchedule(DDPMScheduler(), NoiseSettings(denoising_steps=(500, 500)))
+    assert set(one.sample_timesteps(torch.zeros(64, 4, 8, 8),
+                                    torch.Generator()).tolist()) == {499.0}
+
+
+def test_the_model_reads_the_denoising_window_from_the_config(tiny_model):
+    from aitk.config.schema import TrainConfig
+    from aitk.config.slider import SliderTrainConfig
+
+    tiny_model.configure_training(TrainConfig(min_denoising_steps=10,
+                                              max_denoising_steps=300))
+    assert tiny_model.training_schedule.settings.denoising_steps == (10, 300)
+    # a slider's max_denoising_steps counts its partial denoising: the window stays whole
+    tiny_model.configure_training(SliderTrainConfig(max_denoising_steps=40))
+    assert tiny_model.training_schedule.settings.denoising_steps == (0, 999)
+    # upstream's example configs write 1000: clipped to the schedule, as upstream does
+    assert TrainConfig(max_denoising_steps=1000).denoising_steps == (0, 999)
+    with pytest.raises(ValueError, match="min_denoising_steps"):
+        TrainConfig(min_denoising_steps=600, max_denoising_steps=500)

@@ -117,6 +117,18 @@ def test_resumed_run_does_not_resample_or_resave_its_start_step():
     assert not should_sample(5, 0, LoopSettings(total_steps=10, sample_every=None))
 
 
+def test_sample_start_step_holds_the_cadence_previews_back(tiny_model):
+    """Upstream's rule: cadence previews from sample_start_step on; the step-0 baseline
+    is skip_first_sample's and the last step always previews."""
+    adapter = TinyAdapter(tiny_model)
+    for first, expected in ((True, [0, 4, 6, 7]), (False, [4, 6, 7])):
+        events: list = []
+        settings = LoopSettings(total_steps=7, save_every=100, sample_every=2,
+                                sample_first=first, sample_start=3)
+        train(make_run(tiny_model, adapter, settings, batches(tiny_model, 7), events), 0)
+        assert [e[1] for e in events if e[0] == "sample"] == expected
+
+
 def test_step_generator_depends_on_seed_step_and_micro_only():
     a = torch.randn(4, generator=step_generator(1, 7, 0))
     assert torch.equal(a, torch.randn(4, generator=step_generator(1, 7, 0)))

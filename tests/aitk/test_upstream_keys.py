@@ -77,13 +77,13 @@ def test_switched_off_settings_stay_quiet_and_switched_on_ones_warn_once():
 
 def test_upstream_keys_are_accepted_not_suggested():
     r = raw()
-    proc(r)["sample"]["sample_start_step"] = 100  # once "did you mean 'sample_steps'?"
+    proc(r)["sample"]["guidance_rescale"] = 0.7  # not "did you mean 'guidance_scale'?"
     proc(r)["save"]["save_format"] = "diffusers"
     proc(r)["model"]["layer_offloading"] = True
     loaded = parse(r)
-    assert loaded.warnings == ["config.process[0].sample.sample_start_step: valid upstream "
+    assert loaded.warnings == ["config.process[0].sample.guidance_rescale: valid upstream "
                                "but not acted on by aitk: " + uk.DROPPED[
-                                   ("sample", "sample_start_step")]]
+                                   ("sample", "guidance_rescale")]]
 
 
 def test_a_near_miss_of_an_upstream_key_still_gets_a_suggestion():
@@ -214,13 +214,13 @@ def test_no_reason_is_left_for_a_key_aitk_now_reads():
 
 def test_a_dropped_key_warns_with_its_reason():
     r = raw()
-    proc(r)["train"]["snr_gamma"] = 5.0
-    proc(r)["network"]["pretrained_lora_path"] = "old.safetensors"
+    proc(r)["train"]["learnable_snr_gos"] = True
+    proc(r)["network"]["normalize"] = True
     assert parse(r).warnings == [
-        "config.process[0].network.pretrained_lora_path: valid upstream but not acted on by "
-        "aitk: " + ud.DROPPED[("network", "pretrained_lora_path")],
-        "config.process[0].train.snr_gamma: valid upstream but not acted on by aitk: "
-        + ud.DROPPED[("train", "snr_gamma")]]
+        "config.process[0].network.normalize: valid upstream but not acted on by "
+        "aitk: " + ud.DROPPED[("network", "normalize")],
+        "config.process[0].train.learnable_snr_gos: valid upstream but not acted on by "
+        "aitk: " + ud.DROPPED[("train", "learnable_snr_gos")]]
 
 
 # Issue 24's list of what aitk now trains as upstream does: (section, key, a value that
@@ -241,6 +241,11 @@ TRAINED_NOW = [
     ("datasets", "prior_reg", True), ("datasets", "auto_frame_count", True),
     ("network", "type", "dora"), ("network", "conv", 4), ("network", "conv_alpha", 4),
     ("logging", "use_wandb", True), ("save", "push_to_hub", True),
+    ("train", "min_denoising_steps", 100), ("train", "max_denoising_steps", 800),
+    ("train", "unet_lr", 5e-5), ("sample", "sample_start_step", 100),
+    ("train", "max_loss", 0.5), ("train", "snr_gamma", 5.0),
+    ("network", "pretrained_lora_path", "start.safetensors"),
+    ("model", "lora_path", "fused.safetensors"),
 ]
 
 

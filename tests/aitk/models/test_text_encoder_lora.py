@@ -204,6 +204,12 @@ def test_text_encoder_lr_is_its_groups_rate_on_the_one_schedule(sd1_dir: Path,
     set_lr(optimizer, 4e-4)  # what the loop does at each step (a warmup, a decay)
     assert [g["lr"] for g in optimizer.param_groups] == pytest.approx([4e-4, 1e-4])
     assert groups()[1]["lr_scale"] == 1.0  # unset: lr
+    # unet_lr: the denoiser's adapter at its own rate, the text encoder's kept
+    both = build_optimizer("adamw", groups(unet_lr=5e-4, text_encoder_lr=2.5e-4), 1e-3,
+                           {"weight_decay": 0.0})
+    assert [g["lr"] for g in both.param_groups] == pytest.approx([5e-4, 2.5e-4])
+    set_lr(both, 4e-4)
+    assert [g["lr"] for g in both.param_groups] == pytest.approx([2e-4, 1e-4])
 
 
 def test_low_vram_keeps_a_training_text_encoder_on_the_device(sd1_dir: Path,
