@@ -487,6 +487,22 @@ class DatasetConfig(_Strict):
     token_dropout_rate: Probability = 0.0
     random_triggers: list[str] | str = []  # a list, or a text file with one per line
     random_triggers_max: PositiveInt = 1
+    # Caption text replacements, "from|to" each, applied in order to the caption file's
+    # (or default_caption's) text before the trigger rules (aitk.data.dataset).
+    replacements: list[str] = []
+
+    @field_validator("replacements")
+    @classmethod
+    def _from_bar_to(cls, value: list[str]) -> list[str]:
+        for entry in value:
+            if entry.count("|") != 1 or not entry.split("|")[0]:
+                raise ValueError(f"{entry!r} is not \"from|to\": give the text to replace, "
+                                 "one |, then its replacement (empty to delete it)")
+        return value
+
+    @property
+    def replacement_pairs(self) -> tuple[tuple[str, str], ...]:
+        return tuple((e.split("|")[0], e.split("|")[1]) for e in self.replacements)
 
     @property
     def control_paths(self) -> list[str]:

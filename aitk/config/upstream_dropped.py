@@ -290,7 +290,6 @@ DROPPED: dict[Key, str] = {
     ("datasets", "caption_type"): "upstream's legacy name, read as caption_ext there; set "
     "caption_ext",
     ("datasets", "guidance_type"): "upstream's guidance training, which aitk does not run",
-    ("datasets", "replacements"): f"{_LATER} caption text replacements",
     ("datasets", "extra_values"): _ADAPTER,
     ("datasets", "replay_transforms"): "aitk always gives an image's controls its flips "
     "and bucket crop (upstream's default)",

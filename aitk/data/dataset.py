@@ -1,10 +1,11 @@
 """Image folders with same-name caption files -> training items.
 
-Caption rules (upstream's): `[trigger]` in a caption becomes the trigger word, and the
-trigger word is prepended when the caption does not contain it; a missing caption file
-uses `default_caption` (empty when unset). Unreadable images are skipped. Both are
-reported once each through `report`, and neither stops the job; a dataset with no
-usable image is an error.
+Caption rules (upstream's): the dataset's `replacements` ("from|to") are applied to
+the caption text first (replace_text); then `[trigger]` in a caption becomes the
+trigger word, and the trigger word is prepended when the caption does not contain it;
+a missing caption file uses `default_caption` (empty when unset). Unreadable images
+are skipped. Both are reported once each through `report`, and neither stops the job;
+a dataset with no usable image is an error.
 
 Videos (mp4, webm, mov, mkv) are read when the dataset's `num_frames` is above 1 (a
 video arch; aitk.data.video picks and decodes the frames): each becomes a clip of
@@ -114,6 +115,17 @@ def apply_trigger(caption: str, trigger: str | None, add_if_missing: bool = True
     return caption.strip()
 
 
+Replacement = tuple[str, str]  # (from, to): a dataset's `replacements` entry "from|to"
+
+
+def replace_text(caption: str, replacements: Sequence[Replacement]) -> str:
+    """Upstream's `replacements`: every occurrence of each `from`, in the order given,
+    becomes its `to` (plain text, case-sensitive), before the trigger rules."""
+    for old, new in replacements:
+        caption = caption.replace(old, new)
+    return caption
+
+
 def read_caption(image: Path, caption_ext: str, default_caption: str | None,
                  report: Callable[[str], None]) -> str:
     ext = caption_ext if caption_ext.startswith(".") else f".{caption_ext}"
@@ -177,8 +189,8 @@ def scan_folder(folder: Path, *, caption_ext: str = "txt", default_caption: str 
                 trigger_word: str | None = None, resolutions: Sequence[int] = (512,),
                 divisibility: int = 16, caption_dropout_rate: float = 0.0,
                 num_repeats: int = 1, clip: ClipSpec | None = None,
-                report: Callable[[str], None] = print, add_trigger: bool = True
-                ) -> list[Item]:
+                report: Callable[[str], None] = print, add_trigger: bool = True,
+                replacements: Sequence[Replacement] = ()) -> list[Item]:
     """Every usable (image or video, resolution) pair, repeated `num_repeats` times.
     `clip`: the frame settings of a video arch (None for an image arch)."""
     if not folder.is_dir():
@@ -209,7 +221,8 @@ def scan_folder(folder: Path, *, caption_ext: str = "txt", default_caption: str 
                 Image.DecompressionBombError) as exc:
             report(f"{path}: unreadable image, skipped ({exc.__class__.__name__})")
             continue
-        caption = apply_trigger(read_caption(path, caption_ext, default_caption, report),
+        caption = apply_trigger(replace_text(read_caption(path, caption_ext, default_caption,
+                                                          report), replacements),
                                 trigger_word, add_trigger)
         for res in resolutions:
             bucket = bucket_for(*size, res, divisibility)

@@ -144,7 +144,8 @@ def scan_datasets(proc: TrainingProcess, divisibility: int, report: Callable[[st
                             resolutions=ds.resolutions, divisibility=divisibility,
                             caption_dropout_rate=ds.caption_dropout_rate,
                             num_repeats=ds.num_repeats, clip=clip, report=report,
-                            add_trigger=not ds.is_reg)
+                            add_trigger=not ds.is_reg,
+                            replacements=ds.replacement_pairs)
         found = [dataclasses.replace(item, dataset=i) for item in found]
         items += mirrored(controls.pair_controls(
             found, [Path(p).expanduser() for p in ds.control_paths], report),

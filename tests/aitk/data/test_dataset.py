@@ -17,6 +17,7 @@ from aitk.data.dataset import (
     apply_trigger,
     dropped_captions,
     load_pixels,
+    replace_text,
     scan_folder,
 )
 from aitk.errors import DatasetError
@@ -44,6 +45,35 @@ def test_scan_reads_captions_and_applies_the_trigger(image_folder: Path):
     assert captions == {"a.png": "zz, a red thing", "b.jpg": "zz a green thing",
                         "c.png": "zz, a blue thing"}
     assert {i.path.name: i.bucket for i in items}["a.png"] == (32, 24)
+
+
+def test_replacements_change_the_caption_text_in_order():
+    pairs = [("red", "crimson"), ("crimson thing", "rose"), ("  ", " ")]
+    assert replace_text("a red thing,  red", pairs) == "a rose, crimson"
+    assert replace_text("Red", [("red", "blue")]) == "Red"  # case-sensitive, as upstream
+    assert replace_text("a red thing", [("red ", "")]) == "a thing"
+
+
+def test_a_dataset_trains_with_its_replaced_captions(image_folder: Path):
+    from aitk.config.schema import DatasetConfig
+
+    ds = DatasetConfig(folder_path=str(image_folder),
+                       replacements=["red|crimson", "[trigger]|a photo of [trigger]"])
+    items = scan_folder(image_folder, trigger_word="zz", resolutions=[32], divisibility=8,
+                        replacements=ds.replacement_pairs)
+    captions = {i.path.name: i.caption for i in items}
+    assert captions["a.png"] == "zz, a crimson thing"
+    assert captions["b.jpg"] == "a photo of zz a green thing"  # before the trigger rules
+
+
+@pytest.mark.parametrize("bad", ["red", "a|b|c", "|blue"])
+def test_a_replacement_without_one_bar_is_a_config_error(tmp_path: Path, bad: str):
+    from pydantic import ValidationError
+
+    from aitk.config.schema import DatasetConfig
+
+    with pytest.raises(ValidationError, match="from\\|to"):
+        DatasetConfig(folder_path=str(tmp_path), replacements=[bad])
 
 
 def test_missing_caption_uses_default_and_is_reported_once(image_folder: Path):
