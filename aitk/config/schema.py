@@ -490,6 +490,29 @@ class DatasetConfig(_Strict):
     # Caption text replacements, "from|to" each, applied in order to the caption file's
     # (or default_caption's) text before the trigger rules (aitk.data.dataset).
     replacements: list[str] = []
+    # Cropping and scaling before the bucket (aitk.data.buckets, upstream's keys):
+    # `scale` shrinks each image first (aitk never upscales: at most 1); `square_crop`
+    # trains at a resolution-sided square, centre-cropped; `random_crop` draws the
+    # crop's offset at every draw instead of the centre; `random_scale` draws the zoom
+    # too (and implies random_crop, as upstream). Random crops are encoded per draw.
+    scale: Annotated[float, Field(gt=0.0, le=1.0)] = 1.0
+    square_crop: bool = False
+    random_crop: bool = False
+    random_scale: bool = False
+
+    @property
+    def random_pixels(self) -> bool:
+        """Its pixels differ at every draw: encoded per batch, never from the cache."""
+        return bool(self.augments) or self.random_crop or self.random_scale
+
+    @model_validator(mode="after")
+    def _random_crops_have_no_controls(self) -> DatasetConfig:
+        if (self.random_crop or self.random_scale) and self.control_paths:
+            on = "random_scale" if self.random_scale else "random_crop"
+            raise ValueError(f"{on} crops each image differently at every draw, and its "
+                             "control images are fitted to the bucket's centre; turn "
+                             f"{on} off for a dataset with control_path")
+        return self
 
     @field_validator("replacements")
     @classmethod

@@ -265,8 +265,6 @@ DROPPED: dict[Key, str] = {
     ("datasets", "type"): "aitk's datasets are image and video folders with captions",
     ("datasets", "dataset_path"): "upstream's JSON or folder dataset; aitk reads "
     "folder_path",
-    **_each("datasets", "random_scale random_crop scale square_crop", f"{_LATER} aitk "
-            "resizes to the bucket and centre-crops"),
     **_each("datasets", "buckets bucket_tolerance", "aitk always buckets by aspect ratio at "
             "the arch's size multiple"),
     **_each("datasets", "control_from_same_folder num_controls_from_same_folder controls",

@@ -25,6 +25,8 @@ class DataBatch:
     original_sizes: per item, the source image's (height, width) before the bucket resize;
     crop_coords_top_left: per item, the bucket crop's (top, left) in the resized image.
     SDXL conditions on both (its `time_ids`); None when unknown (no resize, no crop).
+    crops:    per item, the resize and crop its pixels got (aitk.data.buckets.ResizeCrop;
+              a random_crop draw), which its mask follows; None: each item's centre crop.
     items:    the dataset items (aitk.data.dataset.Item) the batch was made from.
     mask:     loss masks (B, 1, H, W) in [0, 1] at the bucket (aitk.data.masks); None when
               no dataset has masks.
@@ -42,6 +44,7 @@ class DataBatch:
     file_paths: list[str] = field(default_factory=list)
     original_sizes: list[tuple[int, int]] | None = None
     crop_coords_top_left: list[tuple[int, int]] | None = None
+    crops: list[Any] | None = None
     items: list[Any] = field(default_factory=list)
     mask: torch.Tensor | None = None
     loss_weights: list[float] | None = None

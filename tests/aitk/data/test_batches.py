@@ -158,3 +158,51 @@ def test_prior_reg_batches_target_the_base_models_prediction(tmp_path: Path,
     assert not torch.allclose(pred, base)
     assert torch.allclose(loss, diffusion_loss(pred, base, schedule.loss_weights(t)))
     assert loss.requires_grad  # the adapter still learns from it
+
+
+def wide_folder(root: Path, name: str, count: int) -> Path:
+    """Images with a left-right and top-bottom gradient, so every crop differs."""
+    import numpy as np
+    from PIL import Image
+
+    (root / name).mkdir(parents=True, exist_ok=True)
+    x = np.linspace(0, 255, 64)[None, :, None]
+    y = np.linspace(0, 255, 32)[:, None, None]
+    for k in range(count):
+        arr = np.concatenate([np.broadcast_to(x, (32, 64, 1)), np.broadcast_to(y, (32, 64, 1)),
+                              np.full((32, 64, 1), 40.0 * k)], axis=2)
+        Image.fromarray(arr.astype("uint8")).save(root / name / f"{k}.png")
+        (root / name / f"{k}.txt").write_text("a thing")
+    return root / name
+
+
+@pytest.mark.parametrize("key", ["random_crop", "random_scale"])
+def test_random_crops_are_drawn_per_draw_from_the_seed_and_resume_exactly(
+        tmp_path: Path, key: str):
+    p = process(tmp_path, [{"folder_path": str(wide_folder(tmp_path, "w", 3)), key: True}],
+                batch_size=1)
+    whole = source(p)
+    expected = [whole.next() for _ in range(9)]
+    crops = [(b.file_paths[0], b.crops[0]) for b in expected]
+    assert len({c for _, c in crops}) > 3  # not the centre every time
+    first = source(p)
+    got = [first.next() for _ in range(4)]
+    resumed = source(p)
+    resumed.load_state_dict(first.state_dict())
+    got += [resumed.next() for _ in range(5)]
+    for a, b in zip(got, expected, strict=True):
+        assert a.crops == b.crops and a.file_paths == b.file_paths
+        assert torch.equal(a.latents, b.latents)  # the same pixels, cropped alike
+        assert a.crop_coords_top_left == [(b.crops[0].top, b.crops[0].left)]
+    other = process(tmp_path, [{"folder_path": str(tmp_path / "w"), key: True}],
+                    batch_size=1, seed=p.train.seed + 1)
+    assert [b.crops for b in (source(other).next() for _ in range(9))] != \
+        [b.crops for b in expected]  # another seed, other crops
+
+
+def test_without_random_crop_every_draw_is_the_centre(tmp_path: Path):
+    p = process(tmp_path, [{"folder_path": str(wide_folder(tmp_path, "w", 2))}],
+                batch_size=1)
+    batch = source(p).next()
+    assert batch.crops is None
+    assert batch.crop_coords_top_left == [(2, 0)]  # 64x32 -> 40x20, bucket 40x16

@@ -211,3 +211,46 @@ def test_bombs_fifos_and_endless_captions_are_reported_once_and_skipped(tmp_path
     assert f"{folder / 'long.txt'}: unreadable caption ({MAX_CAPTION_BYTES + 1} bytes" \
         in reports
     assert len(found["reports"]) == 6 and "Traceback" not in done.stderr
+
+
+def test_a_crop_plan_gives_that_box_of_the_image_and_its_mask(tmp_path: Path):
+    import numpy as np
+
+    from aitk.data.buckets import ResizeCrop
+    from aitk.data.dataset import Item, to_bucket
+    from aitk.data.masks import MaskRule, mask_pixels
+
+    rgb = np.random.default_rng(0).integers(0, 256, (30, 50, 3)).astype(np.uint8)
+    alpha = rgb[:, :, :1]  # the mask is the red channel, so the two must line up
+    path = tmp_path / "a.png"
+    Image.fromarray(np.concatenate([rgb, alpha], axis=2), "RGBA").save(path)
+    plan = ResizeCrop(50, 30, 9, 5, 32, 16)  # no resize: a plain box at (9, 5)
+    with Image.open(path) as img:
+        pixels = to_bucket(img, (32, 16), plan=plan)
+        item = Item(path, "", (50, 30), (32, 16))
+        mask = mask_pixels(img, item, MaskRule(alpha=True), plan)
+    box = rgb[5:21, 9:41].astype(np.float32)
+    assert np.allclose(pixels.permute(1, 2, 0).numpy(), box / 127.5 - 1.0, atol=1e-5)
+    assert np.allclose(mask[0].numpy(), box[:, :, 0] / 255.0, atol=1e-6)
+
+
+def test_scale_and_square_crop_set_the_bucket_at_scan(image_folder: Path):
+    items = scan_folder(image_folder, resolutions=[64], divisibility=8, scale=0.5)
+    assert {i.path.name: i.bucket for i in items}["a.png"] == (32, 24)
+    items = scan_folder(image_folder, resolutions=[40], divisibility=8, square_crop=True)
+    assert {i.bucket for i in items} == {(40, 40)}
+    assert load_pixels(items[0]).shape == (3, 40, 40)
+
+
+@pytest.mark.parametrize(("keys", "message"), [
+    ({"scale": 1.5}, "less than or equal to 1"),
+    ({"scale": 0}, "greater than 0"),
+    ({"random_crop": True, "control_path": "c"}, "turn random_crop off"),
+    ({"random_scale": True, "control_path_1": "c"}, "turn random_scale off")])
+def test_crop_keys_refuse_what_aitk_cannot_do(tmp_path: Path, keys: dict, message: str):
+    from pydantic import ValidationError
+
+    from aitk.config.schema import DatasetConfig
+
+    with pytest.raises(ValidationError, match=message):
+        DatasetConfig(folder_path=str(tmp_path), **keys)
