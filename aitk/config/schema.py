@@ -495,6 +495,9 @@ class DatasetConfig(_Strict):
     # trains at a resolution-sided square, centre-cropped; `random_crop` draws the
     # crop's offset at every draw instead of the centre; `random_scale` draws the zoom
     # too (and implies random_crop, as upstream). Random crops are encoded per draw.
+    # The adapter's multiplier for this dataset's batches (upstream's): 0 trains them
+    # through the base model alone, 0.5 at half the adapter's change.
+    network_weight: float = 1.0
     scale: Annotated[float, Field(gt=0.0, le=1.0)] = 1.0
     square_crop: bool = False
     random_crop: bool = False
@@ -562,6 +565,16 @@ class TrainingProcess(_Strict):
     @property
     def full_fine_tune(self) -> bool:
         return self.network is None
+
+    @model_validator(mode="after")
+    def _network_weight_needs_an_adapter(self) -> TrainingProcess:
+        weighted = [i for i, ds in enumerate(self.datasets) if ds.network_weight != 1.0]
+        if weighted and (self.full_fine_tune or getattr(self, "slider", None) is not None):
+            what = "a full fine-tune has no adapter" if self.full_fine_tune else \
+                "a slider sets its adapter's multipliers itself"
+            raise ValueError(f"datasets[{weighted[0]}].network_weight scales the adapter "
+                             f"for that dataset's batches, but {what}; remove it")
+        return self
 
 
 class ProcessConfig(TrainingProcess):

@@ -294,7 +294,6 @@ DROPPED: dict[Key, str] = {
     ("datasets", "do_i2v"): "image-to-video training on a model that does both; aitk's i2v "
     "archs are their own arch ids",
     **_each("datasets", "do_audio audio_preserve_pitch audio_normalize", _AUDIO),
-    ("datasets", "network_weight"): f"{_LATER} a per-dataset adapter strength",
     # ---- the other job kinds --------------------------------------------------------
     **_each("slider", "prompt_file prompt_tensors", "upstream's prompt files for sliders; "
             "aitk reads the targets' prompts"),

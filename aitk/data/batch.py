@@ -33,6 +33,8 @@ class DataBatch:
     loss_weights: per item, how much its loss counts (a dataset's `loss_multiplier`,
     times `train.reg_weight` for a regularization dataset); None: all 1.
     prior_reg: a `prior_reg` dataset's batch: the target is the base model's prediction.
+    network_weight: its dataset's `network_weight`: the adapter's strength for this batch
+    (aitk.run.objectives.network_weight).
     """
 
     captions: list[str]
@@ -49,6 +51,7 @@ class DataBatch:
     mask: torch.Tensor | None = None
     loss_weights: list[float] | None = None
     prior_reg: bool = False
+    network_weight: float = 1.0
 
     def weigh(self, weights: torch.Tensor | None) -> torch.Tensor | None:
         """Per-item loss weights (B,): the schedule's `weights` times `loss_weights`."""

@@ -48,6 +48,7 @@ class DatasetRules:
     is_reg: bool = False
     prior_reg: bool = False
     loss_weight: float = 1.0  # loss_multiplier, times reg_weight for a reg dataset
+    network_weight: float = 1.0  # the adapter's strength for its batches
 
 
 class BatchSource:
@@ -133,7 +134,8 @@ class BatchSource:
                          items=items,
                          loss_weights=None if rules.loss_weight == 1.0 else
                          [rules.loss_weight] * len(items),
-                         prior_reg=rules.prior_reg)
+                         prior_reg=rules.prior_reg,
+                         network_weight=rules.network_weight)
 
     def _plan(self, item: Item, rules: DatasetRules, stream: int, epoch: int, index: int,
               position: int) -> ResizeCrop:

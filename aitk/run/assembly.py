@@ -198,6 +198,7 @@ def dataset_rules(proc: TrainingProcess, vary_captions: bool) -> list[DatasetRul
                                 random_crop=ds.random_crop or ds.random_scale,
                                 random_scale=ds.random_scale,
                                 is_reg=ds.is_reg, prior_reg=ds.prior_reg,
+                                network_weight=ds.network_weight,
                                 loss_weight=weight))
     return out
 
