@@ -307,8 +307,6 @@ DROPPED: dict[Key, str] = {
             "prompt to every text encoder"),
     ("generate.generate", "guidance_rescale"): "the CFG rescale of SD-era pipelines; aitk "
     "uses plain CFG",
-    **_each("generate.generate", "random_prompts max_random_per_prompt max_images shuffle",
-            f"{_LATER} aitk generates each prompt num_repeats times in order"),
 }
 
 TABLES: dict[str, dict[Key, str]] = {
