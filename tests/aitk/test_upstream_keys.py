@@ -239,6 +239,9 @@ TRAINED_NOW = [
     ("datasets", "token_dropout_rate", 0.2), ("datasets", "random_triggers", ["sks"]),
     ("datasets", "batch_size", 2), ("datasets", "is_reg", True),
     ("datasets", "prior_reg", True), ("datasets", "auto_frame_count", True),
+    ("datasets", "replacements", ["red|crimson"]), ("datasets", "scale", 0.5),
+    ("datasets", "square_crop", True), ("datasets", "random_crop", True),
+    ("datasets", "random_scale", True), ("datasets", "network_weight", 0.5),
     ("network", "type", "dora"), ("network", "conv", 4), ("network", "conv_alpha", 4),
     ("logging", "use_wandb", True), ("save", "push_to_hub", True),
 ]
