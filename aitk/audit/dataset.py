@@ -49,6 +49,8 @@ class DatasetOptions:
     default_caption: str | None = None
     quick: bool = False
     videos: bool = False  # num_frames > 1: video files are training files too
+    scale: float = 1.0  # the dataset's `scale` and `square_crop` (aitk.data.buckets)
+    square_crop: bool = False
 
 
 @dataclass
@@ -226,7 +228,7 @@ def _size_findings(opts: DatasetOptions, scan: _Scan) -> dict[str, object]:
         counts: Counter[str] = Counter()
         for image in sized:
             w, h = image.size  # type: ignore[misc]
-            bucket = bucket_for(w, h, res, div)
+            bucket = bucket_for(w, h, res, div, opts.scale, opts.square_crop)
             if bucket is None:
                 scan.findings.append(error(image.rel, f"{w}x{h} is smaller than one "
                                                       f"{div}px cell at resolution {res}: "

@@ -97,7 +97,8 @@ def _datasets(where: str, proc: TrainingProcess, loaded: LoadedConfig) -> list[F
         report = audit_dataset(DatasetOptions(
             Path(ds.folder_path).expanduser(), controls=controls, resolutions=ds.resolutions,
             arch=proc.model.arch, caption_ext=ds.caption_ext,
-            default_caption=ds.default_caption, quick=True, videos=ds.num_frames > 1))
+            default_caption=ds.default_caption, quick=True, videos=ds.num_frames > 1,
+            scale=ds.scale, square_crop=ds.square_crop))
         out += _summarised(f"{path}.folder_path", report.findings)
     return out
 

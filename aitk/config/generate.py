@@ -16,6 +16,10 @@ at given weights, into a folder of images (aitk.jobs.generate).
             guidance_scale: 7
             sample_steps: 20
             ext: .png                # .png, .jpg, .jpeg, .webp
+            random_prompts: false    # true: max_images prompts of random picks
+            max_random_per_prompt: 1 #   each joins 1..this many listed prompts
+            max_images: 10000
+            shuffle: false           # true: the prompts in a seeded random order
             prompt_file: false       # true: a .txt with the prompt beside each image
             prompts:                 # or the path of a text file, one prompt a line
               - "photo of batman"
@@ -56,6 +60,13 @@ class GenerateSettings(_Strict):
     ext: str = "png"
     prompt_file: bool = False
     num_repeats: PositiveInt = 1
+    # Upstream's prompt list changes (aitk.jobs.generate.prompt_list): random_prompts
+    # makes max_images prompts, each 1..max_random_per_prompt listed prompts drawn at
+    # random and joined by ", "; shuffle shuffles the list once. Seeded by `seed`.
+    random_prompts: bool = False
+    max_random_per_prompt: PositiveInt = 1
+    max_images: PositiveInt = 10000  # upstream reads it with random_prompts only
+    shuffle: bool = False
     # Video archs: frames per clip and its playback rate (aitk; upstream's --frames).
     num_frames: PositiveInt = 1
     fps: PositiveInt = 16

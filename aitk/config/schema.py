@@ -532,6 +532,48 @@ class DatasetConfig(_Strict):
     token_dropout_rate: Probability = 0.0
     random_triggers: list[str] | str = []  # a list, or a text file with one per line
     random_triggers_max: PositiveInt = 1
+    # Caption text replacements, "from|to" each, applied in order to the caption file's
+    # (or default_caption's) text before the trigger rules (aitk.data.dataset).
+    replacements: list[str] = []
+    # Cropping and scaling before the bucket (aitk.data.buckets, upstream's keys):
+    # `scale` shrinks each image first (aitk never upscales: at most 1); `square_crop`
+    # trains at a resolution-sided square, centre-cropped; `random_crop` draws the
+    # crop's offset at every draw instead of the centre; `random_scale` draws the zoom
+    # too (and implies random_crop, as upstream). Random crops are encoded per draw.
+    # The adapter's multiplier for this dataset's batches (upstream's): 0 trains them
+    # through the base model alone, 0.5 at half the adapter's change.
+    network_weight: float = 1.0
+    scale: Annotated[float, Field(gt=0.0, le=1.0)] = 1.0
+    square_crop: bool = False
+    random_crop: bool = False
+    random_scale: bool = False
+
+    @property
+    def random_pixels(self) -> bool:
+        """Its pixels differ at every draw: encoded per batch, never from the cache."""
+        return bool(self.augments) or self.random_crop or self.random_scale
+
+    @model_validator(mode="after")
+    def _random_crops_have_no_controls(self) -> DatasetConfig:
+        if (self.random_crop or self.random_scale) and self.control_paths:
+            on = "random_scale" if self.random_scale else "random_crop"
+            raise ValueError(f"{on} crops each image differently at every draw, and its "
+                             "control images are fitted to the bucket's centre; turn "
+                             f"{on} off for a dataset with control_path")
+        return self
+
+    @field_validator("replacements")
+    @classmethod
+    def _from_bar_to(cls, value: list[str]) -> list[str]:
+        for entry in value:
+            if entry.count("|") != 1 or not entry.split("|")[0]:
+                raise ValueError(f"{entry!r} is not \"from|to\": give the text to replace, "
+                                 "one |, then its replacement (empty to delete it)")
+        return value
+
+    @property
+    def replacement_pairs(self) -> tuple[tuple[str, str], ...]:
+        return tuple((e.split("|")[0], e.split("|")[1]) for e in self.replacements)
 
     @property
     def control_paths(self) -> list[str]:
@@ -568,6 +610,16 @@ class TrainingProcess(_Strict):
     @property
     def full_fine_tune(self) -> bool:
         return self.network is None
+
+    @model_validator(mode="after")
+    def _network_weight_needs_an_adapter(self) -> TrainingProcess:
+        weighted = [i for i, ds in enumerate(self.datasets) if ds.network_weight != 1.0]
+        if weighted and (self.full_fine_tune or getattr(self, "slider", None) is not None):
+            what = "a full fine-tune has no adapter" if self.full_fine_tune else \
+                "a slider sets its adapter's multipliers itself"
+            raise ValueError(f"datasets[{weighted[0]}].network_weight scales the adapter "
+                             f"for that dataset's batches, but {what}; remove it")
+        return self
 
 
 class ProcessConfig(TrainingProcess):

@@ -252,8 +252,6 @@ DROPPED: dict[Key, str] = {
     ("datasets", "type"): "aitk's datasets are image and video folders with captions",
     ("datasets", "dataset_path"): "upstream's JSON or folder dataset; aitk reads "
     "folder_path",
-    **_each("datasets", "random_scale random_crop scale square_crop", f"{_LATER} aitk "
-            "resizes to the bucket and centre-crops"),
     **_each("datasets", "buckets bucket_tolerance", "aitk always buckets by aspect ratio at "
             "the arch's size multiple"),
     **_each("datasets", "control_from_same_folder num_controls_from_same_folder controls",
@@ -277,14 +275,12 @@ DROPPED: dict[Key, str] = {
     ("datasets", "caption_type"): "upstream's legacy name, read as caption_ext there; set "
     "caption_ext",
     ("datasets", "guidance_type"): "upstream's guidance training, which aitk does not run",
-    ("datasets", "replacements"): f"{_LATER} caption text replacements",
     ("datasets", "extra_values"): _ADAPTER,
     ("datasets", "replay_transforms"): "aitk always gives an image's controls its flips "
     "and bucket crop (upstream's default)",
     ("datasets", "do_i2v"): "image-to-video training on a model that does both; aitk's i2v "
     "archs are their own arch ids",
     **_each("datasets", "do_audio audio_preserve_pitch audio_normalize", _AUDIO),
-    ("datasets", "network_weight"): f"{_LATER} a per-dataset adapter strength",
     # ---- the other job kinds --------------------------------------------------------
     **_each("slider", "prompt_file prompt_tensors", "upstream's prompt files for sliders; "
             "aitk reads the targets' prompts"),
@@ -298,8 +294,6 @@ DROPPED: dict[Key, str] = {
             "prompt to every text encoder"),
     ("generate.generate", "guidance_rescale"): "the CFG rescale of SD-era pipelines; aitk "
     "uses plain CFG",
-    **_each("generate.generate", "random_prompts max_random_per_prompt max_images shuffle",
-            f"{_LATER} aitk generates each prompt num_repeats times in order"),
 }
 
 TABLES: dict[str, dict[Key, str]] = {

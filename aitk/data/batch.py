@@ -25,6 +25,8 @@ class DataBatch:
     original_sizes: per item, the source image's (height, width) before the bucket resize;
     crop_coords_top_left: per item, the bucket crop's (top, left) in the resized image.
     SDXL conditions on both (its `time_ids`); None when unknown (no resize, no crop).
+    crops:    per item, the resize and crop its pixels got (aitk.data.buckets.ResizeCrop;
+              a random_crop draw), which its mask follows; None: each item's centre crop.
     items:    the dataset items (aitk.data.dataset.Item) the batch was made from.
     mask:     loss masks (B, 1, H, W) in [0, 1] at the bucket (aitk.data.masks); None when
               no dataset has masks.
@@ -34,6 +36,8 @@ class DataBatch:
     audio_latents: archs that train sound (`do_audio`): per item, its soundtrack's
     latents (BaseModel.encode_audio) or None for a clip without one (it trains video
     only); None when no item of the batch has sound.
+    network_weight: its dataset's `network_weight`: the adapter's strength for this batch
+    (aitk.run.objectives.network_weight).
     """
 
     captions: list[str]
@@ -45,11 +49,13 @@ class DataBatch:
     file_paths: list[str] = field(default_factory=list)
     original_sizes: list[tuple[int, int]] | None = None
     crop_coords_top_left: list[tuple[int, int]] | None = None
+    crops: list[Any] | None = None
     items: list[Any] = field(default_factory=list)
     mask: torch.Tensor | None = None
     loss_weights: list[float] | None = None
     prior_reg: bool = False
     audio_latents: list[torch.Tensor | None] | None = None
+    network_weight: float = 1.0
 
     def weigh(self, weights: torch.Tensor | None) -> torch.Tensor | None:
         """Per-item loss weights (B,): the schedule's `weights` times `loss_weights`."""

@@ -11,9 +11,10 @@ them; their loss counts `train.reg_weight` times (times the dataset's
 own prediction (the adapter switched off) instead of the usual target, which keeps the
 adapter from changing what the model does for them (aitk.run.train).
 
-Every draw (order, caption dropout, caption changes, augments, which source a step uses)
-is keyed by the seed and the position in the order, and the position is all the state,
-so a resumed run draws exactly what an uninterrupted one would.
+Every draw (order, caption dropout, caption changes, augments, random crops, which
+source a step uses) is keyed by the seed and the position in the order, and the
+position is all the state, so a resumed run draws exactly what an uninterrupted one
+would.
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ import torch
 
 from aitk.data.augment import augment
 from aitk.data.batch import DataBatch
-from aitk.data.buckets import BatchSampler, Group, resize_crop
+from aitk.data.buckets import BatchSampler, Group, ResizeCrop, random_resize_crop, resize_crop
 from aitk.data.captions import CaptionRules, vary_batch
 from aitk.data.controls import ControlEmbeds, control_batch
 from aitk.data.dataset import DatasetError, Item, dropped_captions, load_pixels
@@ -42,9 +43,12 @@ class DatasetRules:
     batch_size: int = 1
     captions: CaptionRules = field(default_factory=CaptionRules)
     augments: tuple[str, ...] = ()
+    random_crop: bool = False  # random_crop (or random_scale): a crop drawn per draw
+    random_scale: bool = False  # and the zoom drawn too
     is_reg: bool = False
     prior_reg: bool = False
     loss_weight: float = 1.0  # loss_multiplier, times reg_weight for a reg dataset
+    network_weight: float = 1.0  # the adapter's strength for its batches
 
 
 class BatchSource:
@@ -108,18 +112,19 @@ class BatchSource:
         captions = ["" if d else i.caption for d, i in zip(drops, items, strict=True)]
         captions = vary_batch(captions, [rules.captions] * len(items), self.seed, stream,
                               epoch, index)
-        if self._latents is not None and not rules.augments:
+        plans = [self._plan(item, rules, stream, epoch, index, k)
+                 for k, item in enumerate(items)]
+        if self._latents is not None and not rules.augments and not rules.random_crop:
             latents = self._latents(items)
         else:
             with torch.no_grad():
                 latents = self._encode(torch.stack([
-                    load_pixels(item, self._augmenter(rules, stream, epoch, index, k))
-                    for k, item in enumerate(items)]))
+                    load_pixels(item, self._augmenter(rules, stream, epoch, index, k), plan)
+                    for k, (item, plan) in enumerate(zip(items, plans, strict=True))]))
         sounds = None
         if self._audio is not None and any(i.audio is not None for i in items):
             sounds = [self._audio(i) for i in items]
             sounds = sounds if any(s is not None for s in sounds) else None
-        plans = [resize_crop(*i.size, i.bucket) for i in items]
         controls = control_batch(items)
         if controls is not None and self._control_embeds is not None:
             prompt_embeds = self._control_embeds(captions, items, controls)
@@ -131,10 +136,21 @@ class BatchSource:
                          file_paths=[str(i.path) for i in items],
                          original_sizes=[(i.size[1], i.size[0]) for i in items],
                          crop_coords_top_left=[(p.top, p.left) for p in plans],
+                         crops=plans if rules.random_crop else None,
                          items=items,
                          loss_weights=None if rules.loss_weight == 1.0 else
                          [rules.loss_weight] * len(items),
-                         prior_reg=rules.prior_reg, audio_latents=sounds)
+                         prior_reg=rules.prior_reg, audio_latents=sounds,
+                         network_weight=rules.network_weight)
+
+    def _plan(self, item: Item, rules: DatasetRules, stream: int, epoch: int, index: int,
+              position: int) -> ResizeCrop:
+        """The item's resize and crop for this draw: the centre, or a random_crop draw
+        keyed by (seed, stream, epoch, batch, position) -- resumable."""
+        if not rules.random_crop:
+            return resize_crop(*item.size, item.bucket)
+        rng = np.random.default_rng([self.seed, stream, epoch, index, position, 17])
+        return random_resize_crop(*item.size, item.bucket, rng, rules.random_scale)
 
     def _augmenter(self, rules: DatasetRules, stream: int, epoch: int, index: int,
                    position: int) -> Callable | None:

@@ -12,6 +12,7 @@ import math
 from collections import defaultdict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 Size = tuple[int, int]  # (width, height)
 # What batches together: (dataset, width, height, frames); frames 0 for an image arch.
@@ -21,11 +22,23 @@ Group = tuple[int, ...]
 BatchSize = int | Callable[[Group], int]  # one for all, or per group (per dataset)
 
 
-def bucket_for(width: int, height: int, resolution: int, divisibility: int) -> Size | None:
-    """The training size for an image, or None when it is smaller than one cell."""
-    scale = min(1.0, math.sqrt(resolution * resolution / (width * height)))
-    bw = int(width * scale) // divisibility * divisibility
-    bh = int(height * scale) // divisibility * divisibility
+def bucket_for(width: int, height: int, resolution: int, divisibility: int,
+               scale: float = 1.0, square: bool = False) -> Size | None:
+    """The training size for an image, or None when it is smaller than one cell.
+
+    Upstream's dataset keys: `scale` (<= 1) shrinks the image before it is bucketed, so
+    an image whose scaled area is under resolution^2 trains at its scaled size;
+    `square` (square_crop) trains at a square of side resolution (or the scaled short
+    side, when smaller: aitk never upscales), which resize_crop centre-crops."""
+    width, height = int(width * scale), int(height * scale)
+    if width < 1 or height < 1:
+        return None
+    if square:
+        side = min(resolution, width, height) // divisibility * divisibility
+        return (side, side) if side >= divisibility else None
+    fit = min(1.0, math.sqrt(resolution * resolution / (width * height)))
+    bw = int(width * fit) // divisibility * divisibility
+    bh = int(height * fit) // divisibility * divisibility
     if bw < divisibility or bh < divisibility:
         return None
     return bw, bh
@@ -49,6 +62,27 @@ def resize_crop(width: int, height: int, bucket: Size) -> ResizeCrop:
     rw = min(width, max(bw, round(width * scale)))
     rh = min(height, max(bh, round(height * scale)))
     return ResizeCrop(rw, rh, (rw - bw) // 2, (rh - bh) // 2, bw, bh)
+
+
+def random_resize_crop(width: int, height: int, bucket: Size, rng: Any,
+                       rescale: bool = False) -> ResizeCrop:
+    """One draw of upstream's `random_crop`: the bucket's crop at a random offset in the
+    resized image instead of its centre. With `rescale` (`random_scale`, which implies
+    random_crop, as upstream) the resize is drawn too: the short side a random whole
+    number of pixels from the smallest that covers the bucket to the image's own (never
+    upscaled), so the crop sees a random zoom of the image. `rng`: a numpy Generator."""
+    plan = resize_crop(width, height, bucket)
+    bw, bh = bucket
+    rw, rh = plan.resize_w, plan.resize_h
+    if rescale:
+        short = min(width, height)
+        low = min(short, math.ceil(short * max(bw / width, bh / height)))
+        factor = int(rng.integers(low, short + 1)) / short
+        rw = min(width, max(bw, round(width * factor)))
+        rh = min(height, max(bh, round(height * factor)))
+    left = int(rng.integers(0, rw - bw + 1))
+    top = int(rng.integers(0, rh - bh + 1))
+    return ResizeCrop(rw, rh, left, top, bw, bh)
 
 
 def epoch_batches(buckets: Sequence[Group], batch_size: BatchSize, seed: int,

@@ -1,10 +1,11 @@
 """Image folders with same-name caption files -> training items.
 
-Caption rules (upstream's): `[trigger]` in a caption becomes the trigger word, and the
-trigger word is prepended when the caption does not contain it; a missing caption file
-uses `default_caption` (empty when unset). Unreadable images are skipped. Both are
-reported once each through `report`, and neither stops the job; a dataset with no
-usable image is an error.
+Caption rules (upstream's): the dataset's `replacements` ("from|to") are applied to
+the caption text first (replace_text); then `[trigger]` in a caption becomes the
+trigger word, and the trigger word is prepended when the caption does not contain it;
+a missing caption file uses `default_caption` (empty when unset). Unreadable images
+are skipped. Both are reported once each through `report`, and neither stops the job;
+a dataset with no usable image is an error.
 
 Videos (mp4, webm, mov, mkv) are read when the dataset's `num_frames` is above 1 (a
 video arch; aitk.data.video picks and decodes the frames): each becomes a clip of
@@ -39,7 +40,7 @@ from PIL import Image, ImageOps, UnidentifiedImageError
 
 from aitk.data.audio import AudioSpan, clip_span
 from aitk.data.augment import flip
-from aitk.data.buckets import Size, bucket_for, resize_crop
+from aitk.data.buckets import ResizeCrop, Size, bucket_for, resize_crop
 from aitk.data.folders import folder_entries
 from aitk.data.formats import IMAGE_EXTENSIONS, TRIGGER_TAG, VIDEO_EXTENSIONS
 from aitk.data.video import (
@@ -118,6 +119,17 @@ def apply_trigger(caption: str, trigger: str | None, add_if_missing: bool = True
     return caption.strip()
 
 
+Replacement = tuple[str, str]  # (from, to): a dataset's `replacements` entry "from|to"
+
+
+def replace_text(caption: str, replacements: Sequence[Replacement]) -> str:
+    """Upstream's `replacements`: every occurrence of each `from`, in the order given,
+    becomes its `to` (plain text, case-sensitive), before the trigger rules."""
+    for old, new in replacements:
+        caption = caption.replace(old, new)
+    return caption
+
+
 def read_caption(image: Path, caption_ext: str, default_caption: str | None,
                  report: Callable[[str], None]) -> str:
     ext = caption_ext if caption_ext.startswith(".") else f".{caption_ext}"
@@ -188,10 +200,12 @@ def scan_folder(folder: Path, *, caption_ext: str = "txt", default_caption: str 
                 trigger_word: str | None = None, resolutions: Sequence[int] = (512,),
                 divisibility: int = 16, caption_dropout_rate: float = 0.0,
                 num_repeats: int = 1, clip: ClipSpec | None = None,
-                report: Callable[[str], None] = print, add_trigger: bool = True
-                ) -> list[Item]:
+                report: Callable[[str], None] = print, add_trigger: bool = True,
+                replacements: Sequence[Replacement] = (), scale: float = 1.0,
+                square_crop: bool = False) -> list[Item]:
     """Every usable (image or video, resolution) pair, repeated `num_repeats` times.
-    `clip`: the frame settings of a video arch (None for an image arch)."""
+    `clip`: the frame settings of a video arch (None for an image arch); `scale` and
+    `square_crop`: the dataset's keys (aitk.data.buckets.bucket_for)."""
     if not folder.is_dir():
         raise DatasetError(f"dataset folder {folder} does not exist")
     takes_videos = clip is not None and (clip.num_frames > 1 or clip.auto)
@@ -221,13 +235,15 @@ def scan_folder(folder: Path, *, caption_ext: str = "txt", default_caption: str 
                 Image.DecompressionBombError) as exc:
             report(f"{path}: unreadable image, skipped ({exc.__class__.__name__})")
             continue
-        caption = apply_trigger(read_caption(path, caption_ext, default_caption, report),
+        caption = apply_trigger(replace_text(read_caption(path, caption_ext, default_caption,
+                                                          report), replacements),
                                 trigger_word, add_trigger)
         for res in resolutions:
-            bucket = bucket_for(*size, res, divisibility)
+            bucket = bucket_for(*size, res, divisibility, scale, square_crop)
             if bucket is None:
-                report(f"{path}: {size[0]}x{size[1]} is smaller than one "
-                       f"{divisibility}px cell; skipped")
+                report(f"{path}: {size[0]}x{size[1]}"
+                       + (f" at scale {scale:g}" if scale != 1.0 else "")
+                       + f" is smaller than one {divisibility}px cell; skipped")
                 break
             items += [Item(path, caption, size, bucket, caption_dropout_rate,
                            frames, audio=span)] * num_repeats
@@ -242,11 +258,13 @@ Augment = Callable[[Image.Image], Image.Image]
 
 
 def to_bucket(img: Image.Image, bucket: Size, flips: tuple[bool, bool] = (False, False),
-              augment: Augment | None = None) -> torch.Tensor:
+              augment: Augment | None = None, plan: ResizeCrop | None = None
+              ) -> torch.Tensor:
     """(3, H, W) float32 in [-1, 1] at `bucket`: flipped (as upstream, before the
-    resize), resized down (Lanczos), centre-cropped, then `augment`ed."""
+    resize), resized down (Lanczos), cropped (`plan`, a random_crop draw; None: the
+    centre), then `augment`ed."""
     img = flip(img.convert("RGB"), *flips)
-    plan = resize_crop(img.width, img.height, bucket)
+    plan = plan or resize_crop(img.width, img.height, bucket)
     if (plan.resize_w, plan.resize_h) != img.size:
         img = img.resize((plan.resize_w, plan.resize_h), Image.Resampling.LANCZOS)
     img = img.crop((plan.left, plan.top, plan.left + plan.width, plan.top + plan.height))
@@ -256,17 +274,20 @@ def to_bucket(img: Image.Image, bucket: Size, flips: tuple[bool, bool] = (False,
     return torch.from_numpy(arr).permute(2, 0, 1) / 127.5 - 1.0
 
 
-def load_pixels(item: Item, augment: Augment | None = None) -> torch.Tensor:
+def load_pixels(item: Item, augment: Augment | None = None, plan: ResizeCrop | None = None
+                ) -> torch.Tensor:
     """The item at its bucket, in [-1, 1]: (3, H, W) for an image arch, (3, F, H, W) for
-    a video arch (a video's chosen frames; an image as one frame)."""
+    a video arch (a video's chosen frames, all cropped by the one `plan`; an image as
+    one frame)."""
     if is_video(item.path):
         assert item.frames is not None
         with open_input(item.path, MAX_VIDEO_BYTES) as fh:
-            frames = [to_bucket(f, item.bucket, item.flips)
+            frames = [to_bucket(f, item.bucket, item.flips, plan=plan)
                       for f in read_frames(fh, item.frames, MAX_IMAGE_PIXELS)]
         return torch.stack(frames, dim=1)
     with open_image(item.path) as img:
-        pixels = to_bucket(ImageOps.exif_transpose(img), item.bucket, item.flips, augment)
+        pixels = to_bucket(ImageOps.exif_transpose(img), item.bucket, item.flips, augment,
+                           plan)
     return pixels if item.frames is None else pixels.unsqueeze(1)
 
 

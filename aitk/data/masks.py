@@ -34,7 +34,7 @@ import torch.nn.functional as F
 from PIL import Image, ImageOps
 
 from aitk.data.augment import flip
-from aitk.data.buckets import resize_crop
+from aitk.data.buckets import ResizeCrop, resize_crop
 from aitk.data.controls import UNREADABLE, index_folder
 from aitk.data.dataset import Item, open_image
 
@@ -60,13 +60,15 @@ class MaskRule:
                    float(getattr(dataset, "mask_min_value", 0.0) or 0.0))
 
 
-def mask_pixels(image: Image.Image, item: Item, rule: MaskRule) -> torch.Tensor:
+def mask_pixels(image: Image.Image, item: Item, rule: MaskRule,
+                plan: ResizeCrop | None = None) -> torch.Tensor:
     """(1, H, W) float32 in [0, 1] at the item's bucket, from an open mask (or, with
-    `alpha`, the open training image)."""
+    `alpha`, the open training image), resized and cropped by its image's `plan` (None:
+    the centre crop)."""
     image = ImageOps.exif_transpose(image)
     gray = image.getchannel("A") if rule.alpha else image.convert("L")
     gray = flip(gray, *item.flips)  # a flip_x/flip_y copy: as its pixels, before the resize
-    plan = resize_crop(*item.size, item.bucket)
+    plan = plan or resize_crop(*item.size, item.bucket)
     if gray.size != (plan.resize_w, plan.resize_h):
         gray = gray.resize((plan.resize_w, plan.resize_h), Image.Resampling.BILINEAR)
     gray = gray.crop((plan.left, plan.top, plan.left + plan.width, plan.top + plan.height))
@@ -126,7 +128,7 @@ class Masks:
             return None
         return source
 
-    def load(self, item: Item) -> torch.Tensor:
+    def load(self, item: Item, plan: ResizeCrop | None = None) -> torch.Tensor:
         """(1, H, W) at the item's bucket; ones when it has no (readable) mask."""
         w, h = item.bucket
         source, rule = self.sources.get((item.dataset, item.path)), self._rule(item)
@@ -134,7 +136,7 @@ class Masks:
             return torch.ones(1, h, w)
         try:
             with open_image(source) as img:
-                return mask_pixels(img, item, rule)
+                return mask_pixels(img, item, rule, plan)
         except UNREADABLE as exc:  # changed since the start: the same report, once
             self.report(f"{source}: unreadable mask ({exc.__class__.__name__}); "
                         f"{item.path.name} trained unmasked")
@@ -144,7 +146,9 @@ class Masks:
     def attach(self, batch: Any) -> Any:
         """The batch with `mask` (B, 1, H, W) set from its items."""
         if self.active and batch.items:
-            batch.mask = torch.stack([self.load(i) for i in batch.items])
+            plans = batch.crops or [None] * len(batch.items)
+            batch.mask = torch.stack([self.load(i, p) for i, p in zip(batch.items, plans,
+                                                                       strict=True)])
         return batch
 
 

@@ -4,6 +4,8 @@ with LoRAs at given weights (aitk.adapters.hooks), into a folder of images.
 Each image is one (prompt, seed): the prompt's flags (aitk.config.prompt_flags) over the
 `generate:` defaults. Seed -1 draws a random seed for the image, which its name and
 metadata record, so any image can be made again; repeats (`num_repeats`) take seed + r.
+`random_prompts` / `max_random_per_prompt` / `max_images` / `shuffle` change the prompt
+list first (prompt_list, seeded by `seed`).
 Images are named `NNNN_<prompt words>_<seed>.<ext>` and carry the settings that made
 them: PNG text (`parameters`, as other tools show them, and `aitk` as JSON) and, for
 every format, EXIF ImageDescription (the JSON) and Software (aitk's mark: a file at one
@@ -21,13 +23,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TextIO
 
+import numpy as np
 import torch
 from PIL import Image
 
-from aitk.config.generate import GenerateProcess
+from aitk.config.generate import GenerateProcess, GenerateSettings
 from aitk.config.loading import LoadedConfig
 from aitk.config.prompt_flags import parse_prompt
 from aitk.config.schema import ModelConfig
+from aitk.errors import PromptFlagError
 from aitk.models.base import GenerateImageConfig
 from aitk.run import distributed
 from aitk.run.ownership import image_is_ours, image_mark
@@ -55,6 +59,32 @@ def slug(prompt: str, limit: int = 48) -> str:
     """The prompt's words as a file-name part: lowercase letters and digits, `-`."""
     words = re.sub(r"[^a-z0-9]+", "-", prompt.lower()).strip("-")
     return words[:limit].rstrip("-") or "empty"
+
+
+def prompt_list(prompts: list[str], g: GenerateSettings) -> list[str]:
+    """The prompts the job makes, before its repeats (upstream's GenerateConfig):
+    `random_prompts`: `max_images` prompts, each 1 to `max_random_per_prompt` of the
+    listed prompts drawn with replacement and joined by ", "; then `shuffle`: the list
+    in a random order. Draws come from `seed` (-1: fresh ones, as upstream), so a job
+    with a seed makes the same list every time."""
+    if not (g.random_prompts or g.shuffle):
+        return list(prompts)
+    rng = np.random.default_rng([g.seed, 23] if g.seed >= 0 else secrets.randbits(64))
+    out = list(prompts)
+    if g.random_prompts:
+        flagged = [p for p in prompts if parse_prompt(p).prompt != p.strip()]
+        if flagged:
+            raise PromptFlagError(f"random_prompts joins several prompts into one, so "
+                                  f"their flags would clash; {flagged[0]!r} has flags: put "
+                                  "its settings in the generate section")
+        out = []
+        for _ in range(g.max_images):
+            count = int(rng.integers(1, g.max_random_per_prompt + 1))
+            out.append(", ".join(prompts[int(i)] for i in rng.integers(0, len(prompts),
+                                                                       count)))
+    if g.shuffle:
+        out = [out[int(i)] for i in rng.permutation(len(out))]
+    return out
 
 
 def plan(prompts: list[str], proc: GenerateProcess, folder: Path) -> list[Planned]:
@@ -160,7 +190,7 @@ def run_process(loaded: LoadedConfig, proc: GenerateProcess, stop: StopFlag,
     device = pick_device(proc.device)
     # Half precision is slow or missing on CPUs: they run float32.
     dtype = torch.float32 if device.type == "cpu" else RUN_DTYPES[proc.dtype]
-    items = plan(read_prompts(proc), proc, folder)
+    items = plan(prompt_list(read_prompts(proc), proc.generate), proc, folder)
     status.phase("loading")
     model = load_for_inference(proc.model, device, dtype, stream)
     loras = [{"path": r.path, "weight": r.weight} for r in proc.all_loras]

@@ -176,7 +176,9 @@ def scan_datasets(proc: TrainingProcess, divisibility: int, report: Callable[[st
                             resolutions=ds.resolutions, divisibility=divisibility,
                             caption_dropout_rate=ds.caption_dropout_rate,
                             num_repeats=ds.num_repeats, clip=clip, report=report,
-                            add_trigger=not ds.is_reg)
+                            add_trigger=not ds.is_reg,
+                            replacements=ds.replacement_pairs, scale=ds.scale,
+                            square_crop=ds.square_crop)
         found = [dataclasses.replace(item, dataset=i) for item in found]
         items += mirrored(controls.pair_controls(
             found, [Path(p).expanduser() for p in ds.control_paths], report),
@@ -225,7 +227,10 @@ def dataset_rules(proc: TrainingProcess, vary_captions: bool) -> list[DatasetRul
         weight = ds.loss_multiplier * (proc.train.reg_weight if ds.is_reg else 1.0)
         out.append(DatasetRules(batch_size=ds.batch_size or proc.train.batch_size,
                                 captions=captions, augments=tuple(ds.augments),
+                                random_crop=ds.random_crop or ds.random_scale,
+                                random_scale=ds.random_scale,
                                 is_reg=ds.is_reg, prior_reg=ds.prior_reg,
+                                network_weight=ds.network_weight,
                                 loss_weight=weight))
     return out
 

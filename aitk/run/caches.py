@@ -144,10 +144,12 @@ def cached_latents(proc: TrainingProcess, model: Any, items: list[Item], stop: S
     if not any(ds.cache_latents or ds.cache_latents_to_disk for ds in proc.datasets):
         return None, audio
     for i, ds in enumerate(proc.datasets):
-        if ds.augments:  # aitk.data.batches encodes these batches from the pixels
-            say(f"datasets[{i}].augments change the pixels at every draw: its latents are "
+        if ds.random_pixels:  # aitk.data.batches encodes these batches from the pixels
+            what = "augments" if ds.augments else \
+                "random_scale" if ds.random_scale else "random_crop"
+            say(f"datasets[{i}].{what} change the pixels at every draw: its latents are "
                 "encoded per batch, not cached")
-    items = [i for i in items if not proc.datasets[i.dataset].augments]
+    items = [i for i in items if not proc.datasets[i.dataset].random_pixels]
     to_disk = any(ds.cache_latents_to_disk for ds in proc.datasets)
     folder = cache_dir / "latents" if to_disk and cache_dir else None
     cache = LatentCache(model.encode_images, model_identity(model, cache_dir),

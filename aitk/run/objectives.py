@@ -57,6 +57,31 @@ class Adapter(Protocol):
         ...
 
 
+class Scalable(Protocol):
+    """An adapter whose strength can be set (aitk.adapters.network.AdapterNetwork)."""
+
+    multiplier: float
+
+    def set_multiplier(self, scale: float) -> None:
+        ...
+
+
+@contextlib.contextmanager
+def network_weight(network: Scalable | None, weight: float) -> Iterator[None]:
+    """A dataset's `network_weight` (upstream's): the adapter's multiplier times
+    `weight` for its batch's whole step (0: the base model's output, 0.5: half the
+    LoRA's change), then as it was, even on error."""
+    if network is None or weight == 1.0:
+        yield
+        return
+    was = network.multiplier
+    network.set_multiplier(was * weight)
+    try:
+        yield
+    finally:
+        network.set_multiplier(was)
+
+
 @dataclass(frozen=True)
 class Step:
     """One micro-step's draws, what the model is fed and the batch's embeddings."""
@@ -266,7 +291,9 @@ class InvertedMaskPrior:
 @dataclass(frozen=True)
 class Objective:
     """The whole loss of a micro-step; `Objective()` is the plain diffusion loss.
-    `adapter`: set when a dataset is `prior_reg`, whose batches target the prior."""
+    `adapter`: set when a dataset is `prior_reg`, whose batches target the prior.
+    `network`: set when a dataset has a `network_weight`, which scales the adapter for
+    its batches (DataBatch.network_weight)."""
 
     main: Diffusion = Diffusion()
     terms: tuple[Term, ...] = ()
@@ -277,13 +304,14 @@ class Objective:
     # upstream sums into it) clamped there, so a step above it adds no gradient; the
     # preservation terms are added after, as upstream adds them.
     max_loss: float | None = None
+    network: Scalable | None = None
 
     def __call__(self, model: BaseModel, batch: DataBatch, generator: torch.Generator
                  ) -> torch.Tensor:
         step = draw(model, batch, generator)
         scales = (self.guidance.scales(len(batch), generator)
                   if self.guidance is not None else None)
-        with model.guidance_as(scales):
+        with model.guidance_as(scales), network_weight(self.network, batch.network_weight):
             if self.trajectory is not None:
                 step = self.trajectory(model, batch, step)
             pred = predict(model, batch, step)
@@ -410,5 +438,7 @@ def build_objective(proc: Any, model: BaseModel, adapter: Adapter, embed: Reembe
                             tr.guidance_loss_schedule, tr.do_guidance_loss_cfg_zero,
                             tr.unconditional_prompt)
     prior_reg = any(ds.prior_reg for ds in proc.datasets)
+    weighted = any(ds.network_weight != 1.0 for ds in proc.datasets)
     return Objective(Diffusion(tr.loss_type), tuple(terms), trajectory, guidance,
-                     adapter if prior_reg else None, tr.max_loss)
+                     adapter if prior_reg else None, tr.max_loss,
+                     adapter if weighted else None)  # type: ignore[arg-type]

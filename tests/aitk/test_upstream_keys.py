@@ -52,8 +52,8 @@ def test_derived_arch_is_what_the_job_gets():
     assert parse(r).job.config.process[0].model.arch == "example"
 
 
-RANDOM_SCALE = ("config.process[0].datasets[0].random_scale: valid upstream but not acted on "
-                "by aitk: " + uk.DROPPED[("datasets", "random_scale")])
+STANDARDIZE = ("config.process[0].datasets[0].standardize_images: valid upstream but not "
+               "acted on by aitk: " + uk.DROPPED[("datasets", "standardize_images")])
 
 
 def test_switched_off_settings_stay_quiet_and_switched_on_ones_warn_once():
@@ -64,11 +64,11 @@ def test_switched_off_settings_stay_quiet_and_switched_on_ones_warn_once():
     p["sqlite_db_path"] = "./aitk_db.db"
     p["performance_log_every"] = 10
     p["datasets"][0]["random_crop"] = False
-    p["datasets"].append({**p["datasets"][0], "random_scale": True})
-    p["datasets"][0]["random_scale"] = True
-    assert parse(copy.deepcopy(r)).warnings == [RANDOM_SCALE]  # once, though both set it
+    p["datasets"].append({**p["datasets"][0], "standardize_images": True})
+    p["datasets"][0]["standardize_images"] = True
+    assert parse(copy.deepcopy(r)).warnings == [STANDARDIZE]  # once, though both set it
     p["train"]["correct_pred_norm_multiplier"] = 2.0  # nothing with correct_pred_norm off
-    assert parse(copy.deepcopy(r)).warnings == [RANDOM_SCALE]
+    assert parse(copy.deepcopy(r)).warnings == [STANDARDIZE]
     p["train"]["correct_pred_norm"] = True
     assert "config.process[0].train.correct_pred_norm_multiplier: valid upstream but not " \
            "acted on by aitk: " + uk.DROPPED[("train", "correct_pred_norm_multiplier")] \
@@ -239,6 +239,9 @@ TRAINED_NOW = [
     ("datasets", "token_dropout_rate", 0.2), ("datasets", "random_triggers", ["sks"]),
     ("datasets", "batch_size", 2), ("datasets", "is_reg", True),
     ("datasets", "prior_reg", True), ("datasets", "auto_frame_count", True),
+    ("datasets", "replacements", ["red|crimson"]), ("datasets", "scale", 0.5),
+    ("datasets", "square_crop", True), ("datasets", "random_crop", True),
+    ("datasets", "random_scale", True), ("datasets", "network_weight", 0.5),
     ("network", "type", "dora"), ("network", "conv", 4), ("network", "conv_alpha", 4),
     ("logging", "use_wandb", True), ("save", "push_to_hub", True),
     ("train", "min_denoising_steps", 100), ("train", "max_denoising_steps", 800),

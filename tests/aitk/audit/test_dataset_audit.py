@@ -107,6 +107,15 @@ def test_arch_sets_the_divisibility(broken):
     assert report.summary["divisibility"] == 32  # VAE 8 x the UNet's two downsamplings
 
 
+def test_buckets_follow_scale_and_square_crop(tmp_path):
+    _save(tmp_path / "a.png", Image.new("RGB", (256, 128)))
+    buckets = lambda **kw: audit_dataset(  # noqa: E731
+        DatasetOptions(tmp_path, resolutions=[128], **kw)).summary["buckets"]
+    assert buckets() == {"128": {"176x80": 1}}
+    assert buckets(scale=0.5) == {"128": {"128x64": 1}}
+    assert buckets(square_crop=True) == {"128": {"128x128": 1}}
+
+
 def test_the_bundled_example_dataset_is_clean(capsys):
     code = audit_main(["dataset", str(REPO / "datasets" / "example"), "--resolution", "64",
                        "--resolution", "96", "--arch", "example", "--trigger", "p1xel"])

@@ -158,3 +158,123 @@ def test_prior_reg_batches_target_the_base_models_prediction(tmp_path: Path,
     assert not torch.allclose(pred, base)
     assert torch.allclose(loss, diffusion_loss(pred, base, schedule.loss_weights(t)))
     assert loss.requires_grad  # the adapter still learns from it
+
+
+def wide_folder(root: Path, name: str, count: int) -> Path:
+    """Images with a left-right and top-bottom gradient, so every crop differs."""
+    import numpy as np
+    from PIL import Image
+
+    (root / name).mkdir(parents=True, exist_ok=True)
+    x = np.linspace(0, 255, 64)[None, :, None]
+    y = np.linspace(0, 255, 32)[:, None, None]
+    for k in range(count):
+        arr = np.concatenate([np.broadcast_to(x, (32, 64, 1)), np.broadcast_to(y, (32, 64, 1)),
+                              np.full((32, 64, 1), 40.0 * k)], axis=2)
+        Image.fromarray(arr.astype("uint8")).save(root / name / f"{k}.png")
+        (root / name / f"{k}.txt").write_text("a thing")
+    return root / name
+
+
+@pytest.mark.parametrize("key", ["random_crop", "random_scale"])
+def test_random_crops_are_drawn_per_draw_from_the_seed_and_resume_exactly(
+        tmp_path: Path, key: str):
+    p = process(tmp_path, [{"folder_path": str(wide_folder(tmp_path, "w", 3)), key: True}],
+                batch_size=1)
+    whole = source(p)
+    expected = [whole.next() for _ in range(9)]
+    crops = [(b.file_paths[0], b.crops[0]) for b in expected]
+    assert len({c for _, c in crops}) > 3  # not the centre every time
+    first = source(p)
+    got = [first.next() for _ in range(4)]
+    resumed = source(p)
+    resumed.load_state_dict(first.state_dict())
+    got += [resumed.next() for _ in range(5)]
+    for a, b in zip(got, expected, strict=True):
+        assert a.crops == b.crops and a.file_paths == b.file_paths
+        assert torch.equal(a.latents, b.latents)  # the same pixels, cropped alike
+        assert a.crop_coords_top_left == [(b.crops[0].top, b.crops[0].left)]
+    other = process(tmp_path, [{"folder_path": str(tmp_path / "w"), key: True}],
+                    batch_size=1, seed=p.train.seed + 1)
+    assert [b.crops for b in (source(other).next() for _ in range(9))] != \
+        [b.crops for b in expected]  # another seed, other crops
+
+
+def test_without_random_crop_every_draw_is_the_centre(tmp_path: Path):
+    p = process(tmp_path, [{"folder_path": str(wide_folder(tmp_path, "w", 2))}],
+                batch_size=1)
+    batch = source(p).next()
+    assert batch.crops is None
+    assert batch.crop_coords_top_left == [(2, 0)]  # 64x32 -> 40x20, bucket 40x16
+
+
+def _weighted_setup(tmp_path: Path, example_model_dir: Path):
+    from aitk.config.loading import load_config
+    from aitk.run.assembly import create_network, load_model
+    from tests.aitk.aitk_testing import job_config, write_config
+
+    cfg = job_config("weighted", tmp_path / "out", example_model_dir)
+    p = load_config(str(write_config(tmp_path / "w.yml", cfg))).job.config.process[0]
+    model = load_model(p, torch.device("cpu"))
+    model.configure_training(p.train)
+    network = create_network(model, p)
+    torch.manual_seed(0)
+    for param in network.trainable_parameters():  # a LoRA that changes the output
+        param.data.normal_(0, 0.2)
+    return model, network
+
+
+def test_network_weight_scales_the_lora_for_its_batches(tmp_path: Path,
+                                                        example_model_dir: Path):
+    from aitk.run.objectives import Objective, network_weight
+    from aitk.run.train import compute_loss, step_generator
+
+    model, network = _weighted_setup(tmp_path, example_model_dir)
+    layer = network._layers()[0]
+    x = torch.randn(2, layer.base_layer.in_features)
+    with torch.no_grad():
+        full, base = layer(x), layer.base_layer(x)
+        with network_weight(network, 0.0):
+            assert torch.allclose(layer(x), base)  # weight 0: the base model's output
+        with network_weight(network, 0.5):
+            assert torch.allclose(layer(x) - base, (full - base) / 2, atol=1e-6)
+    assert network.multiplier == 1.0 and torch.allclose(layer(x), full)  # restored
+
+    latents = torch.randn(1, *model.encode_images(torch.zeros(1, 3, 32, 32)).shape[1:])
+    prompt = model.get_prompt_embeds(["a red circle"])
+
+    def loss(weight: float, objective: Objective) -> torch.Tensor:
+        batch = DataBatch(captions=["x"], latents=latents, prompt_embeds=prompt,
+                          network_weight=weight)
+        return compute_loss(model, batch, step_generator(1, 2, 3), objective).detach()
+
+    plain = loss(1.0, Objective())
+    with network.disabled():
+        alone = loss(1.0, Objective())
+    network.set_multiplier(0.5)
+    half = loss(1.0, Objective())
+    network.set_multiplier(1.0)
+    assert not torch.allclose(plain, alone)
+    assert torch.equal(loss(0.0, Objective(network=network)), alone)
+    assert torch.equal(loss(0.5, Objective(network=network)), half)
+    assert torch.equal(loss(1.0, Objective(network=network)), plain)
+
+
+def test_each_batch_carries_its_datasets_network_weight(tmp_path: Path):
+    p = process(tmp_path, [
+        {"folder_path": str(folder(tmp_path, "a", 2, "a thing")), "network_weight": 0.5},
+        {"folder_path": str(folder(tmp_path, "b", 2, "b thing"))}], batch_size=1)
+    src = source(p)
+    weights = {Path(b.file_paths[0]).parent.name: b.network_weight
+               for b in (src.next() for _ in range(8))}
+    assert weights == {"a": 0.5, "b": 1.0}
+
+
+def test_network_weight_without_an_adapter_is_a_config_error(tmp_path: Path):
+    from aitk.errors import ConfigError
+
+    raw = example_raw()
+    proc(raw)["datasets"] = [{"folder_path": str(tmp_path), "network_weight": 0.5}]
+    del proc(raw)["network"]
+    with pytest.raises(ConfigError, match="full fine-tune has no adapter"):
+        parse(raw)

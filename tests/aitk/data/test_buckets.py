@@ -4,7 +4,13 @@ from __future__ import annotations
 
 import pytest
 
-from aitk.data.buckets import BatchSampler, bucket_for, epoch_batches, resize_crop
+from aitk.data.buckets import (
+    BatchSampler,
+    bucket_for,
+    epoch_batches,
+    random_resize_crop,
+    resize_crop,
+)
 
 
 @pytest.mark.parametrize("size", [(64, 48), (1024, 768), (3000, 1000), (500, 2000), (97, 97)])
@@ -66,3 +72,43 @@ def test_sampler_resumes_exactly_from_its_state():
     got += [resumed.next() for _ in range(7)]
     assert got == expected
     assert expected[-1][0] >= 2  # crossed epoch boundaries
+
+
+def test_scale_shrinks_the_image_before_it_is_bucketed():
+    assert bucket_for(1024, 768, 1024, 16) == (1024, 768)
+    assert bucket_for(1024, 768, 1024, 16, scale=0.5) == (512, 384)
+    assert bucket_for(1024, 768, 256, 16, scale=0.5) == bucket_for(1024, 768, 256, 16)
+    assert bucket_for(40, 40, 512, 16, scale=0.25) is None  # 10 px: under one cell
+
+
+def test_square_crop_trains_a_centred_square_of_the_resolution():
+    assert bucket_for(1000, 600, 512, 16, square=True) == (512, 512)
+    plan = resize_crop(1000, 600, (512, 512))  # the short side to 512, the centre kept
+    assert (plan.resize_w, plan.resize_h, plan.left, plan.top) == (853, 512, 170, 0)
+    assert bucket_for(300, 200, 512, 16, square=True) == (192, 192)  # never upscaled
+    assert bucket_for(600, 1000, 1024, 16, scale=0.5, square=True) == (288, 288)
+
+
+def _rng(seed: int):
+    import numpy as np
+
+    return np.random.default_rng(seed)
+
+
+@pytest.mark.parametrize("rescale", [False, True])
+def test_random_crops_stay_inside_and_follow_their_generator(rescale: bool):
+    plans = [random_resize_crop(200, 100, (96, 40), _rng(s), rescale) for s in range(40)]
+    for p in plans:
+        assert (p.width, p.height) == (96, 40)
+        assert 96 <= p.resize_w <= 200 and 40 <= p.resize_h <= 100
+        assert 0 <= p.left <= p.resize_w - 96 and 0 <= p.top <= p.resize_h - 40
+    assert plans == [random_resize_crop(200, 100, (96, 40), _rng(s), rescale)
+                     for s in range(40)]  # the same generator, the same crop
+    assert len({(p.left, p.top) for p in plans}) > 5
+    sizes = {(p.resize_w, p.resize_h) for p in plans}
+    if rescale:  # a random zoom: short sides from 48 (covers the bucket) up to 100
+        assert len(sizes) > 5 and min(h for _, h in sizes) < 60 < max(h for _, h in sizes)
+        assert {p.resize_w for p in plans} != {96}
+    else:  # random_crop alone keeps the centre crop's resize (96x48), as upstream
+        assert sizes == {(96, 48)}
+        assert {p.top for p in plans} == set(range(9))  # anywhere in the 8 px of slack

@@ -17,6 +17,7 @@ from aitk.data.dataset import (
     apply_trigger,
     dropped_captions,
     load_pixels,
+    replace_text,
     scan_folder,
 )
 from aitk.errors import DatasetError
@@ -44,6 +45,35 @@ def test_scan_reads_captions_and_applies_the_trigger(image_folder: Path):
     assert captions == {"a.png": "zz, a red thing", "b.jpg": "zz a green thing",
                         "c.png": "zz, a blue thing"}
     assert {i.path.name: i.bucket for i in items}["a.png"] == (32, 24)
+
+
+def test_replacements_change_the_caption_text_in_order():
+    pairs = [("red", "crimson"), ("crimson thing", "rose"), ("  ", " ")]
+    assert replace_text("a red thing,  red", pairs) == "a rose, crimson"
+    assert replace_text("Red", [("red", "blue")]) == "Red"  # case-sensitive, as upstream
+    assert replace_text("a red thing", [("red ", "")]) == "a thing"
+
+
+def test_a_dataset_trains_with_its_replaced_captions(image_folder: Path):
+    from aitk.config.schema import DatasetConfig
+
+    ds = DatasetConfig(folder_path=str(image_folder),
+                       replacements=["red|crimson", "[trigger]|a photo of [trigger]"])
+    items = scan_folder(image_folder, trigger_word="zz", resolutions=[32], divisibility=8,
+                        replacements=ds.replacement_pairs)
+    captions = {i.path.name: i.caption for i in items}
+    assert captions["a.png"] == "zz, a crimson thing"
+    assert captions["b.jpg"] == "a photo of zz a green thing"  # before the trigger rules
+
+
+@pytest.mark.parametrize("bad", ["red", "a|b|c", "|blue"])
+def test_a_replacement_without_one_bar_is_a_config_error(tmp_path: Path, bad: str):
+    from pydantic import ValidationError
+
+    from aitk.config.schema import DatasetConfig
+
+    with pytest.raises(ValidationError, match="from\\|to"):
+        DatasetConfig(folder_path=str(tmp_path), replacements=[bad])
 
 
 def test_missing_caption_uses_default_and_is_reported_once(image_folder: Path):
@@ -181,3 +211,46 @@ def test_bombs_fifos_and_endless_captions_are_reported_once_and_skipped(tmp_path
     assert f"{folder / 'long.txt'}: unreadable caption ({MAX_CAPTION_BYTES + 1} bytes" \
         in reports
     assert len(found["reports"]) == 6 and "Traceback" not in done.stderr
+
+
+def test_a_crop_plan_gives_that_box_of_the_image_and_its_mask(tmp_path: Path):
+    import numpy as np
+
+    from aitk.data.buckets import ResizeCrop
+    from aitk.data.dataset import Item, to_bucket
+    from aitk.data.masks import MaskRule, mask_pixels
+
+    rgb = np.random.default_rng(0).integers(0, 256, (30, 50, 3)).astype(np.uint8)
+    alpha = rgb[:, :, :1]  # the mask is the red channel, so the two must line up
+    path = tmp_path / "a.png"
+    Image.fromarray(np.concatenate([rgb, alpha], axis=2), "RGBA").save(path)
+    plan = ResizeCrop(50, 30, 9, 5, 32, 16)  # no resize: a plain box at (9, 5)
+    with Image.open(path) as img:
+        pixels = to_bucket(img, (32, 16), plan=plan)
+        item = Item(path, "", (50, 30), (32, 16))
+        mask = mask_pixels(img, item, MaskRule(alpha=True), plan)
+    box = rgb[5:21, 9:41].astype(np.float32)
+    assert np.allclose(pixels.permute(1, 2, 0).numpy(), box / 127.5 - 1.0, atol=1e-5)
+    assert np.allclose(mask[0].numpy(), box[:, :, 0] / 255.0, atol=1e-6)
+
+
+def test_scale_and_square_crop_set_the_bucket_at_scan(image_folder: Path):
+    items = scan_folder(image_folder, resolutions=[64], divisibility=8, scale=0.5)
+    assert {i.path.name: i.bucket for i in items}["a.png"] == (32, 24)
+    items = scan_folder(image_folder, resolutions=[40], divisibility=8, square_crop=True)
+    assert {i.bucket for i in items} == {(40, 40)}
+    assert load_pixels(items[0]).shape == (3, 40, 40)
+
+
+@pytest.mark.parametrize(("keys", "message"), [
+    ({"scale": 1.5}, "less than or equal to 1"),
+    ({"scale": 0}, "greater than 0"),
+    ({"random_crop": True, "control_path": "c"}, "turn random_crop off"),
+    ({"random_scale": True, "control_path_1": "c"}, "turn random_scale off")])
+def test_crop_keys_refuse_what_aitk_cannot_do(tmp_path: Path, keys: dict, message: str):
+    from pydantic import ValidationError
+
+    from aitk.config.schema import DatasetConfig
+
+    with pytest.raises(ValidationError, match=message):
+        DatasetConfig(folder_path=str(tmp_path), **keys)

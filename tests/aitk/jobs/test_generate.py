@@ -105,3 +105,61 @@ def test_a_users_image_at_a_name_is_left_alone(tmp_path, example_model_dir):
     before = theirs.read_bytes()
     assert _generate(tmp_path, example_model_dir, out, ["a red circle"]) == EXIT_OK
     assert theirs.read_bytes() == before
+
+
+def _settings(**keys):
+    from aitk.config.generate import GenerateSettings
+
+    return GenerateSettings(prompts=["a cat"], **keys)
+
+
+def test_random_prompts_join_random_picks_and_follow_the_seed():
+    from aitk.jobs.generate import prompt_list
+
+    listed = ["red", "green", "blue", "gold"]
+    g = _settings(random_prompts=True, max_random_per_prompt=3, max_images=40, seed=7)
+    made = prompt_list(listed, g)
+    assert len(made) == 40
+    parts = [m.split(", ") for m in made]
+    assert {len(p) for p in parts} == {1, 2, 3}  # 1..max_random_per_prompt each
+    assert {w for p in parts for w in p} == set(listed)
+    assert prompt_list(listed, g) == made  # the same seed, the same prompts
+    assert prompt_list(listed, _settings(random_prompts=True, max_random_per_prompt=3,
+                                         max_images=40, seed=8)) != made
+    assert all(", " not in m for m in prompt_list(listed, _settings(random_prompts=True,
+                                                                    seed=1)))
+
+
+def test_shuffle_reorders_the_listed_prompts_by_seed_and_plain_keeps_them():
+    from aitk.jobs.generate import prompt_list
+
+    listed = [f"p{i}" for i in range(12)]
+    assert prompt_list(listed, _settings(seed=3)) == listed
+    once = prompt_list(listed, _settings(shuffle=True, seed=3))
+    assert sorted(once) == sorted(listed) and once != listed
+    assert prompt_list(listed, _settings(shuffle=True, seed=3)) == once
+
+
+def test_random_prompts_refuse_prompts_with_flags():
+    from aitk.errors import PromptFlagError
+    from aitk.jobs.generate import prompt_list
+
+    with pytest.raises(PromptFlagError, match="their flags would clash"):
+        prompt_list(["a cat --seed 3", "a dog"], _settings(random_prompts=True, seed=1))
+
+
+def test_a_random_prompts_job_makes_the_same_images_by_seed(tmp_path, example_model_dir):
+    keys = {"random_prompts": True, "max_random_per_prompt": 2, "max_images": 3,
+            "shuffle": True, "num_repeats": 2}
+    first, second = tmp_path / "one", tmp_path / "two"
+    prompts = ["a red circle", "a blue square", "a green dot"]
+    assert _generate(tmp_path, example_model_dir, first, prompts, **keys) == EXIT_OK
+    assert _generate(tmp_path, example_model_dir, second, prompts, **keys) == EXIT_OK
+    names = sorted(p.name for p in first.iterdir())
+    assert len(names) == 6  # max_images prompts, num_repeats times
+    assert names == sorted(p.name for p in second.iterdir())
+    for name in names:
+        assert np.array_equal(pixels(first / name), pixels(second / name))
+    with Image.open(first / names[0]) as im:
+        prompt = json.loads(im.text["aitk"])["prompt"]
+    assert set(prompt.split(", ")) <= set(prompts)
