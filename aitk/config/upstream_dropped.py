@@ -31,7 +31,6 @@ _NOISE = "one of upstream's experimental noise changes; aitk draws plain Gaussia
     "(with train.noise_offset)"
 _ADAPTER = "feeds an adapter (IP-adapter, T2I, control) that aitk does not train"
 _CLIP = "CLIP-vision images for an IP-adapter, which aitk does not train"
-_AUDIO = "audio of audio-video archs: aitk trains the frames, not the sound"
 _SD_LOADER = "an option of upstream's SD-era model loader; aitk loads each arch from its " \
     "own files (aitk/models/<arch>)"
 _ASSIST = "an adapter-assisted training pass (T2I or ControlNet assist), which aitk does not run"
@@ -227,7 +226,6 @@ DROPPED: dict[Key, str] = {
             "experiment that pushes the target past the prediction"),
     ("train", "do_blank_stabilization"): "an upstream experiment that zeroes blank-prompt "
     "predictions; blank_prompt_preservation is read",
-    ("train", "audio_loss_multiplier"): _AUDIO,
     # ---- model ----------------------------------------------------------------------
     ("model", "use_flux_cfg"): "upstream's CFG for Flux training; aitk trains Flux with its "
     "guidance embedding",
@@ -280,7 +278,8 @@ DROPPED: dict[Key, str] = {
     "and bucket crop (upstream's default)",
     ("datasets", "do_i2v"): "image-to-video training on a model that does both; aitk's i2v "
     "archs are their own arch ids",
-    **_each("datasets", "do_audio audio_preserve_pitch audio_normalize", _AUDIO),
+    ("datasets", "audio_preserve_pitch"): f"{_LATER} a clip's sound keeps its pitch when its "
+    "frames are stretched; aitk stretches the sound with them",
     # ---- the other job kinds --------------------------------------------------------
     **_each("slider", "prompt_file prompt_tensors", "upstream's prompt files for sliders; "
             "aitk reads the targets' prompts"),

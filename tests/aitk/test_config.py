@@ -115,12 +115,12 @@ def test_upstream_only_keys_warn_and_are_dropped():
     raw = example_raw()
     proc(raw)["train"]["correct_pred_norm"] = True
     proc(raw)["train"]["learnable_snr_gos"] = True
-    proc(raw)["datasets"][0]["random_crop"] = True
+    proc(raw)["datasets"][0]["standardize_images"] = True
     loaded = parse(raw)
     said = "valid upstream but not acted on by aitk: "
     assert loaded.warnings == [
-        "config.process[0].datasets[0].random_crop: " + said + uk.DROPPED[("datasets",
-                                                                           "random_crop")],
+        "config.process[0].datasets[0].standardize_images: " + said + uk.DROPPED[
+            ("datasets", "standardize_images")],
         "config.process[0].train.correct_pred_norm: " + said + uk.DROPPED[
             ("train", "correct_pred_norm")],
         "config.process[0].train.learnable_snr_gos: " + said + uk.DROPPED[
