@@ -86,14 +86,17 @@ def test_schema_problems_come_back_at_their_fields(client, job_yaml):
                                    "message": "dataset folder /nowhere/at/all does not exist"}]
 
 
-def test_a_file_job_is_one_problem_naming_run_py(client):
+def test_a_file_job_writing_outside_the_outputs_root_is_one_problem_at_its_field(client):
+    """File jobs are made here too (test_file_jobs.py); one that would write outside the
+    outputs root is refused at that key, in one line."""
     text = yaml.safe_dump({"job": "mod", "config": {"name": "m", "process": [{
         "type": "rescale_lora", "input_path": "/in.safetensors",
         "output_path": "/out.safetensors", "current_weight": 2.0, "target_weight": 1.0}]}})
     r = client.post("/api/jobs", json={"yaml": text})
     assert r.status_code == 422
     [problem] = r.json()["errors"]
-    assert problem["path"] == "job" and "job: mod with `run.py CONFIG`" in problem["message"]
+    assert problem["path"] == "config.process[0].output_path", problem
+    assert "\n" not in problem["message"]
 
 
 def test_yaml_aliases_and_oversized_configs_are_refused(client):
