@@ -15,10 +15,11 @@ from __future__ import annotations
 
 import ipaddress
 import socket
-from collections.abc import Generator
 from typing import Any
 
 import pytest
+
+from tests.guard_hooks import Guard, add_hooks
 
 # Names that resolve to this machine without asking a resolver (the hosts file).
 LOCAL_NAMES = frozenset({"localhost", "localhost.localdomain", "ip6-localhost",
@@ -45,10 +46,9 @@ def is_local(host: object) -> bool:
     return ip.is_loopback or ip.is_unspecified
 
 
-class NetworkGuard:
+class NetworkGuard(Guard):
     def __init__(self) -> None:
-        self.item: pytest.Item | None = None
-        self.refused: list[str] = []
+        super().__init__()
         self._real = (socket.socket.connect, socket.socket.connect_ex,
                       socket.socket.sendto, socket.getaddrinfo)
 
@@ -112,23 +112,4 @@ def pytest_unconfigure(config: pytest.Config) -> None:
     _guard.uninstall()
 
 
-@pytest.hookimpl(wrapper=True)
-def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None
-                            ) -> Generator[None, object, object]:
-    _guard.item, _guard.refused = item, []
-    try:
-        return (yield)
-    finally:
-        _guard.item = None
-
-
-@pytest.hookimpl(wrapper=True)
-def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]
-                              ) -> Generator[None, pytest.TestReport, pytest.TestReport]:
-    report = yield
-    if _guard.refused and not report.failed:
-        # The code under test took the refusal for a network that is down: still a failure.
-        report.outcome = "failed"
-        report.longrepr = "\n".join(dict.fromkeys(_guard.refused))
-    _guard.refused = []
-    return report
+add_hooks(globals(), _guard)

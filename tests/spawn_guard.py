@@ -24,10 +24,12 @@ import os
 import re
 import shlex
 import subprocess
-from collections.abc import Generator, Iterable
+from collections.abc import Iterable
 from pathlib import Path
 
 import pytest
+
+from tests.guard_hooks import Guard, add_hooks
 
 REPO = Path(__file__).resolve().parents[1]
 TRAINER_FILES = frozenset({REPO / "run.py", REPO / "tests" / "aitk" / "paused_run.py"})
@@ -105,12 +107,11 @@ def trainer_in(args: object, cwd: str | os.PathLike[str] | None = None) -> str |
     return None
 
 
-class SpawnGuard:
+class SpawnGuard(Guard):
     """Holds the test being run and the unmarked trainer starts seen in it."""
 
     def __init__(self) -> None:
-        self.item: pytest.Item | None = None
-        self.refused: list[str] = []
+        super().__init__()
         self._real_init = subprocess.Popen.__init__
 
     def install(self) -> None:
@@ -154,23 +155,4 @@ def pytest_unconfigure(config: pytest.Config) -> None:
     _guard.uninstall()
 
 
-@pytest.hookimpl(wrapper=True)
-def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None
-                            ) -> Generator[None, object, object]:
-    _guard.item, _guard.refused = item, []
-    try:
-        return (yield)
-    finally:
-        _guard.item = None
-
-
-@pytest.hookimpl(wrapper=True)
-def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]
-                              ) -> Generator[None, pytest.TestReport, pytest.TestReport]:
-    report = yield
-    if _guard.refused and not report.failed:
-        # The code under test swallowed the refusal: the test still fails, saying why.
-        report.outcome = "failed"
-        report.longrepr = "\n".join(_guard.refused)
-    _guard.refused = []
-    return report
+add_hooks(globals(), _guard)
