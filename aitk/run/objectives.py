@@ -331,14 +331,14 @@ class Objective:
             if self.max_loss is None:
                 for term in self.terms:
                     loss = loss + term(model, batch, step, pred)
-                return loss
-            after = [t for t in self.terms if not isinstance(t, InvertedMaskPrior)]
-            for term in self.terms:
-                if isinstance(term, InvertedMaskPrior):
+            else:
+                after = [t for t in self.terms if not isinstance(t, InvertedMaskPrior)]
+                for term in self.terms:
+                    if isinstance(term, InvertedMaskPrior):
+                        loss = loss + term(model, batch, step, pred)
+                loss = loss.clamp(max=self.max_loss)
+                for term in after:
                     loss = loss + term(model, batch, step, pred)
-            loss = loss.clamp(max=self.max_loss)
-            for term in after:
-                loss = loss + term(model, batch, step, pred)
             if side is not None:
                 loss = loss + side
         return loss
