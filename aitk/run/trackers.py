@@ -64,6 +64,10 @@ class WandbTracker:
     def __init__(self, wandb: Any, project: str, run_name: str, config: Mapping[str, Any],
                  folder: Path, say: Callable[[str], None]) -> None:
         mode = wandb_mode()
+        if mode == "offline":
+            # wandb's own analytics read the process-wide mode, not the run's: without
+            # this an offline run still posts metrics to wandb's server (api.forge...).
+            os.environ["WANDB_MODE"] = "offline"
         folder.mkdir(parents=True, exist_ok=True)
         # silent: wandb's own banner and summary would bury the trainer's console
         settings = wandb.Settings(silent=True) if hasattr(wandb, "Settings") else None

@@ -53,7 +53,8 @@ def logging_cfg(**kw) -> SimpleNamespace:
 @pytest.fixture
 def no_wandb_login(monkeypatch, tmp_path: Path) -> None:
     for key in ("WANDB_MODE", "WANDB_API_KEY"):
-        monkeypatch.delenv(key, raising=False)
+        monkeypatch.setenv(key, "")  # so the mode an offline run sets is undone after
+        monkeypatch.delenv(key)
     (tmp_path / "netrc").write_text("")
     monkeypatch.setenv("NETRC", str(tmp_path / "netrc"))
 
@@ -182,6 +183,11 @@ def test_the_real_wandb_offline_writes_a_run_to_sync_later(no_wandb_login, tmp_p
     trackers.scalars(1, {"loss": 0.5, "lr": 1e-4})
     trackers.close()
     [line] = lines  # wandb's own banner is silenced
+    # ... and its analytics stay off too: an offline run reaches no server
+    # (tests/network_guard.py caught their thread posting to wandb's).
+    from wandb.analytics.opentelemetry.opentelemetry_proxy import get_open_telemetry_proxy
+
+    assert get_open_telemetry_proxy() is None
     [run] = (tmp_path / "out" / "wandb").glob("offline-run-*")
     assert line == f"wandb: offline run in {run}; upload it with `wandb sync {run}`"
     assert list(run.glob("run-*.wandb"))
