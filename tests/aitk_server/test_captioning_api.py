@@ -56,9 +56,9 @@ def test_caption_a_dataset_with_a_tiny_vlm(client, settings, tiny_vlm):
 
 # ---- runs kept across a restart ---------------------------------------------------------
 # A stand-in for `python -m aitk caption`: one picture done of three, then it waits;
-# SIGTERM ends it as the CLI does (a final status, exit 130).
-STAND_IN = """#!{python}
-import os, signal, sys, time
+# SIGTERM ends it as the CLI does (a final status, exit 130). A shell line starts it, as
+# a "#!" line cannot name an interpreter whose path has a space (CI's checkout has one).
+STAND_IN = """import os, signal, sys, time
 sys.path.insert(0, os.getcwd())
 from pathlib import Path
 from aitk_common.status import Phase, Status, write_status
@@ -78,10 +78,13 @@ sys.exit(130)
 @pytest.fixture
 def stand_in_settings(settings, tmp_path):
     import dataclasses
+    import shlex
     import sys
 
+    body = tmp_path / "stand_in.py"
+    body.write_text(STAND_IN)
     script = tmp_path / "python"
-    script.write_text(STAND_IN.replace("{python}", sys.executable))
+    script.write_text(f'#!/bin/sh\nexec {shlex.quote(sys.executable)} {shlex.quote(str(body))}\n')
     script.chmod(0o755)
     (settings.datasets_dir / "cats").mkdir()
     yield dataclasses.replace(settings, python=str(script))
