@@ -2,7 +2,8 @@
 
 The schema checks each field alone; these checks read the arch's torch-free description
 (aitk.models.description) for what only the arch knows: the `train.noise_scheduler`
-names it trains with, and the clip lengths its video VAE packs (Wan: 4k+1 frames).
+names it trains with, the clip lengths its video VAE packs (Wan: 4k+1 frames), and
+whether it takes `model.attn_masking`.
 Archs from extensions carry no description here and are not checked.
 """
 
@@ -24,7 +25,16 @@ def arch_fit_problems(job: JobBase) -> list[str]:
             continue
         out += _noise_scheduler(where, proc)
         out += _frames(where, proc)
+        out += _attn_masking(where, proc)
     return out
+
+
+def _attn_masking(where: str, proc: TrainingProcess) -> list[str]:
+    caps = catalog.description(proc.model.arch).capabilities
+    if not proc.model.attn_masking or (caps is not None and caps.attn_masking):
+        return []
+    return [f"{where}.model.attn_masking: {proc.model.arch} has no padded T5 prompt to "
+            "mask (upstream's key is for flux); remove it"]
 
 
 def _noise_scheduler(where: str, proc: TrainingProcess) -> list[str]:

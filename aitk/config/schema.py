@@ -440,6 +440,9 @@ class ModelConfig(_Strict):
     # DDPM archs (sdxl): true = v-prediction, false = epsilon; unset = the model's
     # scheduler config says.
     is_v_pred: bool | None = None
+    # Flux (upstream's key): zero the T5 states of the padding tokens (aitk.config.archfit
+    # refuses it for an arch whose description does not take it).
+    attn_masking: bool = False
     model_kwargs: dict[str, Any] = {}
     # aitk: build the arch's tiny random model (BaseModel.build_tiny) at name_or_path
     # when it is absent, so the tiny example jobs run on a fresh checkout.

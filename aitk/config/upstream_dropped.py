@@ -240,7 +240,6 @@ DROPPED: dict[Key, str] = {
             "model.quantize_te with qtype_te"),
     **_each("model", "vae_dtype te_dtype", "aitk loads the VAE and text encoders in each "
             "arch's dtype"),
-    ("model", "attn_masking"): f"{_LATER} Flux's attention mask over padded text tokens",
     ("model", "te_name_or_path"): "aitk loads the text encoders from the model folder (or "
     "model.extras_name_or_path)",
     ("model", "model_paths"): "aitk finds each part in the arch's own file layout",

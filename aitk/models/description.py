@@ -116,6 +116,9 @@ class Capabilities:
     control_images: int = 0  # 0: text to image; 1: edit pairs; n > 1: up to n references
     first_frame: bool = False  # image to video: the clip's first frame conditions it
     experts: tuple[str, ...] = ()  # multistage: the denoiser subfolders trained by turns
+    # `model.attn_masking` (upstream's, Flux only): the T5 states of the padding tokens
+    # are zeroed, so the denoiser's attention over the prompt reads only what it says.
+    attn_masking: bool = False
 
 
 class KeyStyle(str, Enum):

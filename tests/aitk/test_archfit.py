@@ -40,3 +40,21 @@ def test_a_schedule_the_arch_does_not_train_with_is_one_line_naming_its_own():
 def test_unset_is_the_archs_own():
     assert problems_for("sdxl") == [] and problems_for("flux") == []
     assert problems_for("sd2") == []
+
+
+def model_problems(arch: str, **model: object) -> list[str]:
+    raw = example_raw()
+    proc(raw)["model"].update(arch=arch, **model)
+    try:
+        parse_job(raw, "job.yml", env={}, check_arch=None)
+    except ConfigError as exc:
+        return exc.problems
+    return []
+
+
+def test_attn_masking_is_flux_only_as_upstream():
+    assert model_problems("flux", attn_masking=True) == []
+    assert model_problems("sdxl", attn_masking=False) == []
+    assert model_problems("sdxl", attn_masking=True) == [
+        "config.process[0].model.attn_masking: sdxl has no padded T5 prompt to mask "
+        "(upstream's key is for flux); remove it"]

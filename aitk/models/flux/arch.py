@@ -55,7 +55,7 @@ FLUX = ArchDescription(
     aliases=("flex1",),  # upstream reads `arch: flex1` as flux
     upstream_flags=("is_flux",),
     size_multiple=16,  # VAE 8 x 2x2 packing
-    capabilities=Capabilities(),
+    capabilities=Capabilities(attn_masking=True),
     schedule=FLOW_MATCHING,
     model_kwargs=FluxKwargs,
     lora=Lora(FLUX_LORA_KEYS, FLUX_LORA_READS,

@@ -139,18 +139,29 @@ class FluxModel(BaseModel):
         clip_ids = self.tokenizer(prompts, padding="max_length",
                                   max_length=self.tokenizer.model_max_length,
                                   truncation=True, return_tensors="pt").input_ids
-        t5_ids = self.tokenizer_2(prompts, padding="max_length",
-                                  max_length=self.max_sequence_length, truncation=True,
-                                  return_tensors="pt").input_ids
+        t5 = self.tokenizer_2(prompts, padding="max_length",
+                              max_length=self.max_sequence_length, truncation=True,
+                              return_tensors="pt")
         with torch.no_grad():
             with self.on_device(self.text_encoder):
                 pooled = self.text_encoder(clip_ids.to(self.device)).pooler_output
             with self.on_device(self.text_encoder_2):
-                states = self.text_encoder_2(t5_ids.to(self.device)).last_hidden_state
+                states = self.text_encoder_2(t5.input_ids.to(self.device)).last_hidden_state
+        if self.attn_masking:  # upstream's model.attn_masking: the padding says nothing
+            states = states * t5.attention_mask.to(states.device, states.dtype)[..., None]
         return AdvancedPromptEmbeds(
             text_embeds=[states[i].to(self.dtype).clone() for i in range(len(prompts))],
             pooled_embeds=[pooled[i:i + 1].to(self.dtype).clone()
                            for i in range(len(prompts))])
+
+    @property
+    def attn_masking(self) -> bool:
+        return bool(getattr(self.model_config, "attn_masking", False))
+
+    @property
+    def text_embedding_space_version(self) -> str:
+        # the masked states are other embeddings: cached ones of the plain run don't serve
+        return "1-attn_masking" if self.attn_masking else "1"
 
     def unload_text_encoder(self) -> None:
         self.text_encoder = None

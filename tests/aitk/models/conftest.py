@@ -28,6 +28,7 @@ class ModelCfg:
     assistant_lora_path: str | None = None
     extras_name_or_path: str | None = None
     is_v_pred: bool | None = None
+    attn_masking: bool = False
     model_kwargs: dict[str, Any] = field(default_factory=dict)
 
 

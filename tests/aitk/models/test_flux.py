@@ -309,3 +309,23 @@ def test_ctrl_c_then_resume_matches_the_uninterrupted_run(tmp_path: Path, flux_d
     interrupt_via_stop_flag_then_resume(flux_job(tmp_path, flux_dir, "run"),
                                         out / "run_000000002.safetensors", monkeypatch)
     assert_same_weights(out / "run.safetensors", straight / "run.safetensors")
+
+
+# ---- model.attn_masking (upstream's padded-T5 mask) -------------------------------------
+def test_attn_masking_zeroes_the_t5_states_of_the_padding_tokens(flux_dir: Path) -> None:
+    """Upstream's `model.attn_masking` for Flux: the T5 states past each prompt's own
+    tokens are zeroed (the text it said stays as it was), and the cached embeddings of
+    the two settings are told apart."""
+    plain = load_model(flux_cfg(flux_dir))
+    masked = load_model(flux_cfg(flux_dir, attn_masking=True))
+    prompts = ["cat", "a red square on grey"]
+    before = plain.get_prompt_embeds(prompts)
+    after = masked.get_prompt_embeds(prompts)
+    for i, prompt in enumerate(prompts):
+        said = int(masked.tokenizer_2(prompt, return_tensors="pt").attention_mask.sum())
+        assert said < after["text_embeds"][i].shape[0]  # the test has padding to zero
+        assert torch.equal(after["text_embeds"][i][:said], before["text_embeds"][i][:said])
+        assert torch.count_nonzero(before["text_embeds"][i][said:]) > 0
+        assert torch.count_nonzero(after["text_embeds"][i][said:]) == 0
+    assert torch.equal(after["pooled_embeds"][0], before["pooled_embeds"][0])
+    assert masked.text_embedding_space_version != plain.text_embedding_space_version
