@@ -517,6 +517,9 @@ class DatasetConfig(_Strict):
     # with a warning.
     do_audio: bool = False
     audio_normalize: bool = False  # each soundtrack's peak scaled to 0.999 (upstream's)
+    # A soundtrack stretched to the clip's duration keeps its pitch (FFmpeg's atempo);
+    # false: resampled linearly, the pitch moving with the speed (upstream's default).
+    audio_preserve_pitch: bool = False
     # Batches come from one dataset at a time (as upstream); unset: train.batch_size.
     batch_size: PositiveInt | None = None
     # Regularization (aitk.data.batches): its own batch order, every other step, loss

@@ -277,8 +277,6 @@ DROPPED: dict[Key, str] = {
     "and bucket crop (upstream's default)",
     ("datasets", "do_i2v"): "image-to-video training on a model that does both; aitk's i2v "
     "archs are their own arch ids",
-    ("datasets", "audio_preserve_pitch"): f"{_LATER} a clip's sound keeps its pitch when its "
-    "frames are stretched; aitk stretches the sound with them",
     # ---- the other job kinds --------------------------------------------------------
     **_each("slider", "prompt_file prompt_tensors", "upstream's prompt files for sliders; "
             "aitk reads the targets' prompts"),

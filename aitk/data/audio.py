@@ -12,9 +12,10 @@ frames, from the first one to the end of the last one, fitted to the clip's trai
 duration (its frame count at the dataset's `fps`). With `auto_frame_count` and
 `trim_auto_frame_count_tail` the frames are real time, so the samples are cut (or padded
 with silence) to that duration; otherwise they are stretched or squeezed linearly (the
-pitch moves with the speed, as upstream without `audio_preserve_pitch`, which aitk does not
-do). `audio_normalize` (upstream's key) scales the track, as far as it is decoded, so its
-peak is 0.999.
+pitch moves with the speed, as upstream does by default), or, with `audio_preserve_pitch`,
+by FFmpeg's `atempo` filter (`tempo_stretch`), which changes the speed and keeps the
+pitch, as upstream's phase vocoder does. `audio_normalize` (upstream's key) scales the
+track, as far as it is decoded, so its peak is 0.999.
 
 `log_mel` is the log-magnitude mel spectrogram LTX-2's audio VAE reads (Slaney mel scale
 and filter norm, a periodic Hann window of n_fft samples, centred frames with reflection
@@ -43,16 +44,21 @@ class AudioSpan:
     duration: float
     stretch: bool = True  # False: cut or pad to the duration (real-time frames)
     normalize: bool = False  # audio_normalize: the decoded track's peak scaled to 0.999
+    preserve_pitch: bool = False  # audio_preserve_pitch: a stretch keeps the pitch
 
 
 def clip_span(frames: tuple[int, ...], video_fps: float | None, fps: float,
-              trim: bool, normalize: bool = False) -> AudioSpan | None:
+              trim: bool, normalize: bool = False, preserve_pitch: bool = False
+              ) -> AudioSpan | None:
     """The span of a clip's chosen `frames` of a video at `video_fps`, trained as
-    len(frames) frames at `fps`; None when the video does not say its rate."""
+    len(frames) frames at `fps`; None when the video does not say its rate.
+    `preserve_pitch` only matters for a stretched span, so a trimmed one drops it (and
+    keeps the cache key of the same sound)."""
     if not video_fps or not frames:
         return None
     start, end = frames[0] / video_fps, (frames[-1] + 1) / video_fps
-    return AudioSpan(start, end, len(frames) / fps, not trim, normalize)
+    return AudioSpan(start, end, len(frames) / fps, not trim, normalize,
+                     preserve_pitch and not trim)
 
 
 def _decoded(fh: BinaryIO, sample_rate: int, channels: int, until: float
@@ -108,6 +114,61 @@ def fit(pcm: np.ndarray, samples: int, stretch: bool) -> np.ndarray:
     return np.stack([np.interp(where, base, ch) for ch in pcm]).astype(np.float32)
 
 
+ATEMPO_RANGE = (0.5, 100.0)  # one atempo instance's tempo factor (FFmpeg's bounds)
+
+
+def _atempo_chain(tempo: float) -> list[float]:
+    """Factors within ATEMPO_RANGE whose product is `tempo` (FFmpeg chains instances
+    for a larger change)."""
+    low, high = ATEMPO_RANGE
+    factors = []
+    while tempo < low or tempo > high:
+        step = low if tempo < low else high
+        factors.append(step)
+        tempo /= step
+    return factors + [tempo]
+
+
+def tempo_stretch(pcm: np.ndarray, sample_rate: int, samples: int) -> np.ndarray:
+    """`pcm` (C, N) played at the speed that makes it `samples` long, its pitch kept:
+    FFmpeg's atempo filter (WSOLA) through PyAV's filter graph; the last few
+    milliseconds the filter's window leaves are cut or padded with silence."""
+    from fractions import Fraction
+
+    import av
+    import av.filter
+
+    if pcm.shape[1] == samples or pcm.shape[1] == 0 or samples <= 0:
+        return fit(pcm, max(samples, 0), stretch=False)
+    layout = "mono" if pcm.shape[0] == 1 else "stereo"
+    graph = av.filter.Graph()
+    chain = [graph.add_abuffer(format="fltp", sample_rate=sample_rate, layout=layout,
+                               time_base=Fraction(1, sample_rate))]
+    for factor in _atempo_chain(pcm.shape[1] / samples):
+        chain.append(graph.add("atempo", f"{factor:.9f}"))
+    chain.append(graph.add("abuffersink"))
+    for a, b in zip(chain, chain[1:], strict=False):
+        a.link_to(b)
+    graph.configure()
+    frame = av.AudioFrame.from_ndarray(np.ascontiguousarray(pcm, np.float32),
+                                       format="fltp", layout=layout)
+    frame.sample_rate, frame.pts, frame.time_base = sample_rate, 0, Fraction(1, sample_rate)
+    graph.push(frame)
+    graph.push(None)
+    out: list[np.ndarray] = []
+    while True:
+        try:
+            got = graph.pull()
+        except (av.BlockingIOError, av.EOFError):
+            break
+        data = got.to_ndarray()  # atempo may answer packed (interleaved) samples
+        out.append(data.reshape(pcm.shape[0], -1) if got.format.is_planar
+                   else data.reshape(-1, pcm.shape[0]).T)
+    stretched = (np.concatenate(out, axis=1) if out
+                 else np.zeros((pcm.shape[0], 0), np.float32))
+    return fit(stretched.astype(np.float32), samples, stretch=False)
+
+
 def read_audio(fh: BinaryIO, span: AudioSpan, sample_rate: int, channels: int
                ) -> np.ndarray | None:
     """The clip's soundtrack, (channels, round(duration * sample_rate)) float32 in
@@ -129,7 +190,10 @@ def read_audio(fh: BinaryIO, span: AudioSpan, sample_rate: int, channels: int
     piece = pcm[:, a:b]
     if piece.shape[1] < b - a:  # the soundtrack ends before the frames: silence after it
         piece = fit(piece, b - a, stretch=False)
-    return fit(piece, int(round(span.duration * sample_rate)), span.stretch)
+    samples = int(round(span.duration * sample_rate))
+    if span.stretch and span.preserve_pitch:
+        return tempo_stretch(piece, sample_rate, samples)
+    return fit(piece, samples, span.stretch)
 
 
 def log_mel(pcm: torch.Tensor, sample_rate: int, hop: int, mel_bins: int,

@@ -190,7 +190,7 @@ def video_clip(path: Path, clip: ClipSpec, report: Callable[[str], None]
     span = None
     if clip.audio:
         span = clip_span(frames, info.fps, clip.fps, clip.auto and clip.trim_tail,
-                         clip.audio_normalize)
+                         clip.audio_normalize, clip.audio_preserve_pitch)
         if span is None:
             report(f"{path}: the video does not say its frame rate; trains without sound")
     return (info.width, info.height), frames, span

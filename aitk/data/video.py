@@ -57,6 +57,7 @@ class ClipSpec:
     trim_tail: bool = True  # trim_auto_frame_count_tail
     audio: bool = False  # do_audio on an arch that trains sound (aitk.data.audio)
     audio_normalize: bool = False  # its peak scaled to full scale (upstream's key)
+    audio_preserve_pitch: bool = False  # a stretched soundtrack keeps its pitch
 
 
 TEMPORAL_COMPRESSION = 4  # video VAE frames per latent frame (after the first)

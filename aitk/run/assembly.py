@@ -168,7 +168,8 @@ def scan_datasets(proc: TrainingProcess, divisibility: int, report: Callable[[st
                    "its videos train without their audio")
         clip = (ClipSpec(ds.num_frames, float(ds.fps), ds.shrink_video_to_frames,
                          ds.auto_frame_count, ds.trim_auto_frame_count_tail,
-                         audio=ds.do_audio and audio, audio_normalize=ds.audio_normalize)
+                         audio=ds.do_audio and audio, audio_normalize=ds.audio_normalize,
+                         audio_preserve_pitch=ds.audio_preserve_pitch)
                 if is_video else None)
         found = scan_folder(Path(ds.folder_path).expanduser(), caption_ext=ds.caption_ext,
                             default_caption=ds.default_caption,

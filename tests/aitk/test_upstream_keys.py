@@ -249,6 +249,7 @@ TRAINED_NOW = [
     ("train", "max_loss", 0.5), ("train", "snr_gamma", 5.0),
     ("network", "pretrained_lora_path", "start.safetensors"),
     ("model", "lora_path", "fused.safetensors"),
+    ("datasets", "audio_preserve_pitch", True),
 ]
 
 

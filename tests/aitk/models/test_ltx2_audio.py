@@ -118,6 +118,26 @@ def test_spread_frames_squeeze_the_whole_soundtrack_into_the_clip(tmp_path: Path
     assert abs(main_tone(pcm, RATE) - 440 / 0.375) < 60
 
 
+def test_audio_preserve_pitch_squeezes_the_soundtrack_at_its_pitch(tmp_path: Path) -> None:
+    """The dataset key, through the trainer's scan (aitk.run.assembly), to the decoded
+    sound: the same squeeze as above (1 s into 0.375 s), the tone kept at 440 Hz."""
+    from types import SimpleNamespace
+
+    from aitk.config.schema import DatasetConfig
+    from aitk.run.assembly import scan_datasets
+
+    make_clip(tmp_path / "ds" / "tone.mp4")
+    ds = DatasetConfig(folder_path=str(tmp_path / "ds"), num_frames=FRAMES,
+                       resolution=[SIDE], do_audio=True, audio_preserve_pitch=True)
+    proc = SimpleNamespace(datasets=[ds], model=SimpleNamespace(arch=ARCH),
+                           trigger_word=None)
+    (item,) = scan_datasets(proc, 32, lambda m: None, is_video=True, audio=True)
+    assert item.audio == AudioSpan(0.0, 1.0, 0.375, preserve_pitch=True)
+    pcm = load_audio(item, RATE, 2)
+    assert pcm is not None and pcm.shape == (2, 6000)
+    assert abs(main_tone(pcm, RATE) - 440) < 30
+
+
 def test_a_soundtrack_shorter_than_the_frames_ends_in_silence(tmp_path: Path) -> None:
     make_clip(tmp_path / "ds" / "short.mp4", tone_seconds=0.2)
     item = scanned(tmp_path / "ds", ClipSpec(FRAMES, fps=24, shrink=False,
