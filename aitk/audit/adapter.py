@@ -34,13 +34,6 @@ LAYOUTS: tuple[tuple[str, str, str], ...] = (
     ("lycoris_", "LyCORIS (lycoris_<module>)", "ComfyUI, LyCORIS"),
     ("base_model.model.", "peft (base_model.model.<module>)", "peft"),
 )
-# Module names that give the model family away.
-ARCH_HINTS: tuple[tuple[str, str], ...] = (
-    ("double_blocks", "flux (BFL names)"), ("single_transformer_blocks", "flux"),
-    ("transformer_blocks", "DiT (flux / sd3 / qwen_image / ...)"),
-    ("down_blocks", "UNet (sd1 / sdxl)"), ("input_blocks", "UNet (sd1 / sdxl, ldm names)"),
-    ("img_mlp", "qwen_image"), ("blocks.", "DiT"),
-)
 UP_SUFFIXES = (".lora_B.weight", ".lora_up.weight", ".lokr_w2", ".lokr_w2_b", ".hada_w2_a")
 DOWN_SUFFIXES = (".lora_A.weight", ".lora_down.weight")
 
@@ -97,6 +90,21 @@ def layout_of(keys: list[str]) -> tuple[str, str]:
         else:
             counts[("unknown (no known prefix)", "unknown")] += 1
     return counts.most_common(1)[0][0] if counts else ("empty", "none")
+
+
+def archs_writing(keys: list[str]) -> list[str]:
+    """The built-in archs whose LoRA layout (their description's `Lora.writes`: key
+    prefix and key style) the file's keys have; the arch facts stay in the arch folders.
+    A LoKr/LoHa key has no PEFT/kohya style, so its prefix alone decides."""
+    from aitk.models.catalog import descriptions
+    from aitk.models.description import KeyStyle
+
+    styles = {".lora_A.weight": KeyStyle.PEFT, ".lora_B.weight": KeyStyle.PEFT,
+              ".lora_down.weight": KeyStyle.KOHYA, ".lora_up.weight": KeyStyle.KOHYA}
+    shapes = {(k, styles.get(module_of(k)[1])) for k in keys if not k.endswith(".alpha")}
+    return [d.name for d in descriptions()
+            if any(k.startswith(d.lora.writes.prefix) and style in (None, d.lora.writes.style)
+                   for k, style in shapes)]
 
 
 def _metadata_view(meta: dict[str, str]) -> dict[str, Any]:
@@ -180,12 +188,15 @@ def audit_adapter(path: Path) -> Report:
     with open(path, "rb") as fh:
         for chunk in iter(lambda: fh.read(1 << 20), b""):
             digest.update(chunk)
-    hints = [label for needle, label in ARCH_HINTS if any(needle in k for k in keys)]
+    candidates = archs_writing(keys)
     norms = {b: round(v ** 0.5, 6) for b, v in sorted(block_norms.items())}
     report.summary = {
         "sha256": digest.hexdigest(), "tensors": len(keys), "modules": len(modules),
         "layout": layout, "loaded_by": tools,
-        "arch": meta.get("base_model_arch") or (hints[0] if hints else "unknown"),
+        # the file's own word (aitk writes it), else the archs whose layout this is
+        "arch": meta.get("base_model_arch") or (
+            "one of " + ", ".join(candidates) if candidates else "unknown"),
+        "archs_with_this_layout": candidates,
         "ranks": dict(ranks), "block_norms": norms,
         "metadata": _metadata_view(meta), "per_module": per_module,
     }

@@ -11,7 +11,7 @@ import pytest
 import torch
 from safetensors.torch import save_file
 
-from aitk.audit.adapter import audit_adapter, block_of, layout_of
+from aitk.audit.adapter import archs_writing, audit_adapter, block_of, layout_of
 from aitk.cli.audit import main as audit_main
 from aitk.findings import Level
 
@@ -113,3 +113,21 @@ def test_cli_json_and_exit_codes(tmp_path, capsys):
     assert audit_main(["adapter", str(junk)]) == 2
     assert "not a safetensors file" in capsys.readouterr().err
     assert audit_main(["adapter", str(tmp_path / "missing.safetensors")]) == 2
+
+
+def test_without_metadata_the_arch_is_read_from_the_arch_descriptions(tmp_path):
+    """No `base_model_arch` in the file: the archs whose own description writes this
+    key layout (prefix and PEFT/kohya style) are named, not a guess from module names."""
+    from aitk.models.catalog import descriptions
+
+    s = audit_adapter(lora(tmp_path / "t.safetensors", prefix="transformer.")).summary
+    writes = {d.name: d.lora.writes for d in descriptions()}
+    want = [n for n, w in writes.items() if w.prefix == "transformer." and w.style == "peft"]
+    assert want and s["archs_with_this_layout"] == want
+    assert s["arch"] == "one of " + ", ".join(want)
+    kohya = archs_writing(["lora_unet_down_blocks_0_attn1_to_q.lora_down.weight"])
+    assert {"sdxl", "sd1", "sd2"} <= set(kohya) and "flux" not in kohya
+    # a kohya-style key under a PEFT arch's prefix is no arch's file
+    assert archs_writing(["transformer.x.lora_down.weight"]) == []
+    assert audit_adapter(lora(tmp_path / "u.safetensors", prefix="mine.")).summary[
+        "arch"] == "unknown"
