@@ -91,3 +91,27 @@ def test_a_resumed_source_draws_the_same_blanks(tmp_path: Path) -> None:
     resumed.load_state_dict(first.state_dict())
     assert head + [resumed.next().prompt_blanks for _ in range(3)] == draws
     assert any(any(b for row in d for b in row) for d in draws)
+
+
+def test_an_edit_models_control_embedder_gets_the_blanked_items_as_empty(
+        tmp_path: Path) -> None:
+    from PIL import Image
+
+    control = tmp_path / "control.png"
+    Image.new("RGB", (8, 8), (200, 10, 10)).save(control)
+    pool = [Item(tmp_path / f"{k}.png", f"caption {k}", (8, 8), (8, 8), controls=(control,))
+            for k in range(4)]
+    seen: list[list[str]] = []
+
+    def control_embeds(captions, batch_items, images):
+        seen.append(list(captions))
+        return "embeds"
+
+    data = BatchSource(pool, 2, 5, lambda its: torch.zeros(len(its), 1, 1, 1),
+                       lambda px: px, Recorder(), control_embeds, prompt_dropout=0.5)
+    batches = [data.next() for _ in range(8)]
+    for batch, shown in zip(batches, seen, strict=True):
+        assert batch.prompt_blanks is not None
+        assert shown == ["" if row[0] else c
+                         for c, row in zip(batch.captions, batch.prompt_blanks, strict=True)]
+    assert "" in sum(seen, []) and any(s != "" for s in sum(seen, []))
