@@ -317,6 +317,11 @@ class TrainConfig(_Strict):
     do_guidance_loss_cfg_zero: bool = False
     guidance_loss_schedule: Literal["constant", "sigma"] = "constant"
     unconditional_prompt: str = ""
+    # Upstream's: each item's prompt is blanked with this probability per text encoder
+    # when prompts are embedded live (not with cached text embeddings); the draw is per
+    # batch, item and encoder (aitk.data.captions.dropped_prompts), the blank is the
+    # arch's embedding of "" (BaseModel.get_prompt_embeds_dropped).
+    prompt_dropout_prob: Probability = 0.0
     ema_config: EMAConfig = EMAConfig()
     validation_config: ValidationConfig | None = None
     gradient_checkpointing: bool = True

@@ -189,9 +189,6 @@ DROPPED: dict[Key, str] = {
     ("train", "num_train_timesteps"): "aitk uses the length of each arch's own schedule",
     ("train", "adaptive_scaling_factor"): "an upstream experiment that adapts the VAE "
     "scale to each image; aitk uses the arch's",
-    ("train", "prompt_dropout_prob"): f"{_LATER} blanking each text encoder's prompt "
-    "on its own when it embeds live; datasets[].caption_dropout_rate blanks the whole "
-    "caption for every encoder",
     ("train", "match_noise_norm"): "an upstream experiment that matches the prediction's "
     "norm to the noise's",
     **_each("train", "short_and_long_captions short_and_long_captions_encoder_split",

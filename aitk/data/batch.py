@@ -38,6 +38,9 @@ class DataBatch:
     only); None when no item of the batch has sound.
     network_weight: its dataset's `network_weight`: the adapter's strength for this batch
     (aitk.run.objectives.network_weight).
+    prompt_blanks: `train.prompt_dropout_prob`'s draw (aitk.data.captions.dropped_prompts):
+    per item, per text encoder, whether `prompt_embeds` hold that encoder's embedding of
+    "" instead of the caption's; None when nothing was drawn (p = 0, or cached embeds).
     """
 
     captions: list[str]
@@ -56,6 +59,7 @@ class DataBatch:
     prior_reg: bool = False
     audio_latents: list[torch.Tensor | None] | None = None
     network_weight: float = 1.0
+    prompt_blanks: tuple[tuple[bool, ...], ...] | None = None
 
     def weigh(self, weights: torch.Tensor | None) -> torch.Tensor | None:
         """Per-item loss weights (B,): the schedule's `weights` times `loss_weights`."""

@@ -11,10 +11,10 @@ them; their loss counts `train.reg_weight` times (times the dataset's
 own prediction (the adapter switched off) instead of the usual target, which keeps the
 adapter from changing what the model does for them (aitk.run.train).
 
-Every draw (order, caption dropout, caption changes, augments, random crops, which
-source a step uses) is keyed by the seed and the position in the order, and the
-position is all the state, so a resumed run draws exactly what an uninterrupted one
-would.
+Every draw (order, caption dropout, caption changes, prompt dropout, augments, random
+crops, which source a step uses) is keyed by the seed and the position in the order,
+and the position is all the state, so a resumed run draws exactly what an
+uninterrupted one would.
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ import torch
 from aitk.data.augment import augment
 from aitk.data.batch import DataBatch
 from aitk.data.buckets import BatchSampler, Group, ResizeCrop, random_resize_crop, resize_crop
-from aitk.data.captions import CaptionRules, vary_batch
+from aitk.data.captions import CaptionRules, dropped_prompts, vary_batch
 from aitk.data.controls import ControlEmbeds, control_batch
 from aitk.data.dataset import DatasetError, Item, dropped_captions, load_pixels
 from aitk.models.prompt_embeds import AdvancedPromptEmbeds
@@ -57,12 +57,17 @@ class BatchSource:
     def __init__(self, items: Sequence[Item], batch_size: int, seed: int,
                  latents: Callable[[Sequence[Item]], torch.Tensor] | None,
                  encode_images: Callable[[torch.Tensor], torch.Tensor],
-                 embeds: Callable[[list[str]], AdvancedPromptEmbeds],
+                 embeds: Callable[..., AdvancedPromptEmbeds],
                  control_embeds: ControlEmbeds | None = None,
                  rules: Sequence[DatasetRules] | None = None,
                  accumulation: int = 1,
-                 audio: Callable[[Item], torch.Tensor | None] | None = None) -> None:
+                 audio: Callable[[Item], torch.Tensor | None] | None = None,
+                 prompt_dropout: float = 0.0, prompt_encoders: int = 1) -> None:
         self.seed = seed
+        # train.prompt_dropout_prob, 0 unless the prompts are embedded live (then `embeds`
+        # takes the draw too); the draws per item: the model's prompt_dropout_encoders.
+        self.prompt_dropout = prompt_dropout
+        self.prompt_encoders = prompt_encoders
         self._audio = audio  # archs that train sound: a clip's audio latents
         self.rules = list(rules) if rules is not None else []
         self.accumulation = accumulation
@@ -126,8 +131,17 @@ class BatchSource:
             sounds = [self._audio(i) for i in items]
             sounds = sounds if any(s is not None for s in sounds) else None
         controls = control_batch(items)
+        blanks = dropped_prompts(self.seed, epoch, index, self.prompt_dropout,
+                                 items=len(items), encoders=self.prompt_encoders,
+                                 stream=stream)
+        blanked = blanks is not None and any(b for row in blanks for b in row)
         if controls is not None and self._control_embeds is not None:
-            prompt_embeds = self._control_embeds(captions, items, controls)
+            # an edit model's embeddings read the controls: a blanked item's whole prompt
+            shown = ["" if any(row) else c for c, row in zip(captions, blanks, strict=True)] \
+                if blanked and blanks is not None else captions
+            prompt_embeds = self._control_embeds(shown, items, controls)
+        elif blanked:
+            prompt_embeds = self._embeds(captions, blanks)
         else:
             prompt_embeds = self._embeds(captions)
         return DataBatch(captions=captions, latents=latents, prompt_embeds=prompt_embeds,
@@ -141,7 +155,7 @@ class BatchSource:
                          loss_weights=None if rules.loss_weight == 1.0 else
                          [rules.loss_weight] * len(items),
                          prior_reg=rules.prior_reg, audio_latents=sounds,
-                         network_weight=rules.network_weight)
+                         network_weight=rules.network_weight, prompt_blanks=blanks)
 
     def _plan(self, item: Item, rules: DatasetRules, stream: int, epoch: int, index: int,
               position: int) -> ResizeCrop:

@@ -11,6 +11,9 @@ list of tokens, and each time an item is drawn
   random triggers and the trigger word shuffle with the rest.
 
 Caption dropout (the whole caption, aitk.data.dataset.dropped_captions) comes first.
+`train.prompt_dropout_prob` (`dropped_prompts`) changes no text: it blanks an item's
+prompt per text encoder when the batch is embedded live (BaseModel's
+get_prompt_embeds_dropped).
 Draws come from a generator keyed by (seed, stream, epoch, batch, position), so a
 resumed run draws exactly what an uninterrupted one would.
 """
@@ -74,3 +77,19 @@ def vary_batch(captions: Sequence[str], rules: Sequence[CaptionRules], seed: int
                stream: int, epoch: int, batch_index: int) -> list[str]:
     return [vary_caption(c, r, draw_generator(seed, stream, epoch, batch_index, k))
             for k, (c, r) in enumerate(zip(captions, rules, strict=True))]
+
+
+PromptBlanks = tuple[tuple[bool, ...], ...]  # per item, per text encoder: blank it
+
+
+def dropped_prompts(seed: int, epoch: int, batch_index: int, p: float, *, items: int,
+                    encoders: int, stream: int = 0) -> PromptBlanks | None:
+    """`train.prompt_dropout_prob` for one batch: per item, per text encoder, whether
+    its prompt is blanked (each with probability `p`, independently, as upstream draws
+    each encoder's list on its own), from (seed, stream, epoch, batch) alone --
+    resumable. None at p = 0: nothing is drawn."""
+    if p <= 0.0:
+        return None
+    draws = np.random.default_rng([seed, stream, epoch, batch_index, 19]).random(
+        (items, encoders))
+    return tuple(tuple(bool(d < p) for d in row) for row in draws)

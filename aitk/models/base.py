@@ -196,6 +196,9 @@ class BaseModel:
     # Video archs: datasets give clips (B, 3, F, H, W); previews are frame lists.
     is_video: ClassVar[bool] = False
     te_padding_side: ClassVar[str] = "right"
+    # train.prompt_dropout_prob: draws per item, one per text encoder blanked on its own
+    # (get_prompt_embeds_dropped); 1: the whole prompt.
+    prompt_dropout_encoders: ClassVar[int] = 1
     # LoRA/LoKr attach to the nn.Linear layers whose path (inside get_model_to_train())
     # starts with one of these; override for networks that name their blocks otherwise.
     # LoCon (`network.conv`): where the Conv2d layers it trains are (UNet archs' ResNet
@@ -433,6 +436,17 @@ class BaseModel:
                           ) -> AdvancedPromptEmbeds:
         """One 2-D (L, D) tensor per prompt, at its natural length."""
         raise NotImplementedError
+
+    def get_prompt_embeds_dropped(self, prompts: list[str],
+                                  blanks: Sequence[Sequence[bool]]) -> AdvancedPromptEmbeds:
+        """`get_prompt_embeds` with `train.prompt_dropout_prob`'s draw (one row of
+        `prompt_dropout_encoders` booleans per prompt; aitk.data.captions.dropped_prompts):
+        by default a row with any draw set is embedded as "" whole, as upstream's
+        single-list encoders do (and where upstream ignores the key: SD3, Lumina 2 and
+        its newer BaseModel archs). An arch that draws per text encoder (SDXL) blanks
+        each encoder's part on its own."""
+        return self.get_prompt_embeds(
+            ["" if any(row) else p for p, row in zip(prompts, blanks, strict=True)])
 
     # Sound (archs whose denoiser has an audio stream; `datasets[].do_audio`): the data
     # layer decodes a clip's soundtrack as `audio_format()` says (aitk.data.audio), the

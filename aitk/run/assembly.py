@@ -22,6 +22,7 @@ from aitk.data.batches import BatchSource, DatasetRules, NoImages
 from aitk.data.captions import CaptionRules
 from aitk.data.dataset import Item, scan_folder
 from aitk.errors import AdapterError, AdapterFileError, DatasetError, DeviceUnavailable, ModelError
+from aitk.run.caches import live_prompt_dropout
 from aitk.run.ema import AdapterEMA
 from aitk.run.optim import Schedule, build_optimizer, schedule_from_config
 
@@ -321,7 +322,8 @@ def trainable_over(proc: TrainingProcess, model: Any, network: Any,
     schedule = schedule_from_config(tr)
     data = BatchSource(items, tr.batch_size, tr.seed, latents, model.encode_images, embeds,
                        control_embeds, dataset_rules(proc, vary_captions),
-                       tr.accumulation, audio) if items else NoImages()
+                       tr.accumulation, audio, live_prompt_dropout(proc),
+                       getattr(model, "prompt_dropout_encoders", 1)) if items else NoImages()
     settings = tr.ema_config
     ema = AdapterEMA(params, settings.ema_decay, settings.use_feedback,
                      settings.param_multiplier) if settings.use_ema else None

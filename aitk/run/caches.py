@@ -72,6 +72,22 @@ def caption_changes_off(proc: TrainingProcess, say: Callable[[str], None]) -> bo
     return True
 
 
+def live_prompt_dropout(proc: TrainingProcess) -> float:
+    """train.prompt_dropout_prob where it acts: on prompts embedded live; 0 with text
+    embeddings cached (as upstream, `prompt_dropout_off` says so)."""
+    return 0.0 if caches_text(proc) else proc.train.prompt_dropout_prob
+
+
+def prompt_dropout_off(proc: TrainingProcess, say: Callable[[str], None]) -> None:
+    """Say (once) that train.prompt_dropout_prob does not act on cached embeddings."""
+    p = proc.train.prompt_dropout_prob
+    if p > 0 and caches_text(proc):
+        say(f"train.prompt_dropout_prob ({p:g}) blanks prompts only when they are "
+            "embedded live, and text embeddings are cached: not applied (turn off "
+            "cache_text_embeddings/unload_text_encoder to use it; "
+            "datasets[].caption_dropout_rate blanks cached captions)")
+
+
 def encode_inputs(proc: TrainingProcess, model: Any, items: list[Item], samples: list[Any],
                   stop: StopFlag, say: Callable[[str], None], stream: TextIO,
                   world: distributed.World = distributed.SINGLE,
@@ -89,6 +105,7 @@ def encode_inputs(proc: TrainingProcess, model: Any, items: list[Item], samples:
     latents, audio = cached_latents(proc, model, items, stop, say, stream, cache_dir, world,
                                     audio)
     vary = not caption_changes_off(proc, say)
+    prompt_dropout_off(proc, say)
     if model.encode_control_in_text_embeddings and items and items[0].controls:
         control_embeds, sample_embeds = control_text_embeddings(
             proc, model, items, samples, stop, say, cache_dir, world, extra)
@@ -174,14 +191,21 @@ def text_embeddings(proc: TrainingProcess, model: Any, items: list[Item],
     preservation caption follows its class word."""
     tr = proc.train
     wanted = tr.cache_text_embeddings or tr.unload_text_encoder
+    def live(captions: list[str], blanks: Any = None) -> Any:
+        """train.prompt_dropout_prob's `blanks` (aitk.data.captions.dropped_prompts) go
+        to the model, which blanks each row's prompt as its arch does."""
+        if blanks is None:
+            return model.get_prompt_embeds(captions)
+        return model.get_prompt_embeds_dropped(captions, blanks)
+
     if getattr(model, "text_encoder_trains", False):
-        return model.get_prompt_embeds, None  # with gradients: a full fine-tune trains it
+        return live, None  # with gradients: a full fine-tune trains it
     if not (wanted or any(ds.cache_text_embeddings for ds in proc.datasets)):
-        def embed(captions: list[str]) -> Any:
+        def embed(captions: list[str], blanks: Any = None) -> Any:
             if model.text_encoder_trains:  # the text encoders' LoRA learns from this loss
-                return model.get_prompt_embeds(captions)
+                return live(captions, blanks)
             with torch.no_grad():
-                return model.get_prompt_embeds(captions).detach()
+                return live(captions, blanks).detach()
 
         return embed, None
     captions = [i.caption for i in items]

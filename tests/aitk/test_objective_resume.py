@@ -78,6 +78,8 @@ SWITCHES: dict[str, dict[str, Any]] = {
                         "datasets": {"shuffle_tokens": True, "keep_tokens": 1,
                                      "token_dropout_rate": 0.3,
                                      "random_triggers": ["ohwx", "sks"]}},
+    "prompt_dropout": {"train": {"cache_text_embeddings": False,
+                                 "prompt_dropout_prob": 0.5}},
     "reg_dataset": {"reg": {"is_reg": True, "loss_multiplier": 0.5, "batch_size": 1},
                     "train": {"reg_weight": 0.5}},
     "prior_reg_dataset": {"reg": {"is_reg": True, "prior_reg": True}},

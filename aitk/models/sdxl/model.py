@@ -25,6 +25,7 @@ batch.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -74,6 +75,9 @@ class SDXLModel(UNetModel):
     arch = "sdxl"
     text_encoder_subfolders = ("text_encoder", "text_encoder_2")
     kohya_layout = LAYOUT
+    # train.prompt_dropout_prob blanks each encoder's prompt on its own, as upstream's
+    # encode_prompts_xl (get_prompt_embeds_dropped)
+    prompt_dropout_encoders = len(text_encoder_subfolders)
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
@@ -140,15 +144,29 @@ class SDXLModel(UNetModel):
         """Per prompt: both encoders' penultimate states over the padded 77 tokens,
         concatenated (77, D1 + D2), and encoder 2's projected pooled embedding (1, P);
         with gradients while the text encoders' LoRA trains."""
+        return self._embed(list(prompts), list(prompts))
+
+    def get_prompt_embeds_dropped(self, prompts: list[str],
+                                  blanks: Sequence[Sequence[bool]]) -> AdvancedPromptEmbeds:
+        """Each encoder's prompt blanked on its own (upstream's encode_prompts_xl with
+        `dropout_prob`): a row's first draw makes encoder 1's part its embedding of "",
+        the second encoder 2's part and the pooled embedding (encoder 2's)."""
+        rows = list(zip(prompts, blanks, strict=True))
+        return self._embed(["" if row[0] else p for p, row in rows],
+                           ["" if row[1] else p for p, row in rows])
+
+    def _embed(self, prompts: list[str], prompts_2: list[str]) -> AdvancedPromptEmbeds:
+        """`prompts` through encoder 1, `prompts_2` through encoder 2."""
         if self.text_encoder is None or self.text_encoder_2 is None:
             raise ModelLoadError("the text encoders are unloaded (text embeddings cached)")
         states = []
         pooled = None
         with self.text_encoder_grad(), self.on_device(self.text_encoder,
                                                        self.text_encoder_2):
-            for tokenizer, encoder in ((self.tokenizer, self.text_encoder),
-                                       (self.tokenizer_2, self.text_encoder_2)):
-                ids = tokenizer(list(prompts), padding="max_length", truncation=True,
+            for tokenizer, encoder, texts in ((self.tokenizer, self.text_encoder, prompts),
+                                              (self.tokenizer_2, self.text_encoder_2,
+                                               prompts_2)):
+                ids = tokenizer(texts, padding="max_length", truncation=True,
                                 max_length=tokenizer.model_max_length,
                                 return_tensors="pt").input_ids
                 out = encoder(ids.to(self.device), output_hidden_states=True)
