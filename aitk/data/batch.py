@@ -41,6 +41,8 @@ class DataBatch:
     prompt_blanks: `train.prompt_dropout_prob`'s draw (aitk.data.captions.dropped_prompts):
     per item, per text encoder, whether `prompt_embeds` hold that encoder's embedding of
     "" instead of the caption's; None when nothing was drawn (p = 0, or cached embeds).
+    preservation_blanks: the same, drawn afresh for the batch's diff_output_preservation
+    prompts (aitk.run.objectives.Preservation), as upstream encodes them with dropout too.
     """
 
     captions: list[str]
@@ -60,6 +62,7 @@ class DataBatch:
     audio_latents: list[torch.Tensor | None] | None = None
     network_weight: float = 1.0
     prompt_blanks: tuple[tuple[bool, ...], ...] | None = None
+    preservation_blanks: tuple[tuple[bool, ...], ...] | None = None
 
     def weigh(self, weights: torch.Tensor | None) -> torch.Tensor | None:
         """Per-item loss weights (B,): the schedule's `weights` times `loss_weights`."""

@@ -155,7 +155,10 @@ class BatchSource:
                          loss_weights=None if rules.loss_weight == 1.0 else
                          [rules.loss_weight] * len(items),
                          prior_reg=rules.prior_reg, audio_latents=sounds,
-                         network_weight=rules.network_weight, prompt_blanks=blanks)
+                         network_weight=rules.network_weight, prompt_blanks=blanks,
+                         preservation_blanks=dropped_prompts(
+                             self.seed, epoch, index, self.prompt_dropout, items=len(items),
+                             encoders=self.prompt_encoders, stream=stream, pass_=1))
 
     def _plan(self, item: Item, rules: DatasetRules, stream: int, epoch: int, index: int,
               position: int) -> ResizeCrop:

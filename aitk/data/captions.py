@@ -83,13 +83,15 @@ PromptBlanks = tuple[tuple[bool, ...], ...]  # per item, per text encoder: blank
 
 
 def dropped_prompts(seed: int, epoch: int, batch_index: int, p: float, *, items: int,
-                    encoders: int, stream: int = 0) -> PromptBlanks | None:
+                    encoders: int, stream: int = 0, pass_: int = 0) -> PromptBlanks | None:
     """`train.prompt_dropout_prob` for one batch: per item, per text encoder, whether
     its prompt is blanked (each with probability `p`, independently, as upstream draws
     each encoder's list on its own), from (seed, stream, epoch, batch) alone --
-    resumable. None at p = 0: nothing is drawn."""
+    resumable. `pass_` 1 is the draw for the batch's diff_output_preservation prompts,
+    which upstream encodes with a dropout of their own. None at p = 0: nothing is
+    drawn."""
     if p <= 0.0:
         return None
-    draws = np.random.default_rng([seed, stream, epoch, batch_index, 19]).random(
-        (items, encoders))
+    key = [seed, stream, epoch, batch_index, 19] + ([pass_] if pass_ else [])
+    draws = np.random.default_rng(key).random((items, encoders))
     return tuple(tuple(bool(d < p) for d in row) for row in draws)

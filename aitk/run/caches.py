@@ -43,12 +43,19 @@ class Inputs:
     # latents when those are); None: no item has sound to read.
     audio: AudioOf | None = None
 
-    def reembed(self, captions: list[str], batch: Any) -> Any:
+    def reembed(self, captions: list[str], batch: Any, blanks: Any = None) -> Any:
         """A batch's embeddings for other captions (a preservation prompt), from the same
-        cache as its own; with its controls for a model whose embeddings read them."""
+        cache as its own; with its controls for a model whose embeddings read them.
+        `blanks`: train.prompt_dropout_prob's draw for these captions (only drawn when
+        they are embedded live), as for the batch's own (aitk.data.batches)."""
+        if blanks is not None and not any(b for row in blanks for b in row):
+            blanks = None
         if self.control_embeds is not None and batch.control_tensor_list is not None:
+            if blanks is not None:  # the controls' embedder blanks a whole prompt
+                captions = ["" if any(row) else c
+                            for c, row in zip(captions, blanks, strict=True)]
             return self.control_embeds(captions, batch.items, batch.control_tensor_list)
-        return self.embeds(captions)
+        return self.embeds(captions) if blanks is None else self.embeds(captions, blanks)
 
 
 def caches_text(proc: TrainingProcess) -> bool:

@@ -49,7 +49,7 @@ from aitk.models.prompt_embeds import AdvancedPromptEmbeds
 
 # (captions, batch) -> the batch's embeddings for other captions, from the same cache
 # (aitk.run.caches.Inputs.reembed)
-Reembed = Callable[[list[str], DataBatch], AdvancedPromptEmbeds]
+Reembed = Callable[..., AdvancedPromptEmbeds]  # (captions, batch[, blanks])
 
 
 class Adapter(Protocol):
@@ -247,6 +247,9 @@ class Preservation:
     embed: Reembed
     adapter: Adapter
     multiplier: float = 1.0
+    # diff_output_preservation: its prompts take train.prompt_dropout_prob's own draw
+    # (DataBatch.preservation_blanks), as upstream encodes them with dropout
+    dropout: bool = False
 
     def __call__(self, model: BaseModel, batch: DataBatch, step: Step,
                  pred: torch.Tensor) -> torch.Tensor:
@@ -254,7 +257,10 @@ class Preservation:
         on = torch.tensor([p is not None for p in prompts], dtype=torch.float32)
         if not on.any():
             return pred.new_zeros((), dtype=torch.float32)
-        embeds = self.embed([p or "" for p in prompts], batch).to(model.device, model.dtype)
+        texts = [p or "" for p in prompts]
+        blanks = batch.preservation_blanks if self.dropout else None
+        embeds = (self.embed(texts, batch) if blanks is None
+                  else self.embed(texts, batch, blanks)).to(model.device, model.dtype)
         base = prior(model, self.adapter, batch, step, embeds)
         preserved = predict(model, batch, step, embeds)
         per_item = (preserved.float() - base.float()).pow(2).flatten(1).mean(1)
@@ -423,7 +429,7 @@ def build_objective(proc: Any, model: BaseModel, adapter: Adapter, embed: Reembe
             return out
 
         terms.append(Preservation("diff_output_preservation", dop_prompts, embed, adapter,
-                                  tr.diff_output_preservation_multiplier))
+                                  tr.diff_output_preservation_multiplier, dropout=True))
     if tr.blank_prompt_preservation:
         terms.append(Preservation("blank_prompt_preservation",
                                   lambda batch: [""] * len(batch), embed, adapter,

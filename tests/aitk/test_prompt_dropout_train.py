@@ -61,3 +61,20 @@ def test_a_probability_outside_0_1_is_the_schemas_one_line_error(
     with pytest.raises(ConfigError) as err:
         load_config(str(write_config(tmp_path / "bad.yml", cfg)))
     assert "prompt_dropout_prob" in str(err.value) and "\n" not in str(err.value).strip()
+
+
+def test_preservation_prompts_take_the_dropout_too(tmp_path: Path,
+                                                   example_model_dir: Path) -> None:
+    """Upstream encodes the diff_output_preservation prompts with prompt_dropout_prob as
+    well: at p = 1 the class-word prompt is blanked, so the term is the blank-prompt
+    preservation term and the two runs log the same losses (not so at p = 0)."""
+    dataset = {"trigger_word": "sks"}
+    dop = {"diff_output_preservation": True, "diff_output_preservation_class": "person"}
+    bpp = {"blank_prompt_preservation": True}
+    dropped = run(tmp_path, "dop", example_model_dir, {**dop, "prompt_dropout_prob": 1.0},
+                  dataset)
+    blank = run(tmp_path, "bpp", example_model_dir, {**bpp, "prompt_dropout_prob": 1.0},
+                dataset)
+    kept = run(tmp_path, "dop0", example_model_dir, dop, dataset)
+    assert dropped == blank
+    assert kept != run(tmp_path, "bpp0", example_model_dir, bpp, dataset)

@@ -115,3 +115,16 @@ def test_an_edit_models_control_embedder_gets_the_blanked_items_as_empty(
         assert shown == ["" if row[0] else c
                          for c, row in zip(batch.captions, batch.prompt_blanks, strict=True)]
     assert "" in sum(seen, []) and any(s != "" for s in sum(seen, []))
+
+
+def test_the_preservation_prompts_draw_afresh() -> None:
+    """pass_ 1 (the diff_output_preservation prompts) is its own draw, as reproducible;
+    pass_ 0 keeps the batch's own draw as it was."""
+    from aitk.data.captions import dropped_prompts
+
+    own = dropped_prompts(3, 0, 5, 0.5, items=64, encoders=2)
+    dop = dropped_prompts(3, 0, 5, 0.5, items=64, encoders=2, pass_=1)
+    assert dop == dropped_prompts(3, 0, 5, 0.5, items=64, encoders=2, pass_=1)
+    assert own == dropped_prompts(3, 0, 5, 0.5, items=64, encoders=2, pass_=0)
+    assert dop != own
+    assert dropped_prompts(3, 0, 5, 0.0, items=4, encoders=1, pass_=1) is None
