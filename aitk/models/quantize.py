@@ -75,6 +75,14 @@ def kernel_cache_dir() -> Path:
     return base / f"torch-{torch.__version__}"
 
 
+def torch_lib_link_name(lib: Path) -> str:
+    """The space-free link's name for one torch's lib folder: one per checkout, so two
+    checkouts sharing the kernel cache do not repoint each other's link."""
+    import hashlib
+
+    return f"torch-lib-{hashlib.sha256(str(lib).encode()).hexdigest()[:12]}"
+
+
 @cache
 def prepare_quanto_kernel_build() -> None:
     """Make torch's build of quanto's kernel work from a path with a space (see the
@@ -87,9 +95,14 @@ def prepare_quanto_kernel_build() -> None:
         root.mkdir(parents=True, exist_ok=True)
         lib = Path(cpp_extension.TORCH_LIB_PATH)
         if " " in str(lib):
-            link = root / "torch-lib"
-            if not link.is_symlink():
-                link.symlink_to(lib, target_is_directory=True)
+            link = root / torch_lib_link_name(lib)
+            # the cache outlives checkouts: a link another (since removed) one left at
+            # this name is pointed at this torch again, replaced in one rename
+            if not link.is_symlink() or os.readlink(link) != str(lib):
+                fresh = root / f".{link.name}.{os.getpid()}"
+                fresh.unlink(missing_ok=True)
+                fresh.symlink_to(lib, target_is_directory=True)
+                os.replace(fresh, link)
             cpp_extension.TORCH_LIB_PATH = str(link)
         get_extension("quanto_cpp").build_directory = str(root / "quanto_cpp")
     except OSError:  # a read-only home: quanto builds where it would have
