@@ -3,8 +3,10 @@ model folder, stand-ins for the trainer's `model:` and `train:` sections, the sm
 end-to-end LoRA job, the checks on what a job leaves behind (a trained LoRA file and its
 preview; a Ctrl+C then a resume that ends on the uninterrupted run's weights), and the
 gradient-checkpointing, quantization and diffusers-interop checks that are the same
-logic in several archs. Each arch's file keeps what is its own: its shapes and layers,
-its LoRA layout, its settings and tolerances where they differ.
+logic in several archs, and the small pieces those archs' tests had each written again
+(loading the tiny model, a training batch, the trainer's interop preview, the offline
+hub-id error). Each arch's file keeps what is its own: its shapes and layers, its LoRA
+layout, its settings and tolerances where they differ.
 """
 
 from __future__ import annotations
@@ -28,13 +30,13 @@ from aitk.cli.run import main as cli_main
 from aitk.config.loading import load_config
 from aitk.data.batch import DataBatch
 from aitk.errors import EXIT_INTERRUPTED, EXIT_OK
-from aitk.models.base import BaseModel
+from aitk.models.base import BaseModel, GenerateImageConfig
 from aitk.run import train as train_module
 from aitk.run.job import run_job
 from aitk.run.signals import StopFlag
 from aitk.run.train import compute_loss, step_generator
 from tests.aitk.aitk_testing import job_config, write_config
-from tests.aitk.models.conftest import ModelCfg
+from tests.aitk.models.conftest import ModelCfg, NetCfg
 
 STEPS = 4  # the end-to-end job's length; the Ctrl+C checks stop it during step 2
 ALPHA = 8  # the job's LoRA alpha, != rank 4: the file must carry the scale other tools apply
@@ -58,6 +60,32 @@ def tiny_model_folder(cls: type[BaseModel],
 def model_cfg(arch: str, path: Path | str, **overrides: Any) -> ModelCfg:
     """The `model:` section for the model of `arch` at `path`."""
     return ModelCfg(name_or_path=str(path), arch=arch, **overrides)
+
+
+def load_tiny(cls: type[BaseModel], path: Path | str, **overrides: Any) -> Any:
+    """A `cls` on the model at `path` (its `model:` section: `model_cfg(cls.arch, ...)`),
+    loaded."""
+    model = cls(model_cfg(cls.arch, path, **overrides))
+    model.load_model()
+    return model
+
+
+def image_batch(model: BaseModel, size: int = 2) -> DataBatch:
+    """A training batch of `size` (at most 2) seeded random 32x32 images, encoded, with the
+    prompts "a red circle" and "blue"."""
+    prompts = ["a red circle", "blue"][:size]
+    pixels = torch.rand(size, 3, 32, 32, generator=torch.Generator().manual_seed(0)) * 2 - 1
+    return DataBatch(captions=prompts, latents=model.encode_images(pixels),
+                     prompt_embeds=model.get_prompt_embeds(prompts))
+
+
+def unseeded_batch(model: BaseModel, size: int = 2) -> DataBatch:
+    """A training batch of `size` (at most 2) random 32x32 images from torch's global
+    generator, encoded, captioned "a" and "b", with the prompts "a red circle" and
+    "blue"."""
+    return DataBatch(captions=["a", "b"][:size],
+                     latents=model.encode_images(torch.rand(size, 3, 32, 32) * 2 - 1),
+                     prompt_embeds=model.get_prompt_embeds(["a red circle", "blue"][:size]))
 
 
 def train_cfg(**overrides: Any) -> SimpleNamespace:
@@ -106,6 +134,42 @@ def write_lora_job(root: Path, name: str, arch: str, model_dir: Path,
                         lora_job_config(root, name, arch, model_dir, **sections))
 
 
+def write_flow_job(root: Path, name: str, arch: str, model_dir: Path, timestep_type: str,
+                   guidance_scale: float, lr: float = 5e-3, **sections: Any) -> Path:
+    """`write_lora_job(...)` as the flow-matching archs train it: learning rate `lr`,
+    gradient checkpointing, seed 3, `timestep_type`; the preview at `guidance_scale`. Each
+    of `sections` replaces one section whole."""
+    settings = dict(
+        train={"lr": lr, "gradient_checkpointing": True, "seed": 3,
+               "timestep_type": timestep_type},
+        sample=last_step_sample(guidance_scale=guidance_scale),
+    )
+    return write_lora_job(root, name, arch, model_dir, **{**settings, **sections})
+
+
+def job_folder(config: Path) -> Path:
+    """Where the job written to `<root>/<name>.yml` (write_lora_job) trains: `root/out/<name>`."""
+    return config.parent / "out" / config.stem
+
+
+def run_to_the_end(config: Path) -> Path:
+    """`python run.py <config>` in this process: it must exit 0. Returns its job folder."""
+    assert cli_main([str(config)]) == 0
+    return job_folder(config)
+
+
+def assert_hub_id_offline_is_one_line(config: Path, hub_id: str, capsys: Any,
+                                      says: tuple[str, ...] = ("huggingface-cli download",)
+                                      ) -> None:
+    """`python run.py <config>` on a model named by `hub_id` with the hub offline (the
+    `hub_offline` fixture): exit 2 and one `error` line, naming the id and each of `says`,
+    no traceback."""
+    assert cli_main([str(config)]) == 2
+    err = [line for line in capsys.readouterr().err.splitlines() if line.startswith("error")]
+    assert len(err) == 1 and hub_id in err[0] and "Traceback" not in err[0]
+    assert all(words in err[0] for words in says), err[0]
+
+
 # ---- what a job leaves behind ------------------------------------------------------------
 def assert_trained_lora(out: Path, name: str, key_prefix: str) -> None:
     """The job folder `out` after the whole job: STEPS finite losses logged, the final
@@ -134,6 +198,18 @@ def assert_lora_file(path: Path, key_prefix: str, arch: str) -> None:
     assert any(v.abs().max() > 0 for v in ups)  # trained: B left zero-init
     with safe_open(str(path), "pt") as fh:
         assert fh.metadata()["base_model_arch"] == arch
+
+
+def tagged_process(root: Path, model_dir: Path, arch: str, **model: Any) -> Any:
+    """The process of the job `lora_job_config(root, "tag", <arch's base>, model_dir)`
+    as loaded from `root/tag.yml`, with `model.arch` = `arch` (an upstream tag such as
+    `zimage:turbo`) and only `model`'s keys besides it (no name_or_path unless given),
+    no sample settings."""
+    config = lora_job_config(root, "tag", arch.split(":")[0], model_dir)
+    proc = config["config"]["process"][0]
+    proc["model"] = {"arch": arch, **model}
+    proc["sample"] = {"sample_every": 4, "prompts": ["a"]}
+    return load_config(str(write_config(root / "tag.yml", config))).job.config.process[0]
 
 
 # ---- Ctrl+C, then resume -----------------------------------------------------------------
@@ -193,6 +269,15 @@ def assert_same_weights(resumed: Path, straight: Path) -> None:
     assert max((ours[k] - theirs[k]).abs().max().item() for k in theirs) <= 1e-6
 
 
+def assert_ctrl_c_then_resume_matches(config: Path, trained: Path,
+                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    """`interrupt_via_sigint_then_resume` on the job at `config`, whose final LoRA file
+    then holds the weights of the same job run straight through into `trained`."""
+    interrupt_via_sigint_then_resume([str(config)], monkeypatch)
+    name = f"{config.stem}.safetensors"
+    assert_same_weights(job_folder(config) / name, trained / name)
+
+
 # ---- memory: gradient checkpointing, quantization -----------------------------------------
 def prediction_grads(model: BaseModel, net: AdapterNetwork, inputs: tuple[Any, Any, Any],
                      checkpointing: bool) -> tuple[torch.Tensor, list[torch.Tensor]]:
@@ -230,6 +315,30 @@ def step_grads_without_and_with_checkpointing(
     return plain, grads()
 
 
+def more_than_half(reached: list[bool]) -> bool:
+    """For `assert_checkpointing_keeps_the_lora_gradients`: most adapters got a gradient."""
+    return sum(reached) > len(reached) // 2
+
+
+def assert_checkpointing_keeps_the_lora_gradients(
+        model: BaseModel, batch: Callable[[BaseModel], DataBatch],
+        reached: Callable[[list[bool]], bool] = all) -> None:
+    """A rank-4 LoRA (alpha 4) on `model`, both factors random (B starts at zero): one
+    training step on `batch(model)` (made after that) gives the same LoRA gradients with
+    and without gradient checkpointing, and `reached` holds of which adapters got a
+    nonzero one (`all`, `any`, `more_than_half`)."""
+    network = AdapterNetwork.attach(model, NetCfg(linear=4, linear_alpha=4.0))
+    params = list(network.trainable_parameters())
+    with torch.no_grad():
+        for p in params:
+            p.normal_(0.0, 0.05)
+    plain, checkpointed = step_grads_without_and_with_checkpointing(model, params,
+                                                                    batch(model))
+    assert reached([bool(g.abs().max() > 0) for g in plain])
+    for a, b in zip(plain, checkpointed, strict=True):
+        assert torch.allclose(a, b, atol=1e-6)
+
+
 def assert_a_step_moves_only_the_lora(model: BaseModel, net: AdapterNetwork,
                                       prompt: str) -> None:
     """One AdamW step on the squared error of a 1x4x4x4 (flux-family) latent's
@@ -264,6 +373,32 @@ def assert_a_step_reaches_only_the_lora(model: BaseModel, network: AdapterNetwor
     assert all(id(p) in trainable for p in model.model.parameters() if p.requires_grad)
 
 
+# ---- a training adapter (a Turbo model's de-distillation LoRA) ----------------------------
+def assert_adapter_merged_for_training_and_out_of_previews(
+        plain: BaseModel, turbo: BaseModel, name: str, down: torch.Tensor,
+        up: torch.Tensor) -> None:
+    """`turbo`, loaded as `plain` with a training adapter (`down`, `up` on the layer
+    `name`, alpha = rank): the adapter is merged into the frozen transformer and training
+    sees it; previews are the model without it, as upstream samples Turbo; and training
+    after a preview has it back."""
+    assert torch.allclose(turbo.model.get_submodule(name).weight,
+                          plain.model.get_submodule(name).weight + up @ down, atol=1e-5)
+    assert not any(p.requires_grad for p in turbo.model.parameters())
+    latents = torch.randn(1, 4, 4, 4, generator=torch.Generator().manual_seed(1))
+    embeds = plain.get_prompt_embeds(["a red circle"])
+    with torch.no_grad():
+        before = plain.get_noise_prediction(latents, torch.tensor([500.0]), embeds)
+        after = turbo.get_noise_prediction(latents, torch.tensor([500.0]), embeds)
+    assert (before - after).abs().max() > 1e-3
+    gen = GenerateImageConfig(prompt="a red circle", width=32, height=32, sample_steps=2,
+                              seed=3, guidance_scale=1.0)
+    assert np.abs(image_array(turbo.generate_images([gen])[0])
+                  - image_array(plain.generate_images([gen])[0])).max() <= 1 / 255
+    with torch.no_grad():
+        again = turbo.get_noise_prediction(latents, torch.tensor([500.0]), embeds)
+    assert torch.equal(again, after)
+
+
 # ---- interop with diffusers' pipelines ---------------------------------------------------
 def image_array(image: Any) -> np.ndarray:
     """A PIL image as floats in [0, 1], to compare renders pixel by pixel."""
@@ -281,6 +416,47 @@ def assert_loaded_lora_reproduces(ours: np.ndarray, pipe: Any, lora: Path,
     # Same float32 CPU math on both sides; PNG-level rounding is the only slack.
     assert np.abs(with_lora - ours).max() <= 2 / 255
     assert np.abs(with_lora - base).max() > 4 / 255  # the LoRA really changed the image
+
+
+def float32_pipeline(pipeline_cls: Any, model_dir: Path, **parts: Any) -> Any:
+    """diffusers' `pipeline_cls` from the folder `model_dir` in float32 (`parts` replacing
+    some of its parts), its progress bar off."""
+    pipe = pipeline_cls.from_pretrained(model_dir, torch_dtype=torch.float32, **parts)
+    pipe.set_progress_bar_config(disable=True)
+    return pipe
+
+
+def interop_preview(**overrides: Any) -> GenerateImageConfig:
+    """The interop checks' render: "a red circle", 32x32, 3 steps, seed 5, guidance 2."""
+    return GenerateImageConfig(**{**dict(prompt="a red circle", width=32, height=32,
+                                         sample_steps=3, seed=5, guidance_scale=2.0),
+                                  **overrides})
+
+
+def trainer_preview(model: BaseModel, lora: Path, gen: GenerateImageConfig,
+                    cached_text: bool = False) -> tuple[np.ndarray, Any]:
+    """The trainer's render of `gen` with the LoRA file `lora` (rank 4, alpha 8) on
+    `model`, and the prompt embeds it used (`gen`'s prompt and ""); with `cached_text`
+    the text encoder is unloaded first, as with cached text embeddings."""
+    AdapterNetwork.attach(model, NetCfg(linear=4, linear_alpha=8.0)).load_file(lora)
+    embeds = model.encode_prompts([gen.prompt, ""])
+    if cached_text:
+        model.unload_text_encoder()
+    return image_array(model.generate_images([gen], embeds)[0]), embeds
+
+
+def arch_pipeline_render(run_pipeline: Callable[..., Any], pipe: Any,
+                         gen: GenerateImageConfig, *embeds: Any,
+                         extra: tuple[Any, ...] = ()) -> Callable[[], np.ndarray]:
+    """For `assert_loaded_lora_reproduces`: the arch's own `run_pipeline(pipe, gen,
+    *embeds, <gen's seeded generator>, cpu, float32, *extra)`, as an image array."""
+
+    def render() -> np.ndarray:
+        return image_array(run_pipeline(pipe, gen, *embeds,
+                                        torch.Generator().manual_seed(gen.seed),
+                                        torch.device("cpu"), torch.float32, *extra))
+
+    return render
 
 
 def amplified(lora: Path, out: Path, factor: float = 30.0) -> Path:
