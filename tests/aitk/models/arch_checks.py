@@ -135,16 +135,37 @@ def write_lora_job(root: Path, name: str, arch: str, model_dir: Path,
 
 
 def write_flow_job(root: Path, name: str, arch: str, model_dir: Path, timestep_type: str,
-                   guidance_scale: float, lr: float = 5e-3, **sections: Any) -> Path:
+                   guidance_scale: float, lr: float = 5e-3,
+                   preview: dict[str, Any] | None = None, **sections: Any) -> Path:
     """`write_lora_job(...)` as the flow-matching archs train it: learning rate `lr`,
-    gradient checkpointing, seed 3, `timestep_type`; the preview at `guidance_scale`. Each
-    of `sections` replaces one section whole."""
+    gradient checkpointing, seed 3, `timestep_type`; the preview at `guidance_scale`
+    (`preview`'s keys added to its `sample:` section). Each of `sections` replaces one
+    section whole."""
     settings = dict(
         train={"lr": lr, "gradient_checkpointing": True, "seed": 3,
                "timestep_type": timestep_type},
-        sample=last_step_sample(guidance_scale=guidance_scale),
+        sample=last_step_sample(**(preview or {}), guidance_scale=guidance_scale),
     )
     return write_lora_job(root, name, arch, model_dir, **{**settings, **sections})
+
+
+def write_edit_job(root: Path, name: str, arch: str, model_dir: Path,
+                   pairs: list[dict[str, Any]], samples: list[dict[str, Any]],
+                   guidance_scale: float, **sections: Any) -> Path:
+    """`write_flow_job(...)`'s edit form, without a trigger word: training on the
+    datasets `pairs` (images and their controls) with `shift` timesteps, previewing each
+    of `samples` (a prompt and its control images) at `guidance_scale` at the last step.
+    Each of `sections` replaces one section whole."""
+    settings = dict(
+        datasets=pairs,
+        train={"lr": 5e-3, "gradient_checkpointing": True, "seed": 3, "timestep_type": "shift"},
+        sample={"sample_every": STEPS, "width": 32, "height": 32, "sample_steps": 2,
+                "samples": samples, "seed": 1, "format": "png",
+                "guidance_scale": guidance_scale},
+    )
+    cfg = lora_job_config(root, name, arch, model_dir, **{**settings, **sections})
+    cfg["config"]["process"][0].pop("trigger_word")
+    return write_config(root / f"{name}.yml", cfg)
 
 
 def job_folder(config: Path) -> Path:
@@ -270,10 +291,12 @@ def assert_same_weights(resumed: Path, straight: Path) -> None:
 
 
 def assert_ctrl_c_then_resume_matches(config: Path, trained: Path,
-                                      monkeypatch: pytest.MonkeyPatch) -> None:
-    """`interrupt_via_sigint_then_resume` on the job at `config`, whose final LoRA file
-    then holds the weights of the same job run straight through into `trained`."""
-    interrupt_via_sigint_then_resume([str(config)], monkeypatch)
+                                      monkeypatch: pytest.MonkeyPatch,
+                                      argv: tuple[str, ...] = ()) -> None:
+    """`interrupt_via_sigint_then_resume` on the job at `config` (`argv` after it), whose
+    final LoRA file then holds the weights of the same job run straight through into
+    `trained`."""
+    interrupt_via_sigint_then_resume([str(config), *argv], monkeypatch)
     name = f"{config.stem}.safetensors"
     assert_same_weights(job_folder(config) / name, trained / name)
 
@@ -447,14 +470,17 @@ def trainer_preview(model: BaseModel, lora: Path, gen: GenerateImageConfig,
 
 def arch_pipeline_render(run_pipeline: Callable[..., Any], pipe: Any,
                          gen: GenerateImageConfig, *embeds: Any,
-                         extra: tuple[Any, ...] = ()) -> Callable[[], np.ndarray]:
+                         extra: tuple[Any, ...] = (),
+                         **options: Any) -> Callable[[], np.ndarray]:
     """For `assert_loaded_lora_reproduces`: the arch's own `run_pipeline(pipe, gen,
-    *embeds, <gen's seeded generator>, cpu, float32, *extra)`, as an image array."""
+    *embeds, <gen's seeded generator>, cpu, float32, *extra, **options)`, as an image
+    array."""
 
     def render() -> np.ndarray:
         return image_array(run_pipeline(pipe, gen, *embeds,
                                         torch.Generator().manual_seed(gen.seed),
-                                        torch.device("cpu"), torch.float32, *extra))
+                                        torch.device("cpu"), torch.float32, *extra,
+                                        **options))
 
     return render
 
