@@ -79,12 +79,12 @@ def image_batch(model: BaseModel, size: int = 2) -> DataBatch:
                      prompt_embeds=model.get_prompt_embeds(prompts))
 
 
-def unseeded_batch(model: BaseModel, size: int = 2) -> DataBatch:
-    """A training batch of `size` (at most 2) random 32x32 images from torch's global
-    generator, encoded, captioned "a" and "b", with the prompts "a red circle" and
-    "blue"."""
+def unseeded_batch(model: BaseModel, size: int = 2, width: int = 32) -> DataBatch:
+    """A training batch of `size` (at most 2) random images (32 high, `width` wide) from
+    torch's global generator, encoded, captioned "a" and "b", with the prompts "a red
+    circle" and "blue"."""
     return DataBatch(captions=["a", "b"][:size],
-                     latents=model.encode_images(torch.rand(size, 3, 32, 32) * 2 - 1),
+                     latents=model.encode_images(torch.rand(size, 3, 32, width) * 2 - 1),
                      prompt_embeds=model.get_prompt_embeds(["a red circle", "blue"][:size]))
 
 
@@ -283,6 +283,25 @@ def interrupt_via_sigint_then_resume(argv: list[str],
     assert cli_main(argv) == 0
 
 
+def assert_reads_back(network: AdapterNetwork, lora: Path,
+                      internal: dict[str, torch.Tensor], seed: int) -> None:
+    """`network`, its weights made random again (`seed`), then loaded from `lora`, holds
+    `internal` exactly."""
+    randomise(network, seed=seed)
+    network.load_file(lora)
+    assert all(torch.equal(network.state_dict()[k], v) for k, v in internal.items())
+
+
+def with_alpha_keys(internal: dict[str, torch.Tensor],
+                    prefix: str) -> dict[str, torch.Tensor]:
+    """An adapter's `internal` weights as a file of other trainers writes them: `prefix`
+    before each name, and an `.alpha` of ALPHA for each module."""
+    weights = {f"{prefix}{k}": v for k, v in internal.items()}
+    weights.update({f"{prefix}{k.rsplit('.lora_', 1)[0]}.alpha": torch.tensor(float(ALPHA))
+                    for k in internal})
+    return weights
+
+
 def assert_same_weights(resumed: Path, straight: Path) -> None:
     """The interrupted-and-resumed run's LoRA file holds the uninterrupted run's weights."""
     ours, theirs = load_file(resumed), load_file(straight)
@@ -343,18 +362,32 @@ def more_than_half(reached: list[bool]) -> bool:
     return sum(reached) > len(reached) // 2
 
 
+def normal_factors(network: AdapterNetwork) -> None:
+    """Every adapter weight drawn from N(0, 0.05^2) (torch's global generator)."""
+    with torch.no_grad():
+        for p in network.trainable_parameters():
+            p.normal_(0.0, 0.05)
+
+
+def small_random_factors(network: AdapterNetwork) -> None:
+    """`randomise(network, scale=0.05)`: seeded, small."""
+    randomise(network, scale=0.05)
+
+
 def assert_checkpointing_keeps_the_lora_gradients(
         model: BaseModel, batch: Callable[[BaseModel], DataBatch],
-        reached: Callable[[list[bool]], bool] = all) -> None:
-    """A rank-4 LoRA (alpha 4) on `model`, both factors random (B starts at zero): one
-    training step on `batch(model)` (made after that) gives the same LoRA gradients with
-    and without gradient checkpointing, and `reached` holds of which adapters got a
-    nonzero one (`all`, `any`, `more_than_half`)."""
-    network = AdapterNetwork.attach(model, NetCfg(linear=4, linear_alpha=4.0))
+        reached: Callable[[list[bool]], bool] = all,
+        init: Callable[[AdapterNetwork], None] = normal_factors,
+        **network_kwargs: Any) -> None:
+    """A rank-4 LoRA (alpha 4, `network_kwargs` choosing its layers) on `model`, both
+    factors made random by `init` (B starts at zero): one training step on `batch(model)`
+    (made after that) gives the same LoRA gradients with and without gradient
+    checkpointing, and `reached` holds of which adapters got a nonzero one (`all`, `any`,
+    `more_than_half`)."""
+    network = AdapterNetwork.attach(model, NetCfg(linear=4, linear_alpha=4.0,
+                                                  **network_kwargs))
     params = list(network.trainable_parameters())
-    with torch.no_grad():
-        for p in params:
-            p.normal_(0.0, 0.05)
+    init(network)
     plain, checkpointed = step_grads_without_and_with_checkpointing(model, params,
                                                                     batch(model))
     assert reached([bool(g.abs().max() > 0) for g in plain])
@@ -483,6 +516,32 @@ def arch_pipeline_render(run_pipeline: Callable[..., Any], pipe: Any,
                                         **options))
 
     return render
+
+
+def pipeline_render(pipe: Any, gen: GenerateImageConfig,
+                    **embeds: Any) -> Callable[[], np.ndarray]:
+    """For `assert_loaded_lora_reproduces`: diffusers' `pipe` called on the prompt states
+    `embeds` at `gen`'s size, steps, guidance and seed, as an image array."""
+
+    def render() -> np.ndarray:
+        out = pipe(**embeds, width=gen.width, height=gen.height,
+                   num_inference_steps=gen.sample_steps, guidance_scale=gen.guidance_scale,
+                   generator=torch.Generator().manual_seed(gen.seed))
+        return image_array(out.images[0])
+
+    return render
+
+
+def assert_bf16_previews_through_the_float32_vae(cls: type[BaseModel], model_dir: Path,
+                                                 width: int = 32, height: int = 32) -> None:
+    """`cls` loaded in bfloat16 keeps its VAE in float32, and a `width` x `height`
+    preview through it comes out at that size."""
+    model = cls(model_cfg(cls.arch, model_dir), dtype=torch.bfloat16)
+    model.load_model()
+    assert model.vae.dtype == torch.float32 and model.model.dtype == torch.bfloat16
+    [image] = model.generate_images([GenerateImageConfig("a red circle", width=width,
+                                                         height=height, sample_steps=2)])
+    assert image.size == (width, height)
 
 
 def amplified(lora: Path, out: Path, factor: float = 30.0) -> Path:
