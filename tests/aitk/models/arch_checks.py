@@ -4,9 +4,10 @@ end-to-end LoRA job, the checks on what a job leaves behind (a trained LoRA file
 preview; a Ctrl+C then a resume that ends on the uninterrupted run's weights), and the
 gradient-checkpointing, quantization and diffusers-interop checks that are the same
 logic in several archs, and the small pieces those archs' tests had each written again
-(loading the tiny model, a training batch, the trainer's interop preview, the offline
-hub-id error). Each arch's file keeps what is its own: its shapes and layers, its LoRA
-layout, its settings and tolerances where they differ.
+(loading the tiny model, a training batch, the job's run, the Turbo training adapter,
+the offline hub-id error). The renders held against diffusers' pipelines are built in
+pipeline_checks.py beside it. Each arch's file keeps what is its own: its shapes and
+layers, its LoRA layout, its settings and tolerances where they differ.
 """
 
 from __future__ import annotations
@@ -474,74 +475,16 @@ def assert_loaded_lora_reproduces(ours: np.ndarray, pipe: Any, lora: Path,
     assert np.abs(with_lora - base).max() > 4 / 255  # the LoRA really changed the image
 
 
-def float32_pipeline(pipeline_cls: Any, model_dir: Path, **parts: Any) -> Any:
-    """diffusers' `pipeline_cls` from the folder `model_dir` in float32 (`parts` replacing
-    some of its parts), its progress bar off."""
-    pipe = pipeline_cls.from_pretrained(model_dir, torch_dtype=torch.float32, **parts)
-    pipe.set_progress_bar_config(disable=True)
-    return pipe
 
 
-def interop_preview(**overrides: Any) -> GenerateImageConfig:
-    """The interop checks' render: "a red circle", 32x32, 3 steps, seed 5, guidance 2."""
-    return GenerateImageConfig(**{**dict(prompt="a red circle", width=32, height=32,
-                                         sample_steps=3, seed=5, guidance_scale=2.0),
-                                  **overrides})
 
 
-def trainer_preview(model: BaseModel, lora: Path, gen: GenerateImageConfig,
-                    cached_text: bool = False) -> tuple[np.ndarray, Any]:
-    """The trainer's render of `gen` with the LoRA file `lora` (rank 4, alpha 8) on
-    `model`, and the prompt embeds it used (`gen`'s prompt and ""); with `cached_text`
-    the text encoder is unloaded first, as with cached text embeddings."""
-    AdapterNetwork.attach(model, NetCfg(linear=4, linear_alpha=8.0)).load_file(lora)
-    embeds = model.encode_prompts([gen.prompt, ""])
-    if cached_text:
-        model.unload_text_encoder()
-    return image_array(model.generate_images([gen], embeds)[0]), embeds
 
 
-def arch_pipeline_render(run_pipeline: Callable[..., Any], pipe: Any,
-                         gen: GenerateImageConfig, *embeds: Any,
-                         extra: tuple[Any, ...] = (),
-                         **options: Any) -> Callable[[], np.ndarray]:
-    """For `assert_loaded_lora_reproduces`: the arch's own `run_pipeline(pipe, gen,
-    *embeds, <gen's seeded generator>, cpu, float32, *extra, **options)`, as an image
-    array."""
-
-    def render() -> np.ndarray:
-        return image_array(run_pipeline(pipe, gen, *embeds,
-                                        torch.Generator().manual_seed(gen.seed),
-                                        torch.device("cpu"), torch.float32, *extra,
-                                        **options))
-
-    return render
 
 
-def pipeline_render(pipe: Any, gen: GenerateImageConfig,
-                    **embeds: Any) -> Callable[[], np.ndarray]:
-    """For `assert_loaded_lora_reproduces`: diffusers' `pipe` called on the prompt states
-    `embeds` at `gen`'s size, steps, guidance and seed, as an image array."""
-
-    def render() -> np.ndarray:
-        out = pipe(**embeds, width=gen.width, height=gen.height,
-                   num_inference_steps=gen.sample_steps, guidance_scale=gen.guidance_scale,
-                   generator=torch.Generator().manual_seed(gen.seed))
-        return image_array(out.images[0])
-
-    return render
 
 
-def assert_bf16_previews_through_the_float32_vae(cls: type[BaseModel], model_dir: Path,
-                                                 width: int = 32, height: int = 32) -> None:
-    """`cls` loaded in bfloat16 keeps its VAE in float32, and a `width` x `height`
-    preview through it comes out at that size."""
-    model = cls(model_cfg(cls.arch, model_dir), dtype=torch.bfloat16)
-    model.load_model()
-    assert model.vae.dtype == torch.float32 and model.model.dtype == torch.bfloat16
-    [image] = model.generate_images([GenerateImageConfig("a red circle", width=width,
-                                                         height=height, sample_steps=2)])
-    assert image.size == (width, height)
 
 
 def amplified(lora: Path, out: Path, factor: float = 30.0) -> Path:

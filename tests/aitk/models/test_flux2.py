@@ -23,22 +23,24 @@ from tests.aitk.aitk_testing import REPO
 from tests.aitk.models.arch_checks import (
     STEPS,
     amplified,
-    arch_pipeline_render,
     assert_a_step_reaches_only_the_lora,
     assert_checkpointing_keeps_the_lora_gradients,
     assert_ctrl_c_then_resume_matches,
     assert_hub_id_offline_is_one_line,
     assert_loaded_lora_reproduces,
-    float32_pipeline,
-    interop_preview,
     load_tiny,
     more_than_half,
     run_to_the_end,
     tiny_model_folder,
-    trainer_preview,
     write_edit_job,
 )
 from tests.aitk.models.conftest import NetCfg
+from tests.aitk.models.pipeline_checks import (
+    arch_pipeline_render,
+    float32_pipeline,
+    interop_preview,
+    trainer_preview,
+)
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 

@@ -36,18 +36,20 @@ from tests.aitk.models.arch_checks import (
     assert_ctrl_c_then_resume_matches,
     assert_hub_id_offline_is_one_line,
     assert_loaded_lora_reproduces,
-    float32_pipeline,
     image_array,
     image_batch,
-    interop_preview,
     load_tiny,
     run_to_the_end,
     tiny_model_folder,
     train_cfg,
-    trainer_preview,
     write_flow_job,
 )
 from tests.aitk.models.conftest import NetCfg
+from tests.aitk.models.pipeline_checks import (
+    float32_pipeline,
+    interop_preview,
+    trainer_preview,
+)
 
 pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("one_torch_thread")]
 

@@ -21,17 +21,14 @@ from tests.aitk.models.arch_checks import (
     ALPHA,
     STEPS,
     assert_a_step_reaches_only_the_lora,
-    assert_bf16_previews_through_the_float32_vae,
     assert_checkpointing_keeps_the_lora_gradients,
     assert_hub_id_offline_is_one_line,
     assert_loaded_lora_reproduces,
     assert_reads_back,
     assert_same_weights,
     image_array,
-    interop_preview,
     interrupt_via_sigint_then_resume,
     load_tiny,
-    pipeline_render,
     randomise,
     run_to_the_end,
     small_random_factors,
@@ -42,6 +39,11 @@ from tests.aitk.models.arch_checks import (
     write_flow_job,
 )
 from tests.aitk.models.conftest import NetCfg
+from tests.aitk.models.pipeline_checks import (
+    assert_bf16_previews_through_the_float32_vae,
+    interop_preview,
+    pipeline_render,
+)
 
 pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("one_torch_thread")]
 

@@ -26,23 +26,25 @@ from aitk.models.registry import load_model
 from aitk.run.train import compute_loss, step_generator
 from tests.aitk.models.arch_checks import (
     STEPS,
-    arch_pipeline_render,
     assert_a_step_reaches_only_the_lora,
     assert_checkpointing_keeps_the_lora_gradients,
     assert_ctrl_c_then_resume_matches,
     assert_hub_id_offline_is_one_line,
     assert_lora_file,
     image_array,
-    interop_preview,
     load_tiny,
     model_cfg,
     run_to_the_end,
     tiny_model_folder,
-    trainer_preview,
     unseeded_batch,
     write_flow_job,
 )
 from tests.aitk.models.conftest import NetCfg
+from tests.aitk.models.pipeline_checks import (
+    arch_pipeline_render,
+    interop_preview,
+    trainer_preview,
+)
 
 pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("one_torch_thread")]
 

@@ -15,22 +15,24 @@ from aitk.models.qwen_image.model import QwenImageModel, run_pipeline
 from tests.aitk.models.arch_checks import (
     STEPS,
     amplified,
-    arch_pipeline_render,
     assert_a_step_reaches_only_the_lora,
     assert_checkpointing_keeps_the_lora_gradients,
     assert_ctrl_c_then_resume_matches,
     assert_hub_id_offline_is_one_line,
     assert_loaded_lora_reproduces,
     assert_lora_file,
-    interop_preview,
     load_tiny,
     run_to_the_end,
     tiny_model_folder,
-    trainer_preview,
     unseeded_batch,
     write_flow_job,
 )
 from tests.aitk.models.conftest import NetCfg
+from tests.aitk.models.pipeline_checks import (
+    arch_pipeline_render,
+    interop_preview,
+    trainer_preview,
+)
 
 pytestmark = pytest.mark.slow
 

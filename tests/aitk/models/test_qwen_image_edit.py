@@ -33,7 +33,6 @@ from aitk.models.qwen_image_edit.vision import VisionTextInputs, resized
 from tests.aitk.models.arch_checks import (
     STEPS,
     amplified,
-    arch_pipeline_render,
     assert_checkpointing_keeps_the_lora_gradients,
     assert_ctrl_c_then_resume_matches,
     assert_hub_id_offline_is_one_line,
@@ -46,6 +45,9 @@ from tests.aitk.models.arch_checks import (
     write_edit_job,
 )
 from tests.aitk.models.conftest import NetCfg
+from tests.aitk.models.pipeline_checks import (
+    arch_pipeline_render,
+)
 
 pytestmark = pytest.mark.slow
 

@@ -21,26 +21,28 @@ from tests.aitk.models.arch_checks import (
     STEPS,
     amplified,
     assert_a_step_reaches_only_the_lora,
-    assert_bf16_previews_through_the_float32_vae,
     assert_checkpointing_keeps_the_lora_gradients,
     assert_ctrl_c_then_resume_matches,
     assert_hub_id_offline_is_one_line,
     assert_loaded_lora_reproduces,
     assert_reads_back,
-    interop_preview,
     load_tiny,
-    pipeline_render,
     randomise,
     run_to_the_end,
     small_random_factors,
     tiny_model_folder,
     train_cfg,
-    trainer_preview,
     unseeded_batch,
     with_alpha_keys,
     write_flow_job,
 )
 from tests.aitk.models.conftest import NetCfg
+from tests.aitk.models.pipeline_checks import (
+    assert_bf16_previews_through_the_float32_vae,
+    interop_preview,
+    pipeline_render,
+    trainer_preview,
+)
 
 pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("one_torch_thread")]
 

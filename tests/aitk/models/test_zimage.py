@@ -22,7 +22,6 @@ from aitk.models.zimage.model import ZImageModel, run_pipeline
 from tests.aitk.models.arch_checks import (
     STEPS,
     amplified,
-    arch_pipeline_render,
     assert_a_step_reaches_only_the_lora,
     assert_adapter_merged_for_training_and_out_of_previews,
     assert_checkpointing_keeps_the_lora_gradients,
@@ -30,17 +29,20 @@ from tests.aitk.models.arch_checks import (
     assert_hub_id_offline_is_one_line,
     assert_loaded_lora_reproduces,
     assert_lora_file,
-    float32_pipeline,
     image_batch,
-    interop_preview,
     load_tiny,
     run_to_the_end,
     tagged_process,
     tiny_model_folder,
-    trainer_preview,
     write_flow_job,
 )
 from tests.aitk.models.conftest import NetCfg
+from tests.aitk.models.pipeline_checks import (
+    arch_pipeline_render,
+    float32_pipeline,
+    interop_preview,
+    trainer_preview,
+)
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
