@@ -32,11 +32,12 @@ from aitk.config.loading import load_config
 from aitk.data.batch import DataBatch
 from aitk.errors import EXIT_INTERRUPTED, EXIT_OK
 from aitk.models.base import BaseModel, GenerateImageConfig
+from aitk.models.registry import load_model
 from aitk.run import train as train_module
 from aitk.run.job import run_job
 from aitk.run.signals import StopFlag
 from aitk.run.train import compute_loss, step_generator
-from tests.aitk.aitk_testing import job_config, write_config
+from tests.aitk.aitk_testing import REPO, job_config, write_config
 from tests.aitk.models.conftest import ModelCfg, NetCfg
 
 STEPS = 4  # the end-to-end job's length; the Ctrl+C checks stop it during step 2
@@ -71,6 +72,15 @@ def load_tiny(cls: type[BaseModel], path: Path | str, **overrides: Any) -> Any:
     return model
 
 
+def loaded_for_training(arch: str, path: Path | str, train: SimpleNamespace | None = None,
+                        **overrides: Any) -> Any:
+    """The model of `arch` at `path` as the registry loads it (`overrides` in its
+    `model:` section), configured for training by `train` (default `train_cfg()`)."""
+    model = load_model(model_cfg(arch, path, **overrides))
+    model.configure_training(train if train is not None else train_cfg())
+    return model
+
+
 def image_batch(model: BaseModel, size: int = 2) -> DataBatch:
     """A training batch of `size` (at most 2) seeded random 32x32 images, encoded, with the
     prompts "a red circle" and "blue"."""
@@ -87,6 +97,15 @@ def unseeded_batch(model: BaseModel, size: int = 2, width: int = 32) -> DataBatc
     return DataBatch(captions=["a", "b"][:size],
                      latents=model.encode_images(torch.rand(size, 3, 32, width) * 2 - 1),
                      prompt_embeds=model.get_prompt_embeds(["a red circle", "blue"][:size]))
+
+
+def clip_batch(model: BaseModel, frames: int, side: int, seed: int = 0) -> DataBatch:
+    """A training batch of two seeded random clips (`frames` frames, `side` x `side`),
+    kept as pixels and encoded, with the prompts "a red circle" and "blue"."""
+    gen = torch.Generator().manual_seed(seed)
+    pixels = torch.rand(2, 3, frames, side, side, generator=gen) * 2 - 1
+    return DataBatch(captions=["a", "b"], tensor=pixels, latents=model.encode_images(pixels),
+                     prompt_embeds=model.get_prompt_embeds(["a red circle", "blue"]))
 
 
 def train_cfg(**overrides: Any) -> SimpleNamespace:
@@ -169,6 +188,20 @@ def write_edit_job(root: Path, name: str, arch: str, model_dir: Path,
     return write_config(root / f"{name}.yml", cfg)
 
 
+def write_video_job(root: Path, name: str, arch: str, model_dir: Path, side: int,
+                    **sections: Any) -> Path:
+    """`write_flow_job(...)` for a video arch: `shift` timesteps, previews at `side` x
+    `side` and guidance 1, the example images at `side` px with their latents cached to
+    disk. Each of `sections` replaces one section whole."""
+    settings = dict(
+        train={"lr": 5e-3, "gradient_checkpointing": True, "seed": 3, "timestep_type": "shift"},
+        sample=last_step_sample(width=side, height=side, guidance_scale=1.0),
+        datasets=[{"folder_path": str(REPO / "datasets" / "example"), "resolution": [side],
+                   "cache_latents_to_disk": True}],
+    )
+    return write_lora_job(root, name, arch, model_dir, **{**settings, **sections})
+
+
 def job_folder(config: Path) -> Path:
     """Where the job written to `<root>/<name>.yml` (write_lora_job) trains: `root/out/<name>`."""
     return config.parent / "out" / config.stem
@@ -181,15 +214,18 @@ def run_to_the_end(config: Path) -> Path:
 
 
 def assert_hub_id_offline_is_one_line(config: Path, hub_id: str, capsys: Any,
-                                      says: tuple[str, ...] = ("huggingface-cli download",)
-                                      ) -> None:
+                                      says: tuple[str, ...] = ("huggingface-cli download",),
+                                      traceback_anywhere: bool = False) -> None:
     """`python run.py <config>` on a model named by `hub_id` with the hub offline (the
     `hub_offline` fixture): exit 2 and one `error` line, naming the id and each of `says`,
-    no traceback."""
+    no traceback in it (`traceback_anywhere`: none in all of stderr)."""
     assert cli_main([str(config)]) == 2
-    err = [line for line in capsys.readouterr().err.splitlines() if line.startswith("error")]
+    stderr = capsys.readouterr().err
+    err = [line for line in stderr.splitlines() if line.startswith("error")]
     assert len(err) == 1 and hub_id in err[0] and "Traceback" not in err[0]
     assert all(words in err[0] for words in says), err[0]
+    if traceback_anywhere:
+        assert "Traceback" not in stderr
 
 
 # ---- what a job leaves behind ------------------------------------------------------------
@@ -463,16 +499,18 @@ def image_array(image: Any) -> np.ndarray:
 
 
 def assert_loaded_lora_reproduces(ours: np.ndarray, pipe: Any, lora: Path,
-                                  render: Callable[[], np.ndarray]) -> None:
+                                  render: Callable[[], np.ndarray],
+                                  changed_by: float = 4 / 255) -> None:
     """diffusers' `pipe`, after `load_lora_weights(lora)`, renders (`render()`) the
-    trainer's preview `ours` up to PNG rounding; before it, a visibly different image."""
+    trainer's preview `ours` up to PNG rounding; before it, a visibly different image
+    (more than `changed_by` off somewhere)."""
     base = render()
     pipe.load_lora_weights(str(lora))
     assert any("lora_B" in n for n, _ in pipe.transformer.named_parameters())
     with_lora = render()
     # Same float32 CPU math on both sides; PNG-level rounding is the only slack.
     assert np.abs(with_lora - ours).max() <= 2 / 255
-    assert np.abs(with_lora - base).max() > 4 / 255  # the LoRA really changed the image
+    assert np.abs(with_lora - base).max() > changed_by  # the LoRA really changed it
 
 
 

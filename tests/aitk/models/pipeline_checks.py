@@ -17,7 +17,7 @@ import torch
 
 from aitk.adapters import AdapterNetwork
 from aitk.models.base import BaseModel, GenerateImageConfig
-from tests.aitk.models.arch_checks import image_array, model_cfg
+from tests.aitk.models.arch_checks import image_array, model_cfg, randomise
 from tests.aitk.models.conftest import NetCfg
 
 
@@ -36,31 +36,49 @@ def interop_preview(**overrides: Any) -> GenerateImageConfig:
                                   **overrides})
 
 
+def frames_array(frames: list[Any]) -> np.ndarray:
+    """A clip's PIL frames as floats in [0, 1], stacked, to compare pixel by pixel."""
+    return np.stack([np.asarray(f, dtype=np.float32) / 255.0 for f in frames])
+
+
+def random_lora_file(model: BaseModel, path: Path) -> Path:
+    """A rank-4, alpha-8 LoRA on `model` with random weights (seed 4, scale 0.3), saved
+    to `path`: a file whose effect on a render is plain to measure."""
+    network = AdapterNetwork.attach(model, NetCfg(linear=4, linear_alpha=8.0))
+    randomise(network, seed=4, scale=0.3)
+    network.save_file(path)
+    return path
+
+
 def trainer_preview(model: BaseModel, lora: Path, gen: GenerateImageConfig,
-                    cached_text: bool = False) -> tuple[np.ndarray, Any]:
+                    cached_text: bool = False,
+                    as_array: Callable[[Any], np.ndarray] = image_array,
+                    ) -> tuple[np.ndarray, Any]:
     """The trainer's render of `gen` with the LoRA file `lora` (rank 4, alpha 8) on
-    `model`, and the prompt embeds it used (`gen`'s prompt and ""); with `cached_text`
-    the text encoder is unloaded first, as with cached text embeddings."""
+    `model` (`as_array`: `frames_array` for a clip), and the prompt embeds it used
+    (`gen`'s prompt and ""); with `cached_text` the text encoder is unloaded first, as
+    with cached text embeddings."""
     AdapterNetwork.attach(model, NetCfg(linear=4, linear_alpha=8.0)).load_file(lora)
     embeds = model.encode_prompts([gen.prompt, ""])
     if cached_text:
         model.unload_text_encoder()
-    return image_array(model.generate_images([gen], embeds)[0]), embeds
+    return as_array(model.generate_images([gen], embeds)[0]), embeds
 
 
 def arch_pipeline_render(run_pipeline: Callable[..., Any], pipe: Any,
                          gen: GenerateImageConfig, *embeds: Any,
                          extra: tuple[Any, ...] = (),
+                         as_array: Callable[[Any], np.ndarray] = image_array,
                          **options: Any) -> Callable[[], np.ndarray]:
     """For `assert_loaded_lora_reproduces`: the arch's own `run_pipeline(pipe, gen,
     *embeds, <gen's seeded generator>, cpu, float32, *extra, **options)`, as an image
-    array."""
+    array (`as_array`: `frames_array` for a clip)."""
 
     def render() -> np.ndarray:
-        return image_array(run_pipeline(pipe, gen, *embeds,
-                                        torch.Generator().manual_seed(gen.seed),
-                                        torch.device("cpu"), torch.float32, *extra,
-                                        **options))
+        return as_array(run_pipeline(pipe, gen, *embeds,
+                                     torch.Generator().manual_seed(gen.seed),
+                                     torch.device("cpu"), torch.float32, *extra,
+                                     **options))
 
     return render
 

@@ -30,21 +30,18 @@ from aitk.data.batch import DataBatch
 from aitk.diffusion import losses as losses_module
 from aitk.errors import EXIT_INPUT, EXIT_INTERRUPTED, EXIT_OK
 from aitk.models.base import BaseModel
-from aitk.models.registry import load_model
 from aitk.run import train as train_module
 from aitk.run.job import run_job
 from aitk.run.train import compute_loss, step_generator
 from tests.aitk.aitk_testing import REPO
-from tests.aitk.models.arch_checks import job_folder, model_cfg, randomise, train_cfg
+from tests.aitk.models.arch_checks import job_folder, loaded_for_training, randomise, train_cfg
 
 
 # ---- the model, its fixtures, a batch -----------------------------------------------------
 def registry_model(arch: str, folder: Path, **overrides: Any) -> Any:
     """The model of `arch` at `folder` as the registry loads it, at the trainer's default
     `train:` settings."""
-    model = load_model(model_cfg(arch, folder, **overrides))
-    model.configure_training(train_cfg())
-    return model
+    return loaded_for_training(arch, folder, **overrides)
 
 
 def arch_fixture(classes: dict[str, type[BaseModel]]) -> Any:
