@@ -207,6 +207,24 @@ def job_folder(config: Path) -> Path:
     return config.parent / "out" / config.stem
 
 
+def ran_in_process(config: Path) -> Path:
+    """The job at `config` (written to `<root>/<name>.yml`) run in this process to the
+    end (exit 0); its job folder."""
+    assert run_job(load_config(str(config))) == EXIT_OK
+    return job_folder(config)
+
+
+def assert_stop_flag_resume_matches(config: Path, straight: Path,
+                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    """`interrupt_via_stop_flag_then_resume` on the job at `config` (its step-2 save the
+    checkpoint), whose final LoRA file then holds the weights of the same job run
+    straight through into `straight`."""
+    out, name = job_folder(config), config.stem
+    interrupt_via_stop_flag_then_resume(config, out / f"{name}_000000002.safetensors",
+                                        monkeypatch)
+    assert_same_weights(out / f"{name}.safetensors", straight / f"{name}.safetensors")
+
+
 def run_to_the_end(config: Path) -> Path:
     """`python run.py <config>` in this process: it must exit 0. Returns its job folder."""
     assert cli_main([str(config)]) == 0

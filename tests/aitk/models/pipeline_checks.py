@@ -1,9 +1,10 @@
 """What the per-arch model tests share when they hold the trainer's previews against
 diffusers' pipelines (beside arch_checks.py, which has the job, resume, memory and
-file checks): the interop render's settings, the trainer's preview with a LoRA file on,
-the stock pipeline in float32, the arch's own or the pipeline's call as a render for
-`arch_checks.assert_loaded_lora_reproduces`, and the bf16 preview through the float32
-VAE.
+file checks): the interop render's settings, the trainer's preview with a LoRA file on
+(or a random LoRA file to put on), the stock pipeline in float32, the arch's own or the
+pipeline's call as a render for `arch_checks.assert_loaded_lora_reproduces`, images and
+clips as arrays or 8-bit levels, the check that `load_lora_weights` turns a pipeline's
+render into the trainer's preview, and the bf16 preview through the float32 VAE.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from typing import Any
 
 import numpy as np
 import torch
+from PIL import Image
 
 from aitk.adapters import AdapterNetwork
 from aitk.models.base import BaseModel, GenerateImageConfig
@@ -98,12 +100,43 @@ def pipeline_render(pipe: Any, gen: GenerateImageConfig,
 
 
 def assert_bf16_previews_through_the_float32_vae(cls: type[BaseModel], model_dir: Path,
-                                                 width: int = 32, height: int = 32) -> None:
+                                                 width: int = 32, height: int = 32,
+                                                 **gen: Any) -> None:
     """`cls` loaded in bfloat16 keeps its VAE in float32, and a `width` x `height`
-    preview through it comes out at that size."""
+    preview through it (`gen`: more of its settings) comes out at that size."""
     model = cls(model_cfg(cls.arch, model_dir), dtype=torch.bfloat16)
     model.load_model()
     assert model.vae.dtype == torch.float32 and model.model.dtype == torch.bfloat16
     [image] = model.generate_images([GenerateImageConfig("a red circle", width=width,
-                                                         height=height, sample_steps=2)])
+                                                         height=height, sample_steps=2,
+                                                         **gen)])
     assert image.size == (width, height)
+
+
+def png_levels(path: Path) -> np.ndarray:
+    """A PNG's 0..255 levels, signed, to subtract."""
+    return np.asarray(Image.open(path), dtype=np.int16)
+
+
+def image_levels(image: Any) -> np.ndarray:
+    """A PIL image's 0..255 levels, signed, to subtract."""
+    return np.asarray(image, dtype=np.int16)
+
+
+def rounded_levels(image: np.ndarray) -> np.ndarray:
+    """A pipeline's `output_type="np"` image as 0..255 levels, signed, to subtract."""
+    return np.round(image * 255).astype(np.int16)
+
+
+
+
+def assert_lora_turns_the_render_into_the_preview(pipe: Any, lora: Path,
+                                                  preview: np.ndarray,
+                                                  render: Callable[[], np.ndarray],
+                                                  changed_by: int = 2) -> None:
+    """diffusers' `pipe`, after `load_lora_weights(lora)`, renders (`render()`, levels)
+    the trainer's `preview` to one level; before it, more than `changed_by` levels off."""
+    plain = render()
+    pipe.load_lora_weights(str(lora))
+    assert np.abs(render() - preview).max() <= 1  # tolerance: one 8-bit level
+    assert np.abs(plain - preview).max() > changed_by  # the LoRA changes the image

@@ -28,21 +28,27 @@ from aitk.models.registry import load_model
 from aitk.models.sdxl.model import SDXLModel, batch_time_ids, time_ids
 from aitk.run.train import compute_loss, step_generator
 from tests.aitk.aitk_testing import REPO, write_config, write_image
-from tests.aitk.models.arch_checks import model_cfg, randomise, tiny_model_folder
+from tests.aitk.models.arch_checks import (
+    model_cfg,
+    ran_in_process,
+    randomise,
+    tiny_model_folder,
+)
 from tests.aitk.models.conftest import NetCfg
+from tests.aitk.models.pipeline_checks import (
+    assert_lora_turns_the_render_into_the_preview,
+    png_levels,
+    rounded_levels,
+)
 from tests.aitk.models.unet_checks import (
     assert_checkpointing_reruns_the_block_with_the_same_gradients,
     assert_ddpm_target_and_every_lora_weight_trains,
     assert_kohya_file_reads_back_in_every_layout,
-    assert_lora_turns_the_render_into_the_preview,
     assert_min_snr_weights_the_loss,
     assert_offline_run_is_one_line,
     assert_quantized_step_moves_only_the_lora,
     assert_sigint_mid_step_3_then_resume_matches,
-    png_levels,
-    ran_in_process,
     registry_model,
-    rounded_levels,
     stock_pipeline,
     unet_batch,
 )

@@ -37,17 +37,19 @@ from tests.aitk.models.arch_checks import (
     interrupt_via_stop_flag_then_resume,
     lora_job_config,
     model_cfg,
+    ran_in_process,
     randomise,
     tiny_model_folder,
     write_lora_job,
 )
 from tests.aitk.models.conftest import NetCfg
+from tests.aitk.models.pipeline_checks import (
+    png_levels,
+)
 from tests.aitk.models.unet_checks import (
     arch_fixture,
     folder_fixture,
-    png_levels,
     prompt_levels,
-    ran_in_process,
     registry_model,
     stock_pipeline,
     unet_batch,

@@ -2,8 +2,8 @@
 test_text_encoder_lora.py) share, beside arch_checks.py: the model as the registry loads
 it, a batch and a prediction on it, the arch fixtures, and the checks that are the same
 logic for each of them: the DDPM training target, Min-SNR, kohya files read back in
-every layout, a real SIGINT mid-step then the exact resume, the diffusers pipeline
-turning into the job's preview with the LoRA, the UNet block's gradient checkpointing,
+every layout, a real SIGINT mid-step then the exact resume, the stock diffusers pipeline
+and its render of a prompt, the UNet block's gradient checkpointing,
 the quantized step and the offline hub error of the real entry point. Each arch's file
 keeps its own layers, key tables, jobs and tolerances.
 """
@@ -21,7 +21,6 @@ from typing import Any
 import numpy as np
 import pytest
 import torch
-from PIL import Image
 from safetensors.torch import load_file, save_file
 
 from aitk.adapters import AdapterNetwork
@@ -35,6 +34,7 @@ from aitk.run.job import run_job
 from aitk.run.train import compute_loss, step_generator
 from tests.aitk.aitk_testing import REPO
 from tests.aitk.models.arch_checks import job_folder, loaded_for_training, randomise, train_cfg
+from tests.aitk.models.pipeline_checks import rounded_levels
 
 
 # ---- the model, its fixtures, a batch -----------------------------------------------------
@@ -199,11 +199,6 @@ def assert_sigint_mid_step_3_then_resume_matches(config: Path, straight: Path,
     assert all(torch.equal(resumed[k], full[k]) for k in full)
 
 
-def ran_in_process(config: Path) -> Path:
-    """The job at `config` (written to `<root>/<name>.yml`) run in this process to the
-    end (exit 0); its job folder."""
-    assert run_job(load_config(str(config))) == EXIT_OK
-    return job_folder(config)
 
 
 def stock_pipeline(arch: str, folder: Path) -> Any:
@@ -229,25 +224,8 @@ def prompt_levels(pipe: Any, prompt: str) -> np.ndarray:
     return rounded_levels(out)
 
 
-def png_levels(path: Path) -> np.ndarray:
-    """A PNG's 0..255 levels, signed, to subtract."""
-    return np.asarray(Image.open(path), dtype=np.int16)
 
 
-def rounded_levels(image: np.ndarray) -> np.ndarray:
-    """A pipeline's `output_type="np"` image as 0..255 levels, signed, to subtract."""
-    return np.round(image * 255).astype(np.int16)
-
-
-def assert_lora_turns_the_render_into_the_preview(pipe: Any, lora: Path,
-                                                  preview: np.ndarray,
-                                                  render: Callable[[], np.ndarray]) -> None:
-    """diffusers' `pipe`, after `load_lora_weights(lora)`, renders (`render()`, levels)
-    the job's `preview` to one level; before it, more than two levels off."""
-    plain = render()
-    pipe.load_lora_weights(str(lora))
-    assert np.abs(render() - preview).max() <= 1
-    assert np.abs(plain - preview).max() > 2
 
 
 # ---- memory features ----------------------------------------------------------------------
