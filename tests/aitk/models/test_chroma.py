@@ -10,30 +10,38 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from safetensors.torch import load_file, save_file
+from safetensors.torch import load_file
 
 from aitk.adapters import AdapterNetwork
-from aitk.config.loading import load_config
-from aitk.errors import EXIT_INPUT, EXIT_OK, ModelLoadError
+from aitk.errors import ModelLoadError
 from aitk.models.base import GenerateImageConfig
 from aitk.models.chroma.model import ChromaModel, kept_token_mask
 from aitk.models.registry import load_model
-from aitk.run.job import run_job
-from tests.aitk.aitk_testing import job_config, write_config
 from tests.aitk.models.arch_checks import (
     assert_a_step_moves_only_the_lora,
-    assert_same_weights,
+    assert_stop_flag_resume_matches,
     assert_trained_lora,
-    interrupt_via_stop_flag_then_resume,
     last_step_sample,
+    loaded_for_training,
     model_cfg,
-    prediction_grads,
+    ran_in_process,
     randomise,
     tiny_model_folder,
-    train_cfg,
     write_lora_job,
 )
 from tests.aitk.models.conftest import NetCfg
+from tests.aitk.models.flux_checks import (
+    assert_checkpointing_keeps_the_prediction_grads,
+    assert_hub_job_is_one_line,
+    assert_old_layout_reads_back,
+    prediction_inputs,
+    save_random_lora,
+)
+from tests.aitk.models.pipeline_checks import (
+    assert_bf16_previews_through_the_float32_vae,
+    assert_lora_turns_the_render_into_the_preview,
+    image_levels,
+)
 
 pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("one_torch_thread")]
 
@@ -43,17 +51,12 @@ chroma_dir = tiny_model_folder(ChromaModel)
 
 @pytest.fixture
 def model(chroma_dir: Path) -> ChromaModel:
-    m = load_model(chroma_cfg(chroma_dir))
-    m.configure_training(train_cfg())
-    return m
+    return loaded_for_training("chroma", chroma_dir)
 
 
 @pytest.fixture
 def inputs(model: ChromaModel):
-    gen = torch.Generator().manual_seed(0)
-    latents = torch.randn(2, 4, 4, 6, generator=gen)  # a 32x48 image pair
-    embeds = model.get_prompt_embeds(["a red square on grey", "cat"])  # unequal lengths
-    return latents, torch.tensor([250.0, 800.0]), embeds
+    return prediction_inputs(model)  # prompts of unequal lengths
 
 
 # ---- load, text, shapes ------------------------------------------------------------------
@@ -127,14 +130,8 @@ def test_saved_lora_loads_in_diffusers_and_gives_the_preview(model: ChromaModel,
     != the image without the LoRA."""
     from diffusers import ChromaPipeline
 
-    net = AdapterNetwork.attach(model, NetCfg(linear=4, linear_alpha=8.0))
-    randomise(net)
-    path = tmp_path / "lora.safetensors"
-    net.save_file(path, {"step": "1"}, dtype=torch.float32)
-    keys = list(load_file(path))
-    assert all(k.startswith("transformer.") for k in keys)
-    assert "transformer.transformer_blocks.0.attn.to_q.alpha" in keys
-    assert "transformer.single_transformer_blocks.0.proj_mlp.lora_A.weight" in keys
+    path = save_random_lora(model, tmp_path / "lora.safetensors")
+    assert "transformer.single_transformer_blocks.0.proj_mlp.lora_A.weight" in load_file(path)
     gen_cfg = GenerateImageConfig("a red circle", width=32, height=32, seed=5,
                                   guidance_scale=3.0, sample_steps=3,
                                   negative_prompt="blurry")
@@ -152,35 +149,18 @@ def test_saved_lora_loads_in_diffusers_and_gives_the_preview(model: ChromaModel,
                    negative_prompt_attention_mask=torch.ones(neg.shape[:2]),
                    width=32, height=32, num_inference_steps=3, guidance_scale=3.0,
                    generator=torch.Generator().manual_seed(5), output_type="pil")
-        return np.asarray(out.images[0], dtype=np.int16)
+        return image_levels(out.images[0])
 
-    plain = render()
-    pipe.load_lora_weights(str(path))
-    with_lora = render()
-    ours = np.asarray(preview, dtype=np.int16)
-    assert np.abs(with_lora - ours).max() <= 1  # tolerance: one 8-bit level
-    assert np.abs(plain - ours).max() > 10  # the LoRA changes the image
+    assert_lora_turns_the_render_into_the_preview(pipe, path, image_levels(preview), render,
+                                                  changed_by=10)
 
 
 def test_bf16_model_previews_through_the_float32_vae(chroma_dir: Path) -> None:
-    m = ChromaModel(chroma_cfg(chroma_dir), dtype=torch.bfloat16)
-    m.load_model()
-    assert m.vae.dtype == torch.float32 and m.model.dtype == torch.bfloat16
-    [image] = m.generate_images([GenerateImageConfig("a red circle", width=32, height=32,
-                                                     sample_steps=2, guidance_scale=3.0)])
-    assert image.size == (32, 32)
+    assert_bf16_previews_through_the_float32_vae(ChromaModel, chroma_dir, guidance_scale=3.0)
 
 
 def test_old_diffusion_model_layout_reads_back(model: ChromaModel, tmp_path: Path) -> None:
-    net = AdapterNetwork.attach(model, NetCfg(linear=4, linear_alpha=4.0))
-    randomise(net)
-    expected = net.state_dict()
-    old = {("diffusion_model." + k.removeprefix("transformer.")): v
-           for k, v in model.convert_lora_weights_before_save(expected).items()}
-    save_file(old, str(tmp_path / "old.safetensors"))
-    randomise(net, seed=2)
-    net.load_file(tmp_path / "old.safetensors")
-    assert all(torch.equal(net.state_dict()[k], v) for k, v in expected.items())
+    assert_old_layout_reads_back(model, tmp_path)
 
 
 # ---- memory ----------------------------------------------------------------------------
@@ -192,21 +172,16 @@ def test_gradient_checkpointing_gives_the_same_gradients(model: ChromaModel, inp
     model.model.single_transformer_blocks[0].register_forward_pre_hook(
         lambda m, a, kw: calls.append(kw.get("attention_mask") is not None),
         with_kwargs=True)
-    loss_off, grads_off = prediction_grads(model, net, inputs, False)
-    loss_on, grads_on = prediction_grads(model, net, inputs, True)
+    assert_checkpointing_keeps_the_prediction_grads(model, net, inputs, reached=all)
     assert len(calls) == 3 and all(calls)  # once without, twice with; always masked
-    assert torch.equal(loss_on, loss_off)
-    assert all(g.abs().sum() > 0 for g in grads_off)
-    for a, b in zip(grads_off, grads_on, strict=True):
-        assert torch.allclose(a, b, atol=1e-6)
     assert model.model._gradient_checkpointing_func.__name__ != "checkpointed"  # restored
 
 
 def test_quantized_step_trains_only_the_lora(chroma_dir: Path) -> None:
     from optimum.quanto import QModuleMixin
 
-    m = load_model(chroma_cfg(chroma_dir, quantize=True, qtype="qint8", quantize_te=True))
-    m.configure_training(train_cfg())
+    m = loaded_for_training("chroma", chroma_dir, quantize=True, qtype="qint8",
+                            quantize_te=True)
     tr = m.model
     assert isinstance(tr.transformer_blocks[0].attn.to_q, QModuleMixin)
     assert isinstance(tr.single_transformer_blocks[0].proj_out, QModuleMixin)
@@ -234,14 +209,7 @@ def test_missing_part_and_offline_hub_id_are_one_line_errors(chroma_dir: Path, t
     with pytest.raises(ModelLoadError, match="does not exist"):
         load_model(chroma_cfg(tmp_path / "nowhere"))
 
-    cfg = job_config("hub", tmp_path / "out", chroma_dir,
-                     model={"arch": "chroma", "name_or_path": "lodestones/Chroma1-HD"})
-    loaded = load_config(str(write_config(tmp_path / "hub.yml", cfg)))
-    assert run_job(loaded) == EXIT_INPUT
-    err = capsys.readouterr().err
-    errors = [line for line in err.splitlines() if line.startswith("error:")]
-    assert len(errors) == 1 and "Traceback" not in err
-    assert "lodestones/Chroma1-HD" in errors[0] and "HF_TOKEN" in errors[0]
+    assert_hub_job_is_one_line(tmp_path, chroma_dir, "chroma", "lodestones/Chroma1-HD", capsys)
 
 
 # ---- the job end to end -----------------------------------------------------------------------
@@ -254,9 +222,8 @@ def chroma_job(root: Path, chroma_dir: Path, name: str) -> Path:
 
 @pytest.fixture(scope="module")
 def straight(tmp_path_factory, chroma_dir: Path) -> Path:
-    root = tmp_path_factory.mktemp("chroma-job")
-    assert run_job(load_config(str(chroma_job(root, chroma_dir, "run")))) == EXIT_OK
-    return root / "out" / "run"
+    return ran_in_process(chroma_job(tmp_path_factory.mktemp("chroma-job"), chroma_dir,
+                                     "run"))
 
 
 def test_job_trains_saves_and_samples(straight: Path) -> None:
@@ -267,7 +234,5 @@ def test_ctrl_c_then_resume_matches_the_uninterrupted_run(tmp_path: Path, chroma
                                                           straight: Path, monkeypatch) -> None:
     """The in-process StopFlag path: a SIGINT handled mid-step 2 finishes the step,
     saves and exits 130; running again resumes to the same weights."""
-    out = tmp_path / "out" / "run"
-    interrupt_via_stop_flag_then_resume(chroma_job(tmp_path, chroma_dir, "run"),
-                                        out / "run_000000002.safetensors", monkeypatch)
-    assert_same_weights(out / "run.safetensors", straight / "run.safetensors")
+    assert_stop_flag_resume_matches(chroma_job(tmp_path, chroma_dir, "run"), straight,
+                                    monkeypatch)

@@ -10,29 +10,38 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from safetensors.torch import load_file, save_file
+from safetensors.torch import save_file
 
 from aitk.adapters import AdapterNetwork
-from aitk.config.loading import load_config
-from aitk.errors import EXIT_INPUT, EXIT_OK, ModelLoadError
+from aitk.errors import ModelLoadError
 from aitk.models.base import GenerateImageConfig
 from aitk.models.flux.model import FluxModel
 from aitk.models.registry import load_model
-from aitk.run.job import run_job
-from tests.aitk.aitk_testing import job_config, write_config
 from tests.aitk.models.arch_checks import (
     assert_a_step_moves_only_the_lora,
-    assert_same_weights,
+    assert_stop_flag_resume_matches,
     assert_trained_lora,
-    interrupt_via_stop_flag_then_resume,
+    loaded_for_training,
     model_cfg,
-    prediction_grads,
+    ran_in_process,
     randomise,
     tiny_model_folder,
     train_cfg,
     write_lora_job,
 )
 from tests.aitk.models.conftest import NetCfg
+from tests.aitk.models.flux_checks import (
+    assert_checkpointing_keeps_the_prediction_grads,
+    assert_hub_job_is_one_line,
+    assert_old_layout_reads_back,
+    prediction_inputs,
+    save_random_lora,
+)
+from tests.aitk.models.pipeline_checks import (
+    assert_bf16_previews_through_the_float32_vae,
+    assert_lora_turns_the_render_into_the_preview,
+    image_levels,
+)
 
 pytestmark = pytest.mark.slow
 
@@ -42,17 +51,12 @@ flux_dir = tiny_model_folder(FluxModel)
 
 @pytest.fixture
 def model(flux_dir: Path) -> FluxModel:
-    m = load_model(flux_cfg(flux_dir))
-    m.configure_training(train_cfg())
-    return m
+    return loaded_for_training("flux", flux_dir)
 
 
 @pytest.fixture
 def inputs(model: FluxModel):
-    gen = torch.Generator().manual_seed(0)
-    latents = torch.randn(2, 4, 4, 6, generator=gen)  # a 32x48 image pair
-    embeds = model.get_prompt_embeds(["a red square on grey", "cat"])
-    return latents, torch.tensor([250.0, 800.0]), embeds
+    return prediction_inputs(model)
 
 
 # ---- load, encoders, shapes --------------------------------------------------------------
@@ -140,13 +144,7 @@ def test_saved_lora_loads_in_diffusers_and_gives_the_preview(model: FluxModel,
     load_lora_weights(file), same seed and embeds; and != the image without the LoRA."""
     from diffusers import FluxPipeline
 
-    net = AdapterNetwork.attach(model, NetCfg(linear=4, linear_alpha=8.0))
-    randomise(net)
-    path = tmp_path / "lora.safetensors"
-    net.save_file(path, {"step": "1"}, dtype=torch.float32)
-    keys = list(load_file(path))
-    assert all(k.startswith("transformer.") for k in keys)
-    assert "transformer.transformer_blocks.0.attn.to_q.alpha" in keys
+    path = save_random_lora(model, tmp_path / "lora.safetensors")
     gen_cfg = GenerateImageConfig("a red circle", width=32, height=32, seed=5,
                                   guidance_scale=3.5, sample_steps=3)
     embeds = model.encode_prompts([gen_cfg.prompt])
@@ -160,39 +158,21 @@ def test_saved_lora_loads_in_diffusers_and_gives_the_preview(model: FluxModel,
         out = pipe(prompt_embeds=e.text_embeds[0][None], pooled_prompt_embeds=e.pooled_embeds[0],
                    width=32, height=32, num_inference_steps=3, guidance_scale=3.5,
                    generator=torch.Generator().manual_seed(5), output_type="pil")
-        return np.asarray(out.images[0], dtype=np.int16)
+        return image_levels(out.images[0])
 
-    plain = render()
-    pipe.load_lora_weights(str(path))
-    with_lora = render()
-    ours = np.asarray(preview, dtype=np.int16)
-    assert np.abs(with_lora - ours).max() <= 1  # tolerance: one 8-bit level
-    assert np.abs(plain - ours).max() > 10  # the LoRA changes the image
+    assert_lora_turns_the_render_into_the_preview(pipe, path, image_levels(preview), render,
+                                                  changed_by=10)
 
 
 def test_bf16_model_previews_through_the_float32_vae(flux_dir: Path) -> None:
     """The transformer in bf16 and the VAE in float32 (as loaded): the pipeline's latents
     are decoded by the model's own float32 decode, not fed to the VAE as bf16."""
-    m = FluxModel(flux_cfg(flux_dir), dtype=torch.bfloat16)
-    m.load_model()
-    assert m.vae.dtype == torch.float32 and m.model.dtype == torch.bfloat16
-    [image] = m.generate_images([GenerateImageConfig("a red circle", width=32, height=32,
-                                                     sample_steps=2)])
-    assert image.size == (32, 32)
+    assert_bf16_previews_through_the_float32_vae(FluxModel, flux_dir)
 
 
 def test_old_diffusion_model_layout_reads_back(model: FluxModel, tmp_path: Path) -> None:
-    net = AdapterNetwork.attach(model, NetCfg(linear=4, linear_alpha=4.0))
-    randomise(net)
-    expected = net.state_dict()
-    old = {("diffusion_model." + k.removeprefix("transformer.")): v
-           for k, v in model.convert_lora_weights_before_save(
-               {**expected, "transformer_blocks.0.attn.to_q.alpha": torch.tensor(4.0)}
-           ).items()}
-    save_file(old, str(tmp_path / "old.safetensors"))
-    randomise(net, seed=2)
-    net.load_file(tmp_path / "old.safetensors")
-    assert all(torch.equal(net.state_dict()[k], v) for k, v in expected.items())
+    assert_old_layout_reads_back(
+        model, tmp_path, {"transformer_blocks.0.attn.to_q.alpha": torch.tensor(4.0)})
 
 
 # ---- memory ----------------------------------------------------------------------------
@@ -201,21 +181,15 @@ def test_gradient_checkpointing_gives_the_same_gradients(model: FluxModel, input
     randomise(net)
     calls = []
     model.model.transformer_blocks[0].register_forward_pre_hook(lambda *a: calls.append(1))
-    loss_off, grads_off = prediction_grads(model, net, inputs, False)
-    loss_on, grads_on = prediction_grads(model, net, inputs, True)
+    assert_checkpointing_keeps_the_prediction_grads(model, net, inputs)
     assert len(calls) == 3  # once without, twice (forward + recompute) with
-    assert torch.equal(loss_on, loss_off)
-    assert any(g.abs().sum() > 0 for g in grads_off)
-    for a, b in zip(grads_off, grads_on, strict=True):
-        assert torch.allclose(a, b, atol=1e-6)
 
 
 @pytest.mark.parametrize("qtype", ["qfloat8", "qint8", "qint4"])
 def test_quantized_step_trains_only_the_lora(flux_dir: Path, qtype: str) -> None:
     from optimum.quanto import QModuleMixin
 
-    m = load_model(flux_cfg(flux_dir, quantize=True, qtype=qtype, quantize_te=True))
-    m.configure_training(train_cfg())
+    m = loaded_for_training("flux", flux_dir, quantize=True, qtype=qtype, quantize_te=True)
     tr = m.model
     assert isinstance(tr.transformer_blocks[0].attn.to_q, QModuleMixin)
     assert isinstance(tr.single_transformer_blocks[0].proj_out, QModuleMixin)
@@ -274,14 +248,7 @@ def test_missing_part_and_offline_hub_id_are_one_line_errors(flux_dir: Path, tmp
     with pytest.raises(ModelLoadError, match="lacks vae/"):
         load_model(flux_cfg(partial))
 
-    cfg = job_config("hub", tmp_path / "out", flux_dir,
-                     model={"arch": "flux", "name_or_path": "black-forest-labs/FLUX.1-dev"})
-    loaded = load_config(str(write_config(tmp_path / "hub.yml", cfg)))
-    assert run_job(loaded) == EXIT_INPUT
-    err = capsys.readouterr().err
-    errors = [line for line in err.splitlines() if line.startswith("error:")]
-    assert len(errors) == 1 and "Traceback" not in err
-    assert "black-forest-labs/FLUX.1-dev" in errors[0] and "HF_TOKEN" in errors[0]
+    assert_hub_job_is_one_line(tmp_path, flux_dir, "flux", "black-forest-labs/FLUX.1-dev", capsys)
 
 
 # ---- the job end to end -----------------------------------------------------------------------
@@ -292,9 +259,7 @@ def flux_job(root: Path, flux_dir: Path, name: str) -> Path:
 
 @pytest.fixture(scope="module")
 def straight(tmp_path_factory, flux_dir: Path) -> Path:
-    root = tmp_path_factory.mktemp("flux-job")
-    assert run_job(load_config(str(flux_job(root, flux_dir, "run")))) == EXIT_OK
-    return root / "out" / "run"
+    return ran_in_process(flux_job(tmp_path_factory.mktemp("flux-job"), flux_dir, "run"))
 
 
 def test_job_trains_saves_and_samples(straight: Path) -> None:
@@ -305,10 +270,8 @@ def test_ctrl_c_then_resume_matches_the_uninterrupted_run(tmp_path: Path, flux_d
                                                           straight: Path, monkeypatch) -> None:
     """The in-process StopFlag path: a SIGINT handled mid-step 2 finishes the step,
     saves and exits 130; running again resumes to the same weights."""
-    out = tmp_path / "out" / "run"
-    interrupt_via_stop_flag_then_resume(flux_job(tmp_path, flux_dir, "run"),
-                                        out / "run_000000002.safetensors", monkeypatch)
-    assert_same_weights(out / "run.safetensors", straight / "run.safetensors")
+    assert_stop_flag_resume_matches(flux_job(tmp_path, flux_dir, "run"), straight,
+                                    monkeypatch)
 
 
 # ---- model.attn_masking (upstream's padded-T5 mask) -------------------------------------

@@ -11,32 +11,36 @@ from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
-import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
 from safetensors.torch import load_file
 
 from aitk.adapters import AdapterNetwork
-from aitk.cli.run import main as cli_main
 from aitk.data.batch import DataBatch
-from aitk.models.base import GenerateImageConfig
 from aitk.models.flux2.model import Flux2Model, run_pipeline
-from tests.aitk.aitk_testing import REPO, write_config
+from tests.aitk.aitk_testing import REPO
 from tests.aitk.models.arch_checks import (
     STEPS,
     amplified,
     assert_a_step_reaches_only_the_lora,
+    assert_checkpointing_keeps_the_lora_gradients,
+    assert_ctrl_c_then_resume_matches,
+    assert_hub_id_offline_is_one_line,
     assert_loaded_lora_reproduces,
-    assert_same_weights,
-    image_array,
-    interrupt_via_sigint_then_resume,
-    lora_job_config,
-    model_cfg,
-    step_grads_without_and_with_checkpointing,
+    load_tiny,
+    more_than_half,
+    run_to_the_end,
     tiny_model_folder,
+    write_edit_job,
 )
 from tests.aitk.models.conftest import NetCfg
+from tests.aitk.models.pipeline_checks import (
+    arch_pipeline_render,
+    float32_pipeline,
+    interop_preview,
+    trainer_preview,
+)
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
@@ -53,30 +57,22 @@ COMFY_SINGLE = ("linear1", "linear2")
 
 
 def flux2_job(tmp: Path, model_dir: Path, name: str = "f", **overrides: Any) -> Path:
-    settings = dict(
-        datasets=[{"folder_path": str(DATA), "resolution": [32],
-                   "control_path": [str(DATA / "control"), str(DATA / "control_2")]}],
-        train={"lr": 5e-3, "gradient_checkpointing": True, "seed": 3, "timestep_type": "shift"},
-        sample={"sample_every": STEPS, "width": 32, "height": 32, "sample_steps": 2,
-                "samples": [{"prompt": "make the circle red", "ctrl_img_1": CTRLS[0],
-                             "ctrl_img_2": CTRLS[1]}],
-                "seed": 1, "format": "png", "guidance_scale": 3.0},
-    )
-    cfg = lora_job_config(tmp, name, "flux2", model_dir, **{**settings, **overrides})
-    cfg["config"]["process"][0].pop("trigger_word")
-    return write_config(tmp / f"{name}.yml", cfg)
+    return write_edit_job(
+        tmp, name, "flux2", model_dir,
+        pairs=[{"folder_path": str(DATA), "resolution": [32],
+                "control_path": [str(DATA / "control"), str(DATA / "control_2")]}],
+        samples=[{"prompt": "make the circle red", "ctrl_img_1": CTRLS[0],
+                  "ctrl_img_2": CTRLS[1]}],
+        guidance_scale=3.0, **overrides)
 
 
 @pytest.fixture(scope="module")
 def trained(tmp_path_factory: pytest.TempPathFactory, flux2_dir: Path) -> Path:
-    tmp = tmp_path_factory.mktemp("flux2-run")
-    assert cli_main([str(flux2_job(tmp, flux2_dir))]) == 0
-    return tmp / "out" / "f"
+    return run_to_the_end(flux2_job(tmp_path_factory.mktemp("flux2-run"), flux2_dir))
 
 
 def loaded_model(model_dir: Path, **cfg: Any) -> Flux2Model:
-    model = Flux2Model(model_cfg("flux2", model_dir, **cfg))
-    model.load_model()
+    model = load_tiny(Flux2Model, model_dir, **cfg)
     model.configure_training(SimpleNamespace(timestep_type="shift", cfg_scale=1.0))
     return model
 
@@ -114,8 +110,7 @@ def test_trains_an_edit_lora_in_the_layout_comfyui_maps(trained: Path):
 
 def test_ctrl_c_then_resume_gives_the_uninterrupted_weights(tmp_path: Path, flux2_dir: Path,
                                                             trained: Path, monkeypatch):
-    interrupt_via_sigint_then_resume([str(flux2_job(tmp_path, flux2_dir))], monkeypatch)
-    assert_same_weights(tmp_path / "out" / "f" / "f.safetensors", trained / "f.safetensors")
+    assert_ctrl_c_then_resume_matches(flux2_job(tmp_path, flux2_dir), trained, monkeypatch)
 
 
 def test_diffusers_load_lora_weights_reproduces_the_trainer_preview(flux2_dir: Path,
@@ -126,24 +121,13 @@ def test_diffusers_load_lora_weights_reproduces_the_trainer_preview(flux2_dir: P
     from aitk.data.controls import open_sample_control
 
     lora = amplified(trained / "f.safetensors", tmp_path / "strong.safetensors")
-    model = loaded_model(flux2_dir)
-    network = AdapterNetwork.attach(model, NetCfg(linear=4, linear_alpha=8.0))
-    network.load_file(lora)
-    gen = GenerateImageConfig(prompt="make the circle red", width=32, height=32,
-                              sample_steps=3, seed=5, guidance_scale=3.0, ctrl_img=CTRLS[0],
-                              ctrl_imgs=CTRLS)
-    embeds = model.encode_prompts([gen.prompt, ""])
-    ours = image_array(model.generate_images([gen], embeds)[0])
-
-    pipe = Flux2Pipeline.from_pretrained(flux2_dir, torch_dtype=torch.float32)
-    pipe.set_progress_bar_config(disable=True)
+    gen = interop_preview(prompt="make the circle red", guidance_scale=3.0,
+                          ctrl_img=CTRLS[0], ctrl_imgs=CTRLS)
+    ours, embeds = trainer_preview(loaded_model(flux2_dir), lora, gen)
+    pipe = float32_pipeline(Flux2Pipeline, flux2_dir)
     references = [open_sample_control(p).resize((64, 64)) for p in CTRLS]  # the floor
-
-    def theirs() -> np.ndarray:
-        return image_array(run_pipeline(pipe, gen, embeds[gen.prompt],
-                                        torch.Generator().manual_seed(gen.seed),
-                                        torch.device("cpu"), torch.float32, references))
-
+    theirs = arch_pipeline_render(run_pipeline, pipe, gen, embeds[gen.prompt],
+                                  extra=(references,))
     assert_loaded_lora_reproduces(ours, pipe, lora, theirs)
 
 
@@ -244,17 +228,8 @@ def test_training_shift_is_the_pipelines_empirical_mu(flux2_dir: Path):
 
 
 def test_gradient_checkpointing_gives_the_same_lora_gradients(flux2_dir: Path):
-    model = loaded_model(flux2_dir)
-    network = AdapterNetwork.attach(model, NetCfg(linear=4, linear_alpha=4.0))
-    params = list(network.trainable_parameters())
-    with torch.no_grad():
-        for p in params:  # B starts at zero: give both factors values
-            p.normal_(0.0, 0.05)
-    plain, checkpointed = step_grads_without_and_with_checkpointing(model, params,
-                                                                    edit_batch(model))
-    assert sum(bool(g.abs().max() > 0) for g in plain) > len(plain) // 2
-    for a, b in zip(plain, checkpointed, strict=True):
-        assert torch.allclose(a, b, atol=1e-6)
+    assert_checkpointing_keeps_the_lora_gradients(loaded_model(flux2_dir), edit_batch,
+                                                  reached=more_than_half)
 
 
 def test_quantized_transformer_trains_only_the_lora(flux2_dir: Path):
@@ -271,7 +246,5 @@ def test_hub_id_offline_is_one_line_exit_2(tmp_path: Path, flux2_dir: Path, hub_
                                            capsys):
     hub_id = "black-forest-labs/FLUX.2-dev"
     path = flux2_job(tmp_path, flux2_dir, model={"arch": "flux2", "name_or_path": hub_id})
-    assert cli_main([str(path)]) == 2
-    err = [line for line in capsys.readouterr().err.splitlines() if line.startswith("error")]
-    assert len(err) == 1 and hub_id in err[0] and "Traceback" not in err[0]
-    assert "hub id" in err[0] and "huggingface-cli download" in err[0], err[0]
+    assert_hub_id_offline_is_one_line(path, hub_id, capsys,
+                                      says=("hub id", "huggingface-cli download"))

@@ -17,8 +17,6 @@ from safetensors import safe_open
 from safetensors.torch import load_file
 
 from aitk.adapters import AdapterNetwork
-from aitk.cli.run import main as cli_main
-from aitk.data.batch import DataBatch
 from aitk.errors import AdapterKeyError
 from aitk.models.base import GenerateImageConfig
 from aitk.models.catalog import size_multiple
@@ -29,17 +27,25 @@ from tests.aitk.models.arch_checks import (
     STEPS,
     amplified,
     assert_a_step_reaches_only_the_lora,
+    assert_checkpointing_keeps_the_lora_gradients,
+    assert_ctrl_c_then_resume_matches,
+    assert_hub_id_offline_is_one_line,
     assert_loaded_lora_reproduces,
-    assert_same_weights,
     image_array,
-    interrupt_via_sigint_then_resume,
-    last_step_sample,
-    model_cfg,
-    step_grads_without_and_with_checkpointing,
+    load_tiny,
+    more_than_half,
+    run_to_the_end,
     tiny_model_folder,
-    write_lora_job,
+    unseeded_batch,
+    write_flow_job,
 )
 from tests.aitk.models.conftest import NetCfg
+from tests.aitk.models.pipeline_checks import (
+    arch_pipeline_render,
+    float32_pipeline,
+    interop_preview,
+    trainer_preview,
+)
 
 pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("one_torch_thread")]
 
@@ -48,24 +54,16 @@ klein_dir = tiny_model_folder(Flux2Klein4BModel)
 
 
 def klein_job(tmp: Path, model_dir: Path, name: str = "k", **overrides: Any) -> Path:
-    settings = dict(
-        train={"lr": 5e-3, "gradient_checkpointing": True, "seed": 3, "timestep_type": "shift"},
-        sample=last_step_sample(guidance_scale=2.0),
-    )
-    return write_lora_job(tmp, name, ARCH, model_dir, **{**settings, **overrides})
+    return write_flow_job(tmp, name, ARCH, model_dir, "shift", 2.0, **overrides)
 
 
 @pytest.fixture(scope="module")
 def trained(tmp_path_factory: pytest.TempPathFactory, klein_dir: Path) -> Path:
-    tmp = tmp_path_factory.mktemp("klein-run")
-    assert cli_main([str(klein_job(tmp, klein_dir))]) == 0
-    return tmp / "out" / "k"
+    return run_to_the_end(klein_job(tmp_path_factory.mktemp("klein-run"), klein_dir))
 
 
 def loaded_model(model_dir: Path, **cfg) -> Flux2KleinModel:
-    model = Flux2Klein4BModel(model_cfg(ARCH, model_dir, **cfg))
-    model.load_model()
-    return model
+    return load_tiny(Flux2Klein4BModel, model_dir, **cfg)
 
 
 def test_archs_resolve_to_the_klein_class():
@@ -133,8 +131,7 @@ def test_lora_layouts_round_trip_and_upstream_files_read_exactly():
 
 def test_ctrl_c_then_resume_gives_the_uninterrupted_weights(tmp_path: Path, klein_dir: Path,
                                                             trained: Path, monkeypatch):
-    interrupt_via_sigint_then_resume([str(klein_job(tmp_path, klein_dir))], monkeypatch)
-    assert_same_weights(tmp_path / "out" / "k" / "k.safetensors", trained / "k.safetensors")
+    assert_ctrl_c_then_resume_matches(klein_job(tmp_path, klein_dir), trained, monkeypatch)
 
 
 def test_diffusers_load_lora_weights_reproduces_the_trainer_preview(klein_dir: Path,
@@ -143,26 +140,14 @@ def test_diffusers_load_lora_weights_reproduces_the_trainer_preview(klein_dir: P
     from diffusers import Flux2KleinPipeline
 
     lora = amplified(trained / "k.safetensors", tmp_path / "strong.safetensors")
-    model = loaded_model(klein_dir)
-    network = AdapterNetwork.attach(model, NetCfg(linear=4, linear_alpha=8.0))
-    network.load_file(lora)
     # guidance 2 on a base (not distilled) model: true CFG against the negative prompt.
-    gen = GenerateImageConfig(prompt="a red circle", width=32, height=32, sample_steps=3,
-                              seed=5, guidance_scale=2.0)
-    embeds = model.encode_prompts([gen.prompt, ""])
-    ours = image_array(model.generate_images([gen], embeds)[0])
-
-    pipe = Flux2KleinPipeline.from_pretrained(klein_dir, torch_dtype=torch.float32)
-    pipe.set_progress_bar_config(disable=True)
+    gen = interop_preview()
+    ours, embeds = trainer_preview(loaded_model(klein_dir), lora, gen)
+    pipe = float32_pipeline(Flux2KleinPipeline, klein_dir)
     # The pipeline's own prompt encoding (chat template, layers 9/18/27) is ours.
     theirs_embeds = pipe.encode_prompt(gen.prompt, max_sequence_length=64)[0][0]
     assert torch.allclose(theirs_embeds, embeds[gen.prompt].text_embeds[0], atol=1e-5)
-
-    def theirs() -> np.ndarray:
-        return image_array(run_pipeline(pipe, gen, embeds[gen.prompt], embeds[""],
-                                        torch.Generator().manual_seed(gen.seed),
-                                        torch.device("cpu"), torch.float32))
-
+    theirs = arch_pipeline_render(run_pipeline, pipe, gen, embeds[gen.prompt], embeds[""])
     assert_loaded_lora_reproduces(ours, pipe, lora, theirs)
 
 
@@ -246,19 +231,8 @@ def test_lokr_files_round_trip(klein_dir: Path, tmp_path: Path):
 
 
 def test_gradient_checkpointing_gives_the_same_lora_gradients(klein_dir: Path):
-    model = loaded_model(klein_dir)
-    network = AdapterNetwork.attach(model, NetCfg(linear=4, linear_alpha=4.0))
-    params = list(network.trainable_parameters())
-    with torch.no_grad():
-        for p in params:  # B starts at zero: give both factors values
-            p.normal_(0.0, 0.05)
-    batch = DataBatch(captions=["a", "b"],
-                      latents=model.encode_images(torch.rand(2, 3, 32, 32) * 2 - 1),
-                      prompt_embeds=model.get_prompt_embeds(["a red circle", "blue"]))
-    plain, checkpointed = step_grads_without_and_with_checkpointing(model, params, batch)
-    assert sum(bool(g.abs().max() > 0) for g in plain) > len(plain) // 2
-    for a, b in zip(plain, checkpointed, strict=True):
-        assert torch.allclose(a, b, atol=1e-6)
+    assert_checkpointing_keeps_the_lora_gradients(loaded_model(klein_dir), unseeded_batch,
+                                                  reached=more_than_half)
 
 
 def test_quantized_transformer_trains_only_the_lora(klein_dir: Path):
@@ -268,10 +242,7 @@ def test_quantized_transformer_trains_only_the_lora(klein_dir: Path):
     assert is_quantized(model.model)
     assert not is_quantized(model.model.proj_out) and not is_quantized(model.model.x_embedder)
     network = AdapterNetwork.attach(model, NetCfg())
-    batch = DataBatch(captions=["a"],
-                      latents=model.encode_images(torch.rand(1, 3, 32, 32) * 2 - 1),
-                      prompt_embeds=model.get_prompt_embeds(["a red circle"]))
-    assert_a_step_reaches_only_the_lora(model, network, batch)
+    assert_a_step_reaches_only_the_lora(model, network, unseeded_batch(model, 1))
 
 
 def test_training_shift_is_the_pipelines_empirical_mu(klein_dir: Path):
@@ -318,8 +289,6 @@ def test_hub_id_offline_is_one_line_exit_2(tmp_path: Path, klein_dir: Path, hub_
                                            capsys):
     hub_id = "black-forest-labs/FLUX.2-klein-base-4B"
     path = klein_job(tmp_path, klein_dir, model={"arch": ARCH, "name_or_path": hub_id})
-    assert cli_main([str(path)]) == 2
-    err = [line for line in capsys.readouterr().err.splitlines() if line.startswith("error")]
-    assert len(err) == 1 and hub_id in err[0] and "Traceback" not in err[0]
-    assert "hub id" in err[0] and "huggingface-cli download" in err[0], err[0]
+    assert_hub_id_offline_is_one_line(path, hub_id, capsys,
+                                      says=("hub id", "huggingface-cli download"))
 

@@ -14,28 +14,33 @@ import numpy as np
 import pytest
 import torch
 from PIL import Image
-from safetensors.torch import load_file
 
 from aitk.adapters import AdapterNetwork
 from aitk.data.batch import DataBatch
 from aitk.errors import ModelError
 from aitk.models.base import GenerateImageConfig
 from aitk.models.flux_kontext.model import FluxKontextModel
-from aitk.models.registry import load_model
 from aitk.run.train import compute_loss
 from tests.aitk.models.arch_checks import (
-    assert_same_weights,
+    assert_stop_flag_resume_matches,
     assert_trained_lora,
-    interrupt_via_stop_flag_then_resume,
     last_step_sample,
+    loaded_for_training,
     model_cfg,
-    prediction_grads,
+    ran_in_process,
     randomise,
     tiny_model_folder,
-    train_cfg,
     write_lora_job,
 )
 from tests.aitk.models.conftest import NetCfg
+from tests.aitk.models.flux_checks import (
+    assert_checkpointing_keeps_the_prediction_grads,
+    save_random_lora,
+)
+from tests.aitk.models.pipeline_checks import (
+    assert_lora_turns_the_render_into_the_preview,
+    image_levels,
+)
 
 pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("one_torch_thread")]
 
@@ -47,9 +52,7 @@ kontext_dir = tiny_model_folder(FluxKontextModel)
 
 @pytest.fixture
 def model(kontext_dir: Path) -> FluxKontextModel:
-    m = load_model(kontext_cfg(kontext_dir))
-    m.configure_training(train_cfg())
-    return m
+    return loaded_for_training("flux_kontext", kontext_dir)
 
 
 def edit_batch(model: FluxKontextModel, seed: int = 0) -> DataBatch:
@@ -149,12 +152,7 @@ def test_gradient_checkpointing_gives_the_same_gradients(model: FluxKontextModel
     conditioned = model.condition_noisy_latents(
         torch.randn(2, 4, 4, 6, generator=torch.Generator().manual_seed(2)), batch)
     inputs = (conditioned, torch.tensor([250.0, 800.0]), batch.prompt_embeds)
-    loss_off, off = prediction_grads(model, net, inputs, False)
-    loss_on, on = prediction_grads(model, net, inputs, True)
-    assert torch.equal(loss_on, loss_off)
-    assert any(g.abs().sum() > 0 for g in off)
-    for a, b in zip(off, on, strict=True):
-        assert torch.allclose(a, b, atol=1e-6)
+    assert_checkpointing_keeps_the_prediction_grads(model, net, inputs)
 
 
 # ---- previews and LoRA files ------------------------------------------------------------
@@ -166,13 +164,7 @@ def test_saved_lora_loads_in_diffusers_and_gives_the_preview(model: FluxKontextM
     without the LoRA, and != the preview without the control image."""
     from diffusers import FluxKontextPipeline
 
-    net = AdapterNetwork.attach(model, NetCfg(linear=4, linear_alpha=8.0))
-    randomise(net)
-    path = tmp_path / "lora.safetensors"
-    net.save_file(path, {"step": "1"}, dtype=torch.float32)
-    keys = list(load_file(path))
-    assert all(k.startswith("transformer.") for k in keys)
-    assert "transformer.transformer_blocks.0.attn.to_q.alpha" in keys
+    path = save_random_lora(model, tmp_path / "lora.safetensors")
     ctrl = write_control(tmp_path / "ctrl.png")  # 40x24: resized to the sample size
     gen_cfg = GenerateImageConfig("make it red", width=32, height=32, seed=5,
                                   guidance_scale=3.5, sample_steps=3, ctrl_img=str(ctrl))
@@ -191,15 +183,11 @@ def test_saved_lora_loads_in_diffusers_and_gives_the_preview(model: FluxKontextM
                    pooled_prompt_embeds=e.pooled_embeds[0], width=32, height=32,
                    num_inference_steps=3, guidance_scale=3.5, max_area=32 * 32,
                    _auto_resize=False, generator=torch.Generator().manual_seed(5))
-        return np.asarray(out.images[0], dtype=np.int16)
+        return image_levels(out.images[0])
 
-    plain = render()
-    pipe.load_lora_weights(str(path))
-    with_lora = render()
-    ours = np.asarray(preview, dtype=np.int16)
-    assert np.abs(with_lora - ours).max() <= 1  # tolerance: one 8-bit level
-    assert np.abs(plain - ours).max() > 10  # the LoRA changes the image
-    assert np.abs(np.asarray(without_ctrl, dtype=np.int16) - ours).max() > 10
+    ours = image_levels(preview)
+    assert_lora_turns_the_render_into_the_preview(pipe, path, ours, render, changed_by=10)
+    assert np.abs(image_levels(without_ctrl) - ours).max() > 10
 
 
 def test_bf16_model_previews_with_a_ctrl_img(kontext_dir: Path, tmp_path: Path) -> None:
@@ -245,16 +233,13 @@ def kontext_job(root: Path, kontext_dir: Path, name: str) -> Path:
 
 @pytest.fixture(scope="module")
 def straight(tmp_path_factory, kontext_dir: Path) -> Iterator[Path]:
-    from aitk.config.loading import load_config
-    from aitk.errors import EXIT_OK
     from aitk.run import train
-    from aitk.run.job import run_job
 
     root = tmp_path_factory.mktemp("kontext-job")
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr(train, "compute_loss", with_control(train.compute_loss))
-        assert run_job(load_config(str(kontext_job(root, kontext_dir, "run")))) == EXIT_OK
-    yield root / "out" / "run"
+        out = ran_in_process(kontext_job(root, kontext_dir, "run"))
+    yield out
 
 
 def test_job_trains_saves_and_samples(straight: Path) -> None:
@@ -269,7 +254,5 @@ def test_ctrl_c_then_resume_matches_the_uninterrupted_run(tmp_path: Path, kontex
     from aitk.run import train
 
     monkeypatch.setattr(train, "compute_loss", with_control(train.compute_loss))
-    out = tmp_path / "out" / "run"
-    interrupt_via_stop_flag_then_resume(kontext_job(tmp_path, kontext_dir, "run"),
-                                        out / "run_000000002.safetensors", monkeypatch)
-    assert_same_weights(out / "run.safetensors", straight / "run.safetensors")
+    assert_stop_flag_resume_matches(kontext_job(tmp_path, kontext_dir, "run"), straight,
+                                    monkeypatch)

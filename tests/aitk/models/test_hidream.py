@@ -10,33 +10,36 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import pytest
 import torch
 from safetensors.torch import load_file
 
 from aitk.adapters import AdapterNetwork
-from aitk.cli.run import main as cli_main
-from aitk.models.base import GenerateImageConfig
 from aitk.models.hidream.model import HiDreamModel, keep_sample_size
 from tests.aitk.models.arch_checks import (
     ALPHA,
     STEPS,
     amplified,
     assert_a_step_reaches_only_the_lora,
+    assert_checkpointing_keeps_the_lora_gradients,
+    assert_ctrl_c_then_resume_matches,
+    assert_hub_id_offline_is_one_line,
     assert_loaded_lora_reproduces,
-    assert_same_weights,
-    image_array,
-    interrupt_via_sigint_then_resume,
-    last_step_sample,
-    model_cfg,
-    randomise,
-    step_grads_without_and_with_checkpointing,
+    load_tiny,
+    run_to_the_end,
+    small_random_factors,
     tiny_model_folder,
     train_cfg,
-    write_lora_job,
+    unseeded_batch,
+    write_flow_job,
 )
 from tests.aitk.models.conftest import NetCfg
+from tests.aitk.models.pipeline_checks import (
+    assert_bf16_previews_through_the_float32_vae,
+    interop_preview,
+    pipeline_render,
+    trainer_preview,
+)
 
 pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("one_torch_thread")]
 
@@ -45,24 +48,18 @@ NO_EXPERTS = {"ignore_if_contains": ["ff_i.experts", "ff_i.gate"]}  # upstream's
 
 
 def hidream_job(tmp: Path, model_dir: Path, name: str = "h", **overrides: Any) -> Path:
-    settings = dict(
-        network={"type": "lora", "linear": 4, "linear_alpha": ALPHA},
-        train={"lr": 5e-3, "gradient_checkpointing": True, "seed": 3, "timestep_type": "shift"},
-        sample=last_step_sample(guidance_scale=3.0),
-    )
-    return write_lora_job(tmp, name, "hidream", model_dir, **{**settings, **overrides})
+    return write_flow_job(tmp, name, "hidream", model_dir, "shift", 3.0,
+                          **{"network": {"type": "lora", "linear": 4, "linear_alpha": ALPHA},
+                             **overrides})
 
 
 @pytest.fixture(scope="module")
 def trained(tmp_path_factory: pytest.TempPathFactory, hidream_dir: Path) -> Path:
-    tmp = tmp_path_factory.mktemp("hidream-run")
-    assert cli_main([str(hidream_job(tmp, hidream_dir))]) == 0
-    return tmp / "out" / "h"
+    return run_to_the_end(hidream_job(tmp_path_factory.mktemp("hidream-run"), hidream_dir))
 
 
 def loaded_model(model_dir: Path, **cfg: Any) -> HiDreamModel:
-    model = HiDreamModel(model_cfg("hidream", model_dir, **cfg))
-    model.load_model()
+    model = load_tiny(HiDreamModel, model_dir, **cfg)
     model.configure_training(train_cfg(timestep_type="shift"))
     return model
 
@@ -160,8 +157,8 @@ def test_job_trains_and_previews(trained: Path) -> None:
 
 def test_ctrl_c_then_resume_gives_the_uninterrupted_weights(tmp_path: Path, hidream_dir: Path,
                                                             trained: Path, monkeypatch) -> None:
-    interrupt_via_sigint_then_resume([str(hidream_job(tmp_path, hidream_dir))], monkeypatch)
-    assert_same_weights(tmp_path / "out" / "h" / "h.safetensors", trained / "h.safetensors")
+    assert_ctrl_c_then_resume_matches(hidream_job(tmp_path, hidream_dir), trained,
+                                      monkeypatch)
 
 
 def test_upstreams_expert_exclusion_leaves_the_experts_alone(hidream_dir: Path,
@@ -182,23 +179,13 @@ def test_diffusers_load_lora_weights_reproduces_the_trainer_preview(hidream_dir:
 
     lora = amplified(trained / "h.safetensors", tmp_path / "strong.safetensors")
     model = loaded_model(hidream_dir)
-    network = AdapterNetwork.attach(model, NetCfg(linear=4, linear_alpha=ALPHA))
-    network.load_file(lora)
-    gen = GenerateImageConfig(prompt="a red circle", width=32, height=32, sample_steps=2,
-                              seed=5, guidance_scale=3.0)
-    embeds = model.encode_prompts([gen.prompt, ""])
-    ours = image_array(model.generate_images([gen], embeds)[0])
-
+    gen = interop_preview(sample_steps=2, guidance_scale=3.0)
+    ours, embeds = trainer_preview(model, lora, gen)
     pipe = HiDreamImagePipeline.from_pretrained(hidream_dir)
     pipe.set_progress_bar_config(disable=True)
     keep_sample_size(pipe, 32, 32)  # the pipeline otherwise renders at 1024 x 1024
-    kwargs = model.pipeline_embeds(embeds[gen.prompt], embeds[""])
-
-    def theirs() -> np.ndarray:
-        out = pipe(**kwargs, width=32, height=32, num_inference_steps=2, guidance_scale=3.0,
-                   generator=torch.Generator().manual_seed(gen.seed))
-        return image_array(out.images[0])
-
+    theirs = pipeline_render(pipe, gen, **model.pipeline_embeds(embeds[gen.prompt],
+                                                                 embeds[""]))
     assert_loaded_lora_reproduces(ours, pipe, lora, theirs)
 
 
@@ -242,25 +229,13 @@ def test_file_keys_are_the_layout_comfyui_maps_for_hidream(trained: Path,
 
 # ---- memory -------------------------------------------------------------------------------------
 def test_gradient_checkpointing_gives_the_same_lora_gradients(hidream_dir: Path) -> None:
-    from aitk.data.batch import DataBatch
-
-    model = loaded_model(hidream_dir)
-    network = AdapterNetwork.attach(model, NetCfg(linear=4, linear_alpha=4.0,
-                                                  network_kwargs=NO_EXPERTS))
-    params = list(network.trainable_parameters())
-    randomise(network, scale=0.05)
-    batch = DataBatch(captions=["a", "b"],
-                      latents=model.encode_images(torch.rand(2, 3, 32, 48) * 2 - 1),
-                      prompt_embeds=model.get_prompt_embeds(["a red circle", "blue"]))
-    plain, checkpointed = step_grads_without_and_with_checkpointing(model, params, batch)
-    assert any(g.abs().max() > 0 for g in plain)
-    for a, b in zip(plain, checkpointed, strict=True):
-        assert torch.allclose(a, b, atol=1e-6)
+    assert_checkpointing_keeps_the_lora_gradients(
+        loaded_model(hidream_dir), lambda model: unseeded_batch(model, width=48),
+        reached=any, init=small_random_factors, network_kwargs=NO_EXPERTS)
 
 
 @pytest.mark.parametrize("qtype", ["qfloat8", "qint8"])
 def test_quantized_transformer_trains_only_the_lora(hidream_dir: Path, qtype: str) -> None:
-    from aitk.data.batch import DataBatch
     from aitk.models.quantize import is_quantized
 
     model = loaded_model(hidream_dir, quantize=True, qtype=qtype, quantize_te=True)
@@ -271,19 +246,11 @@ def test_quantized_transformer_trains_only_the_lora(hidream_dir: Path, qtype: st
                  tr.t_embedder.timestep_embedder.linear_1):
         assert not is_quantized(kept)
     network = AdapterNetwork.attach(model, NetCfg(network_kwargs=NO_EXPERTS))
-    batch = DataBatch(captions=["a"],
-                      latents=model.encode_images(torch.rand(1, 3, 32, 32) * 2 - 1),
-                      prompt_embeds=model.get_prompt_embeds(["a red circle"]))
-    assert_a_step_reaches_only_the_lora(model, network, batch)
+    assert_a_step_reaches_only_the_lora(model, network, unseeded_batch(model, 1))
 
 
 def test_bf16_model_previews_through_the_float32_vae(hidream_dir: Path) -> None:
-    model = HiDreamModel(model_cfg("hidream", hidream_dir), dtype=torch.bfloat16)
-    model.load_model()
-    assert model.vae.dtype == torch.float32 and model.model.dtype == torch.bfloat16
-    [image] = model.generate_images([GenerateImageConfig("a red circle", width=32,
-                                                         height=48, sample_steps=2)])
-    assert image.size == (32, 48)
+    assert_bf16_previews_through_the_float32_vae(HiDreamModel, hidream_dir, height=48)
 
 
 # ---- loading errors -----------------------------------------------------------------------------
@@ -291,7 +258,4 @@ def test_hub_id_offline_is_one_line_exit_2(tmp_path: Path, hidream_dir: Path, hu
                                            capsys) -> None:
     repo = "HiDream-ai/HiDream-I1-Full"
     path = hidream_job(tmp_path, hidream_dir, model={"arch": "hidream", "name_or_path": repo})
-    assert cli_main([str(path)]) == 2
-    err = [line for line in capsys.readouterr().err.splitlines() if line.startswith("error")]
-    assert len(err) == 1 and repo in err[0] and "Traceback" not in err[0]
-    assert "hub id" in err[0]
+    assert_hub_id_offline_is_one_line(path, repo, capsys, says=("hub id",))

@@ -24,8 +24,6 @@ import torch
 from safetensors.torch import load_file
 
 from aitk.adapters import AdapterNetwork
-from aitk.cli.run import main as cli_main
-from aitk.data.batch import DataBatch
 from aitk.models.base import GenerateImageConfig
 from aitk.models.ideogram4 import lora_keys
 from aitk.models.ideogram4.model import Ideogram4Model, start_noise
@@ -34,18 +32,24 @@ from tests.aitk.models.arch_checks import (
     STEPS,
     amplified,
     assert_a_step_reaches_only_the_lora,
+    assert_checkpointing_keeps_the_lora_gradients,
+    assert_ctrl_c_then_resume_matches,
+    assert_hub_id_offline_is_one_line,
     assert_loaded_lora_reproduces,
-    assert_same_weights,
     image_array,
-    interrupt_via_sigint_then_resume,
-    last_step_sample,
-    model_cfg,
-    step_grads_without_and_with_checkpointing,
+    image_batch,
+    load_tiny,
+    run_to_the_end,
     tiny_model_folder,
     train_cfg,
-    write_lora_job,
+    write_flow_job,
 )
 from tests.aitk.models.conftest import NetCfg
+from tests.aitk.models.pipeline_checks import (
+    float32_pipeline,
+    interop_preview,
+    trainer_preview,
+)
 
 pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("one_torch_thread")]
 
@@ -65,40 +69,23 @@ SEQUENCE = 64  # the stock pipeline's text region in these tests (prompts are sh
 
 
 def ideogram4_job(tmp: Path, model_dir: Path, name: str = "i", **overrides: Any) -> Path:
-    settings = dict(
-        train={"lr": 5e-3, "gradient_checkpointing": True, "seed": 3,
-               "timestep_type": "linear"},
-        sample=last_step_sample(guidance_scale=2.0),
-    )
-    return write_lora_job(tmp, name, "ideogram4", model_dir, **{**settings, **overrides})
+    return write_flow_job(tmp, name, "ideogram4", model_dir, "linear", 2.0, **overrides)
 
 
 @pytest.fixture(scope="module")
 def trained(tmp_path_factory: pytest.TempPathFactory, ideogram4_dir: Path) -> Path:
-    tmp = tmp_path_factory.mktemp("ideogram4-run")
-    assert cli_main([str(ideogram4_job(tmp, ideogram4_dir))]) == 0
-    return tmp / "out" / "i"
+    return run_to_the_end(ideogram4_job(tmp_path_factory.mktemp("ideogram4-run"),
+                                        ideogram4_dir))
 
 
 def loaded_model(model_dir: Path, **cfg: Any) -> Ideogram4Model:
-    model = Ideogram4Model(model_cfg("ideogram4", model_dir, **cfg))
-    model.load_model()
-    return model
-
-
-def one_batch(model: Ideogram4Model, size: int = 2) -> DataBatch:
-    prompts = ["a red circle", "blue"][:size]
-    pixels = torch.rand(size, 3, 32, 32, generator=torch.Generator().manual_seed(0)) * 2 - 1
-    return DataBatch(captions=prompts, latents=model.encode_images(pixels),
-                     prompt_embeds=model.get_prompt_embeds(prompts))
+    return load_tiny(Ideogram4Model, model_dir, **cfg)
 
 
 def stock_pipeline(model_dir: Path) -> Any:
     from diffusers import Ideogram4Pipeline
 
-    pipe = Ideogram4Pipeline.from_pretrained(model_dir, torch_dtype=torch.float32)
-    pipe.set_progress_bar_config(disable=True)
-    return pipe
+    return float32_pipeline(Ideogram4Pipeline, model_dir)
 
 
 # ---- the job end to end, and the file it writes -------------------------------------------
@@ -194,9 +181,8 @@ def test_upstreams_shared_down_qkv_reads_back():
 def test_ctrl_c_then_resume_gives_the_uninterrupted_weights(tmp_path: Path,
                                                             ideogram4_dir: Path,
                                                             trained: Path, monkeypatch):
-    interrupt_via_sigint_then_resume([str(ideogram4_job(tmp_path, ideogram4_dir))],
-                                     monkeypatch)
-    assert_same_weights(tmp_path / "out" / "i" / "i.safetensors", trained / "i.safetensors")
+    assert_ctrl_c_then_resume_matches(ideogram4_job(tmp_path, ideogram4_dir), trained,
+                                      monkeypatch)
 
 
 def test_diffusers_load_lora_weights_reproduces_the_trainer_preview(ideogram4_dir: Path,
@@ -206,15 +192,8 @@ def test_diffusers_load_lora_weights_reproduces_the_trainer_preview(ideogram4_di
     after `load_lora_weights` of the trainer's file, renders the trainer's preview (made
     from the trainer's embeds, the text encoder not consulted)."""
     lora = amplified(trained / "i.safetensors", tmp_path / "strong.safetensors")
-    model = loaded_model(ideogram4_dir)
-    network = AdapterNetwork.attach(model, NetCfg(linear=4, linear_alpha=8.0))
-    network.load_file(lora)
-    gen = GenerateImageConfig(prompt="a red circle", width=32, height=32, sample_steps=3,
-                              seed=5, guidance_scale=2.0)
-    embeds = model.encode_prompts([gen.prompt, ""])
-    model.unload_text_encoder()  # as with cached text embeddings
-    ours = image_array(model.generate_images([gen], embeds)[0])
-
+    gen = interop_preview()
+    ours, _ = trainer_preview(loaded_model(ideogram4_dir), lora, gen, cached_text=True)
     pipe = stock_pipeline(ideogram4_dir)
 
     def theirs() -> np.ndarray:
@@ -307,17 +286,7 @@ def test_latents_round_trip_through_the_pipelines_decode(ideogram4_dir: Path):
 
 
 def test_gradient_checkpointing_gives_the_same_lora_gradients(ideogram4_dir: Path):
-    model = loaded_model(ideogram4_dir)
-    network = AdapterNetwork.attach(model, NetCfg(linear=4, linear_alpha=4.0))
-    params = list(network.trainable_parameters())
-    with torch.no_grad():
-        for p in params:  # B starts at zero: give both factors values
-            p.normal_(0.0, 0.05)
-    plain, checkpointed = step_grads_without_and_with_checkpointing(model, params,
-                                                                    one_batch(model))
-    assert all(bool(g.abs().max() > 0) for g in plain)
-    for a, b in zip(plain, checkpointed, strict=True):
-        assert torch.allclose(a, b, atol=1e-6)
+    assert_checkpointing_keeps_the_lora_gradients(loaded_model(ideogram4_dir), image_batch)
 
 
 def test_quantized_transformers_train_only_the_lora(ideogram4_dir: Path):
@@ -332,7 +301,7 @@ def test_quantized_transformers_train_only_the_lora(ideogram4_dir: Path):
                      transformer.final_layer):
             assert not is_quantized(kept)
     network = AdapterNetwork.attach(model, NetCfg())
-    assert_a_step_reaches_only_the_lora(model, network, one_batch(model, 1))
+    assert_a_step_reaches_only_the_lora(model, network, image_batch(model, 1))
 
 
 def test_the_unconditional_transformer_is_only_for_guidance(ideogram4_dir: Path,
@@ -358,7 +327,7 @@ def test_the_unconditional_transformer_is_only_for_guidance(ideogram4_dir: Path,
     network = AdapterNetwork.attach(model, NetCfg())
     assert not any("lora" in n for n, _ in uncond.named_parameters())
     assert not any(p.requires_grad for p in uncond.parameters())
-    assert_a_step_reaches_only_the_lora(model, network, one_batch(model, 1))
+    assert_a_step_reaches_only_the_lora(model, network, image_batch(model, 1))
     assert all(torch.equal(v, before[k]) for k, v in uncond.state_dict().items())
     gen = dict(prompt="a red circle", width=32, height=32, sample_steps=2, seed=2)
     cond_only, guided = (image_array(model.generate_images(
@@ -371,7 +340,4 @@ def test_hub_id_offline_is_one_line_exit_2(tmp_path: Path, ideogram4_dir: Path,
     hub_id = "ideogram-ai/ideogram-v4"
     path = ideogram4_job(tmp_path, ideogram4_dir,
                          model={"arch": "ideogram4", "name_or_path": hub_id})
-    assert cli_main([str(path)]) == 2
-    err = [line for line in capsys.readouterr().err.splitlines() if line.startswith("error")]
-    assert len(err) == 1 and hub_id in err[0] and "Traceback" not in err[0]
-    assert "huggingface-cli download" in err[0], err[0]
+    assert_hub_id_offline_is_one_line(path, hub_id, capsys)

@@ -13,38 +13,40 @@ import shutil
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import pytest
 import torch
 from safetensors.torch import load_file, save_file
 
 from aitk.adapters import AdapterNetwork
-from aitk.cli.run import main as cli_main
-from aitk.config.loading import load_config
-from aitk.data.batch import DataBatch
 from aitk.errors import ModelKwargsError, ModelLoadError
-from aitk.models.base import GenerateImageConfig
 from aitk.models.krea2 import lora_keys
 from aitk.models.krea2.arch import TURBO_ADAPTER
 from aitk.models.krea2.model import Krea2Model, run_pipeline
-from tests.aitk.aitk_testing import write_config
 from tests.aitk.models.arch_checks import (
     ALPHA,
     STEPS,
     amplified,
     assert_a_step_reaches_only_the_lora,
+    assert_adapter_merged_for_training_and_out_of_previews,
+    assert_checkpointing_keeps_the_lora_gradients,
+    assert_ctrl_c_then_resume_matches,
+    assert_hub_id_offline_is_one_line,
     assert_loaded_lora_reproduces,
-    assert_same_weights,
-    image_array,
-    interrupt_via_sigint_then_resume,
-    last_step_sample,
-    lora_job_config,
+    image_batch,
+    load_tiny,
     model_cfg,
-    step_grads_without_and_with_checkpointing,
+    run_to_the_end,
+    tagged_process,
     tiny_model_folder,
-    write_lora_job,
+    write_flow_job,
 )
 from tests.aitk.models.conftest import NetCfg
+from tests.aitk.models.pipeline_checks import (
+    arch_pipeline_render,
+    float32_pipeline,
+    interop_preview,
+    trainer_preview,
+)
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
@@ -69,32 +71,16 @@ COMFY_BLOCK_KEYS = {
 
 
 def krea2_job(tmp: Path, model_dir: Path, name: str = "k", **overrides: Any) -> Path:
-    settings = dict(
-        train={"lr": 5e-3, "gradient_checkpointing": True, "seed": 3,
-               "timestep_type": "shift"},
-        sample=last_step_sample(guidance_scale=2.0),
-    )
-    return write_lora_job(tmp, name, "krea2", model_dir, **{**settings, **overrides})
+    return write_flow_job(tmp, name, "krea2", model_dir, "shift", 2.0, **overrides)
 
 
 @pytest.fixture(scope="module")
 def trained(tmp_path_factory: pytest.TempPathFactory, krea2_dir: Path) -> Path:
-    tmp = tmp_path_factory.mktemp("krea2-run")
-    assert cli_main([str(krea2_job(tmp, krea2_dir))]) == 0
-    return tmp / "out" / "k"
+    return run_to_the_end(krea2_job(tmp_path_factory.mktemp("krea2-run"), krea2_dir))
 
 
 def loaded_model(model_dir: Path, **cfg: Any) -> Krea2Model:
-    model = Krea2Model(model_cfg("krea2", model_dir, **cfg))
-    model.load_model()
-    return model
-
-
-def one_batch(model: Krea2Model, size: int = 2) -> DataBatch:
-    prompts = ["a red circle", "blue"][:size]
-    pixels = torch.rand(size, 3, 32, 32, generator=torch.Generator().manual_seed(0)) * 2 - 1
-    return DataBatch(captions=prompts, latents=model.encode_images(pixels),
-                     prompt_embeds=model.get_prompt_embeds(prompts))
+    return load_tiny(Krea2Model, model_dir, **cfg)
 
 
 # ---- the job end to end, and the file it writes -------------------------------------------
@@ -140,8 +126,7 @@ def test_alpha_is_folded_into_the_up_weights(trained: Path):
 
 def test_ctrl_c_then_resume_gives_the_uninterrupted_weights(tmp_path: Path, krea2_dir: Path,
                                                             trained: Path, monkeypatch):
-    interrupt_via_sigint_then_resume([str(krea2_job(tmp_path, krea2_dir))], monkeypatch)
-    assert_same_weights(tmp_path / "out" / "k" / "k.safetensors", trained / "k.safetensors")
+    assert_ctrl_c_then_resume_matches(krea2_job(tmp_path, krea2_dir), trained, monkeypatch)
 
 
 def test_diffusers_load_lora_weights_reproduces_the_trainer_preview(krea2_dir: Path,
@@ -150,23 +135,11 @@ def test_diffusers_load_lora_weights_reproduces_the_trainer_preview(krea2_dir: P
     from diffusers import Krea2Pipeline
 
     lora = amplified(trained / "k.safetensors", tmp_path / "strong.safetensors")
-    model = loaded_model(krea2_dir)
-    network = AdapterNetwork.attach(model, NetCfg(linear=4, linear_alpha=8.0))
-    network.load_file(lora)
     # guidance 2: the pipeline's zero-based CFG at scale 1 against the negative prompt.
-    gen = GenerateImageConfig(prompt="a red circle", width=32, height=32, sample_steps=3,
-                              seed=5, guidance_scale=2.0)
-    embeds = model.encode_prompts([gen.prompt, ""])
-    ours = image_array(model.generate_images([gen], embeds)[0])
-
-    pipe = Krea2Pipeline.from_pretrained(krea2_dir, torch_dtype=torch.float32)
-    pipe.set_progress_bar_config(disable=True)
-
-    def theirs() -> np.ndarray:
-        return image_array(run_pipeline(pipe, gen, embeds[gen.prompt], embeds[""],
-                                        torch.Generator().manual_seed(gen.seed),
-                                        torch.device("cpu"), torch.float32))
-
+    gen = interop_preview()
+    ours, embeds = trainer_preview(loaded_model(krea2_dir), lora, gen)
+    pipe = float32_pipeline(Krea2Pipeline, krea2_dir)
+    theirs = arch_pipeline_render(run_pipeline, pipe, gen, embeds[gen.prompt], embeds[""])
     assert_loaded_lora_reproduces(ours, pipe, lora, theirs)
 
 
@@ -234,17 +207,7 @@ def test_turbo_previews_use_the_pipelines_distilled_schedule(krea2_dir: Path,
 
 
 def test_gradient_checkpointing_gives_the_same_lora_gradients(krea2_dir: Path):
-    model = loaded_model(krea2_dir)
-    network = AdapterNetwork.attach(model, NetCfg(linear=4, linear_alpha=4.0))
-    params = list(network.trainable_parameters())
-    with torch.no_grad():
-        for p in params:  # B starts at zero: give both factors values
-            p.normal_(0.0, 0.05)
-    plain, checkpointed = step_grads_without_and_with_checkpointing(model, params,
-                                                                    one_batch(model))
-    assert all(bool(g.abs().max() > 0) for g in plain)
-    for a, b in zip(plain, checkpointed, strict=True):
-        assert torch.allclose(a, b, atol=1e-6)
+    assert_checkpointing_keeps_the_lora_gradients(loaded_model(krea2_dir), image_batch)
 
 
 def test_quantized_transformer_trains_only_the_lora(krea2_dir: Path):
@@ -256,7 +219,7 @@ def test_quantized_transformer_trains_only_the_lora(krea2_dir: Path):
                  model.model.text_fusion.projector):
         assert not is_quantized(kept)
     network = AdapterNetwork.attach(model, NetCfg())
-    assert_a_step_reaches_only_the_lora(model, network, one_batch(model, 1))
+    assert_a_step_reaches_only_the_lora(model, network, image_batch(model, 1))
 
 
 # ---- the training adapter (Turbo) ----------------------------------------------------------
@@ -285,25 +248,8 @@ def test_training_adapter_is_merged_for_training_and_out_of_the_previews(krea2_d
     weights = load_file(adapter)
     down = weights["diffusion_model.blocks.0.attn.wk.lora_A.weight"]
     up = weights["diffusion_model.blocks.0.attn.wk.lora_B.weight"]
-    name = "transformer_blocks.0.attn.to_k"
-    assert torch.allclose(turbo.model.get_submodule(name).weight,
-                          plain.model.get_submodule(name).weight + up @ down, atol=1e-5)
-    assert not any(p.requires_grad for p in turbo.model.parameters())
-    # Training sees the merged model ...
-    latents = torch.randn(1, 4, 4, 4, generator=torch.Generator().manual_seed(1))
-    embeds = plain.get_prompt_embeds(["a red circle"])
-    with torch.no_grad():
-        before = plain.get_noise_prediction(latents, torch.tensor([500.0]), embeds)
-        after = turbo.get_noise_prediction(latents, torch.tensor([500.0]), embeds)
-    assert (before - after).abs().max() > 1e-3
-    # ... the previews the model without it, as upstream samples Turbo.
-    gen = GenerateImageConfig(prompt="a red circle", width=32, height=32, sample_steps=2,
-                              seed=3, guidance_scale=1.0)
-    assert np.abs(image_array(turbo.generate_images([gen])[0])
-                  - image_array(plain.generate_images([gen])[0])).max() <= 1 / 255
-    with torch.no_grad():  # and training after a preview has it back
-        again = turbo.get_noise_prediction(latents, torch.tensor([500.0]), embeds)
-    assert torch.equal(again, after)
+    assert_adapter_merged_for_training_and_out_of_previews(
+        plain, turbo, "transformer_blocks.0.attn.to_k", down, up)
 
 
 def test_training_adapter_offline_is_one_line(krea2_dir: Path, tmp_path: Path, monkeypatch):
@@ -319,20 +265,16 @@ def test_training_adapter_offline_is_one_line(krea2_dir: Path, tmp_path: Path, m
 
 # ---- upstream's tags and knobs -------------------------------------------------------------
 def tagged_job(tmp_path: Path, krea2_dir: Path, arch: str, **model: Any) -> Any:
-    config = lora_job_config(tmp_path, "tag", "krea2", krea2_dir)
-    proc = config["config"]["process"][0]
-    proc["model"] = {"arch": arch, **model}
-    proc["sample"] = {"sample_every": 4, "prompts": ["a"]}
-    return load_config(str(write_config(tmp_path / "tag.yml", config))).job.config.process[0]
+    return tagged_process(tmp_path, krea2_dir, arch, **model)
 
 
 def test_the_turbo_tag_fills_in_its_adapter_and_sampling(tmp_path: Path, krea2_dir: Path):
-    turbo = tagged_job(tmp_path, krea2_dir, "krea2:turbo")
+    turbo = tagged_process(tmp_path, krea2_dir, "krea2:turbo")
     assert turbo.model.arch == "krea2"
     assert turbo.model.name_or_path == "krea/Krea-2-Turbo"
     assert turbo.model.assistant_lora_path == TURBO_ADAPTER
     assert (turbo.sample.guidance_scale, turbo.sample.sample_steps) == (1.0, 9)
-    raw = tagged_job(tmp_path, krea2_dir, "krea2:raw")
+    raw = tagged_process(tmp_path, krea2_dir, "krea2:raw")
     assert raw.model.name_or_path == "krea/Krea-2-Raw"
     assert raw.model.assistant_lora_path is None
 
@@ -348,10 +290,7 @@ def test_hub_id_offline_is_one_line_exit_2(tmp_path: Path, krea2_dir: Path, hub_
                                            capsys):
     hub_id = "krea/Krea-2-Raw"
     path = krea2_job(tmp_path, krea2_dir, model={"arch": "krea2", "name_or_path": hub_id})
-    assert cli_main([str(path)]) == 2
-    err = [line for line in capsys.readouterr().err.splitlines() if line.startswith("error")]
-    assert len(err) == 1 and hub_id in err[0] and "Traceback" not in err[0]
-    assert "huggingface-cli download" in err[0], err[0]
+    assert_hub_id_offline_is_one_line(path, hub_id, capsys)
 
 
 def test_a_single_krea_checkpoint_file_is_one_line(tmp_path: Path):

@@ -21,29 +21,37 @@ from safetensors import safe_open
 from safetensors.torch import load_file, save_file
 
 from aitk.adapters import AdapterNetwork
-from aitk.cli.run import main as cli_main
 from aitk.data.batch import DataBatch
 from aitk.models.base import GenerateImageConfig
 from aitk.models.ltx2.model import LTX2Model, padded_prompt, run_pipeline
 from aitk.models.ltx2.tiny import TEXT_LEN
 from aitk.models.registry import load_model
 from aitk.run.train import compute_loss, step_generator
-from tests.aitk.aitk_testing import REPO
 from tests.aitk.models.arch_checks import (
     ALPHA,
     STEPS,
     assert_a_step_reaches_only_the_lora,
-    assert_same_weights,
-    interrupt_via_sigint_then_resume,
-    last_step_sample,
+    assert_checkpointing_keeps_the_lora_gradients,
+    assert_ctrl_c_then_resume_matches,
+    assert_hub_id_offline_is_one_line,
+    assert_loaded_lora_reproduces,
+    clip_batch,
+    loaded_for_training,
     model_cfg,
     randomise,
-    step_grads_without_and_with_checkpointing,
+    run_to_the_end,
     tiny_model_folder,
     train_cfg,
-    write_lora_job,
+    with_alpha_keys,
+    write_video_job,
 )
 from tests.aitk.models.conftest import NetCfg
+from tests.aitk.models.pipeline_checks import (
+    arch_pipeline_render,
+    frames_array,
+    random_lora_file,
+    trainer_preview,
+)
 
 pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("one_torch_thread")]
 
@@ -69,27 +77,16 @@ COMFY_LTXAV_BLOCK_LINEARS = tuple(
 
 @pytest.fixture
 def model(ltx_dir: Path) -> LTX2Model:
-    m = load_model(ltx_cfg(ltx_dir))
-    m.configure_training(train_cfg(timestep_type="shift"))
-    return m
+    return loaded_for_training(ARCH, ltx_dir, train_cfg(timestep_type="shift"))
 
 
 def video_batch(model: LTX2Model, seed: int = 0) -> DataBatch:
-    gen = torch.Generator().manual_seed(seed)
-    pixels = torch.rand(2, 3, FRAMES, SIDE, SIDE, generator=gen) * 2 - 1
-    return DataBatch(captions=["a", "b"], tensor=pixels, latents=model.encode_images(pixels),
-                     prompt_embeds=model.get_prompt_embeds(["a red circle", "blue"]))
+    return clip_batch(model, FRAMES, SIDE, seed)
 
 
 def job(tmp: Path, model_dir: Path, name: str = "w", **overrides: Any) -> Path:
-    settings = dict(
-        train={"lr": 5e-3, "gradient_checkpointing": True, "seed": 3, "timestep_type": "shift"},
-        sample=last_step_sample(width=SIDE, height=SIDE, guidance_scale=1.0),
-        # The example images at 64 px: 2 x 2 latent cells (32 px would leave one).
-        datasets=[{"folder_path": str(REPO / "datasets" / "example"), "resolution": [SIDE],
-                   "cache_latents_to_disk": True}],
-    )
-    return write_lora_job(tmp, name, ARCH, model_dir, **{**settings, **overrides})
+    # The example images at 64 px: 2 x 2 latent cells (32 px would leave one).
+    return write_video_job(tmp, name, ARCH, model_dir, SIDE, **overrides)
 
 
 # ---- load, encoders, schedule ---------------------------------------------------------
@@ -203,9 +200,7 @@ def test_ctrl_img_previews_start_the_clip_from_the_picture(model: LTX2Model,
 # ---- the job: files, Ctrl+C and exact resume ------------------------------------------
 @pytest.fixture(scope="module")
 def trained(tmp_path_factory: pytest.TempPathFactory, ltx_dir: Path) -> Path:
-    tmp = tmp_path_factory.mktemp("ltx2-run")
-    assert cli_main([str(job(tmp, ltx_dir))]) == 0
-    return tmp / "out" / "w"
+    return run_to_the_end(job(tmp_path_factory.mktemp("ltx2-run"), ltx_dir))
 
 
 def test_job_writes_the_layout_comfyui_maps(trained: Path) -> None:
@@ -229,8 +224,7 @@ def test_job_writes_the_layout_comfyui_maps(trained: Path) -> None:
 def test_ctrl_c_then_resume_gives_the_uninterrupted_weights(trained: Path, tmp_path: Path,
                                                             ltx_dir: Path,
                                                             monkeypatch) -> None:
-    interrupt_via_sigint_then_resume([str(job(tmp_path, ltx_dir))], monkeypatch)
-    assert_same_weights(tmp_path / "out" / "w" / "w.safetensors", trained / "w.safetensors")
+    assert_ctrl_c_then_resume_matches(job(tmp_path, ltx_dir), trained, monkeypatch)
 
 
 def test_the_folded_scale_reads_back_and_so_do_files_with_alpha(ltx_dir: Path,
@@ -250,72 +244,41 @@ def test_the_folded_scale_reads_back_and_so_do_files_with_alpha(ltx_dir: Path,
     other.load_file(tmp_path / "l.safetensors")
     assert all(torch.allclose(v, internal[k], atol=1e-6) for k, v in other.state_dict().items())
     # Upstream-style: the trained B and an alpha per module, `diffusion_model.` names.
-    with_alpha = {f"diffusion_model.{k}": v for k, v in internal.items()}
-    with_alpha.update({f"diffusion_model.{k.rsplit('.lora_', 1)[0]}.alpha":
-                       torch.tensor(float(ALPHA)) for k in internal})
-    save_file(with_alpha, str(tmp_path / "upstream.safetensors"))
+    save_file(with_alpha_keys(internal, "diffusion_model."),
+              str(tmp_path / "upstream.safetensors"))
     other.load_file(tmp_path / "upstream.safetensors")
     assert all(torch.allclose(v, internal[k], atol=1e-6) for k, v in other.state_dict().items())
 
 
 # ---- interop: diffusers' own pipeline + load_lora_weights -----------------------------
-def frames_array(frames: list[Image.Image]) -> np.ndarray:
-    return np.stack([np.asarray(f, dtype=np.float32) / 255.0 for f in frames])
-
-
 def test_diffusers_load_lora_weights_reproduces_the_trainer_preview(ltx_dir: Path,
                                                                      tmp_path: Path) -> None:
     from diffusers import LTX2Pipeline
 
-    lora = tmp_path / "l.safetensors"
-    saved = AdapterNetwork.attach(load_model(ltx_cfg(ltx_dir)),
-                                  NetCfg(linear=4, linear_alpha=8.0))
-    randomise(saved, seed=4, scale=0.3)
-    saved.save_file(lora)
+    lora = random_lora_file(load_model(ltx_cfg(ltx_dir)), tmp_path / "l.safetensors")
     gen = GenerateImageConfig(prompt="a red circle", width=SIDE, height=SIDE, sample_steps=3,
                               seed=5, guidance_scale=2.0, num_frames=FRAMES, fps=8)
-    fresh = load_model(ltx_cfg(ltx_dir))
-    AdapterNetwork.attach(fresh, NetCfg(linear=4, linear_alpha=8.0)).load_file(lora)
-    embeds = fresh.encode_prompts([gen.prompt, ""])
-    ours = frames_array(fresh.generate_images([gen], embeds)[0])
-
+    ours, embeds = trainer_preview(load_model(ltx_cfg(ltx_dir)), lora, gen,
+                                   as_array=frames_array)
     pipe = LTX2Pipeline.from_pretrained(ltx_dir, text_encoder=None, tokenizer=None,
                                         dtype=torch.float32)
     pipe.set_progress_bar_config(disable=True)
-
-    def theirs() -> np.ndarray:
-        return frames_array(run_pipeline(pipe, gen, embeds[gen.prompt], embeds[""],
-                                         torch.Generator().manual_seed(gen.seed),
-                                         torch.device("cpu"), torch.float32))
-
-    base = theirs()
-    pipe.load_lora_weights(str(lora))
-    assert any("lora_B" in n for n, _ in pipe.transformer.named_parameters())
-    with_lora = theirs()
-    assert np.abs(with_lora - ours).max() <= 2 / 255  # same float32 CPU math
-    assert np.abs(with_lora - base).max() > 8 / 255  # the LoRA really changed the clip
+    theirs = arch_pipeline_render(run_pipeline, pipe, gen, embeds[gen.prompt], embeds[""],
+                                  as_array=frames_array)
+    # Same float32 CPU math on both sides; the LoRA really changes the clip.
+    assert_loaded_lora_reproduces(ours, pipe, lora, theirs, changed_by=8 / 255)
 
 
 # ---- gradient checkpointing, quantization, offline ------------------------------------
 def test_gradient_checkpointing_gives_the_same_lora_gradients(model: LTX2Model) -> None:
-    network = AdapterNetwork.attach(model, NetCfg(linear=4, linear_alpha=4.0))
-    params = network.trainable_parameters()
-    with torch.no_grad():
-        for p in params:  # B starts at zero: give both factors values
-            p.normal_(0.0, 0.05)
-    plain, checkpointed = step_grads_without_and_with_checkpointing(model, params,
-                                                                    video_batch(model))
+    assert_checkpointing_keeps_the_lora_gradients(model, video_batch, reached=any)
     assert model.model.gradient_checkpointing
-    assert any(g.abs().max() > 0 for g in plain)
-    for a, b in zip(plain, checkpointed, strict=True):
-        assert torch.allclose(a, b, atol=1e-6)
 
 
 def test_quantized_transformer_trains_only_the_lora(ltx_dir: Path) -> None:
     from aitk.models.quantize import is_quantized
 
-    model = load_model(ltx_cfg(ltx_dir, quantize=True, qtype="qint8"))
-    model.configure_training(train_cfg())
+    model = loaded_for_training(ARCH, ltx_dir, quantize=True, qtype="qint8")
     assert is_quantized(model.model) and not is_quantized(model.model.proj_out)
     network = AdapterNetwork.attach(model, NetCfg())
     assert_a_step_reaches_only_the_lora(model, network, video_batch(model))
@@ -325,8 +288,5 @@ def test_hub_id_offline_is_one_line_exit_2(tmp_path: Path, ltx_dir: Path, hub_of
                                            capsys) -> None:
     hub_id = "Lightricks/LTX-2"
     path = job(tmp_path, ltx_dir, model={"arch": ARCH, "name_or_path": hub_id})
-    assert cli_main([str(path)]) == 2
-    stderr = capsys.readouterr().err
-    err = [line for line in stderr.splitlines() if line.startswith("error")]
-    assert len(err) == 1 and hub_id in err[0] and "hub id" in err[0]
-    assert "Traceback" not in stderr
+    assert_hub_id_offline_is_one_line(path, hub_id, capsys, says=("hub id",),
+                                      traceback_anywhere=True)

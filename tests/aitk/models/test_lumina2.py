@@ -11,32 +11,39 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import pytest
 import torch
 from safetensors.torch import load_file, save_file
 
 from aitk.adapters import AdapterNetwork
-from aitk.cli.run import main as cli_main
-from aitk.models.base import GenerateImageConfig
 from aitk.models.lumina2.model import SYSTEM_PROMPT, Lumina2Model, pipeline_embeds
 from tests.aitk.models.arch_checks import (
     ALPHA,
     STEPS,
     assert_a_step_reaches_only_the_lora,
+    assert_checkpointing_keeps_the_lora_gradients,
+    assert_hub_id_offline_is_one_line,
     assert_loaded_lora_reproduces,
+    assert_reads_back,
     assert_same_weights,
     image_array,
     interrupt_via_sigint_then_resume,
-    last_step_sample,
-    model_cfg,
+    load_tiny,
     randomise,
-    step_grads_without_and_with_checkpointing,
+    run_to_the_end,
+    small_random_factors,
     tiny_model_folder,
     train_cfg,
-    write_lora_job,
+    unseeded_batch,
+    with_alpha_keys,
+    write_flow_job,
 )
 from tests.aitk.models.conftest import NetCfg
+from tests.aitk.models.pipeline_checks import (
+    assert_bf16_previews_through_the_float32_vae,
+    interop_preview,
+    pipeline_render,
+)
 
 pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("one_torch_thread")]
 
@@ -52,24 +59,16 @@ def interop_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def lumina_job(tmp: Path, model_dir: Path, name: str = "l", **overrides: Any) -> Path:
-    settings = dict(
-        train={"lr": 5e-3, "gradient_checkpointing": True, "seed": 3,
-               "timestep_type": "lumina2_shift"},
-        sample=last_step_sample(guidance_scale=3.0),
-    )
-    return write_lora_job(tmp, name, "lumina2", model_dir, **{**settings, **overrides})
+    return write_flow_job(tmp, name, "lumina2", model_dir, "lumina2_shift", 3.0, **overrides)
 
 
 @pytest.fixture(scope="module")
 def trained(tmp_path_factory: pytest.TempPathFactory, lumina_dir: Path) -> Path:
-    tmp = tmp_path_factory.mktemp("lumina2-run")
-    assert cli_main([str(lumina_job(tmp, lumina_dir))]) == 0
-    return tmp / "out" / "l"
+    return run_to_the_end(lumina_job(tmp_path_factory.mktemp("lumina2-run"), lumina_dir))
 
 
 def loaded_model(model_dir: Path, **cfg: Any) -> Lumina2Model:
-    model = Lumina2Model(model_cfg("lumina2", model_dir, **cfg))
-    model.load_model()
+    model = load_tiny(Lumina2Model, model_dir, **cfg)
     model.configure_training(train_cfg(timestep_type="lumina2_shift"))
     return model
 
@@ -160,17 +159,10 @@ def test_fused_qkv_holds_the_three_deltas_and_reads_back_exactly(lumina_dir: Pat
               for n in ("to_q", "to_k", "to_v")]
     assert torch.allclose(fused, torch.cat(deltas), atol=1e-6)
     assert fused.shape[0] == sum(model.qkv_rows) == 32 + 16 + 16  # grouped k/v heads
-    randomise(network, seed=7)
-    network.load_file(tmp_path / "l.safetensors")
-    assert all(torch.equal(network.state_dict()[k], v) for k, v in internal.items())
+    assert_reads_back(network, tmp_path / "l.safetensors", internal, seed=7)
     # diffusers-named files, with `.alpha` (aitk's older layout, other trainers), read too.
-    old = {f"transformer.{k}": v for k, v in internal.items()}
-    old.update({f"transformer.{k.rsplit('.lora_', 1)[0]}.alpha": torch.tensor(float(ALPHA))
-                for k in internal})
-    save_file(old, str(tmp_path / "old.safetensors"))
-    randomise(network, seed=8)
-    network.load_file(tmp_path / "old.safetensors")
-    assert all(torch.equal(network.state_dict()[k], v) for k, v in internal.items())
+    save_file(with_alpha_keys(internal, "transformer."), str(tmp_path / "old.safetensors"))
+    assert_reads_back(network, tmp_path / "old.safetensors", internal, seed=8)
 
 
 def test_diffusers_load_lora_weights_reproduces_the_trainer_preview(interop_dir: Path,
@@ -185,21 +177,14 @@ def test_diffusers_load_lora_weights_reproduces_the_trainer_preview(interop_dir:
     randomise(network, scale=0.05)
     lora = tmp_path / "l.safetensors"
     network.save_file(lora, dtype=torch.float32)
-    gen = GenerateImageConfig(prompt="a red circle", width=32, height=32, sample_steps=2,
-                              seed=5, guidance_scale=3.0)
+    gen = interop_preview(sample_steps=2, guidance_scale=3.0)
     embeds = model.encode_prompts([gen.prompt, ""])
     ours = image_array(model.generate_images([gen], embeds)[0])
 
     pipe = Lumina2Pipeline.from_pretrained(interop_dir)
     pipe.set_progress_bar_config(disable=True)
-    kwargs = pipeline_embeds(embeds[gen.prompt], embeds[""], torch.device("cpu"),
-                             torch.float32)
-
-    def theirs() -> np.ndarray:
-        out = pipe(**kwargs, width=32, height=32, num_inference_steps=2, guidance_scale=3.0,
-                   generator=torch.Generator().manual_seed(gen.seed))
-        return image_array(out.images[0])
-
+    theirs = pipeline_render(pipe, gen, **pipeline_embeds(
+        embeds[gen.prompt], embeds[""], torch.device("cpu"), torch.float32))
     assert_loaded_lora_reproduces(ours, pipe, lora, theirs)
 
 
@@ -243,24 +228,12 @@ def test_file_keys_are_weights_of_comfyuis_lumina2_model(trained: Path,
 
 # ---- memory -------------------------------------------------------------------------------------
 def test_gradient_checkpointing_gives_the_same_lora_gradients(lumina_dir: Path) -> None:
-    from aitk.data.batch import DataBatch
-
-    model = loaded_model(lumina_dir)
-    network = AdapterNetwork.attach(model, NetCfg(linear=4, linear_alpha=4.0))
-    params = list(network.trainable_parameters())
-    randomise(network, scale=0.05)
-    batch = DataBatch(captions=["a", "b"],
-                      latents=model.encode_images(torch.rand(2, 3, 32, 32) * 2 - 1),
-                      prompt_embeds=model.get_prompt_embeds(["a red circle", "blue"]))
-    plain, checkpointed = step_grads_without_and_with_checkpointing(model, params, batch)
-    assert any(g.abs().max() > 0 for g in plain)
-    for a, b in zip(plain, checkpointed, strict=True):
-        assert torch.allclose(a, b, atol=1e-6)
+    assert_checkpointing_keeps_the_lora_gradients(
+        loaded_model(lumina_dir), unseeded_batch, reached=any, init=small_random_factors)
 
 
 @pytest.mark.parametrize("qtype", ["qfloat8", "qint8"])
 def test_quantized_transformer_trains_only_the_lora(lumina_dir: Path, qtype: str) -> None:
-    from aitk.data.batch import DataBatch
     from aitk.models.quantize import is_quantized
 
     model = loaded_model(lumina_dir, quantize=True, qtype=qtype, quantize_te=True)
@@ -270,19 +243,11 @@ def test_quantized_transformer_trains_only_the_lora(lumina_dir: Path, qtype: str
                  tr.time_caption_embed.timestep_embedder.linear_1):
         assert not is_quantized(kept)
     network = AdapterNetwork.attach(model, NetCfg())
-    batch = DataBatch(captions=["a"],
-                      latents=model.encode_images(torch.rand(1, 3, 32, 32) * 2 - 1),
-                      prompt_embeds=model.get_prompt_embeds(["a red circle"]))
-    assert_a_step_reaches_only_the_lora(model, network, batch)
+    assert_a_step_reaches_only_the_lora(model, network, unseeded_batch(model, 1))
 
 
 def test_bf16_model_previews_through_the_float32_vae(lumina_dir: Path) -> None:
-    model = Lumina2Model(model_cfg("lumina2", lumina_dir), dtype=torch.bfloat16)
-    model.load_model()
-    assert model.vae.dtype == torch.float32 and model.model.dtype == torch.bfloat16
-    [image] = model.generate_images([GenerateImageConfig("a red circle", width=32,
-                                                         height=32, sample_steps=2)])
-    assert image.size == (32, 32)
+    assert_bf16_previews_through_the_float32_vae(Lumina2Model, lumina_dir)
 
 
 # ---- loading errors -----------------------------------------------------------------------------
@@ -290,7 +255,4 @@ def test_hub_id_offline_is_one_line_exit_2(tmp_path: Path, lumina_dir: Path, hub
                                            capsys) -> None:
     repo = "Alpha-VLLM/Lumina-Image-2.0"
     path = lumina_job(tmp_path, lumina_dir, model={"arch": "lumina2", "name_or_path": repo})
-    assert cli_main([str(path)]) == 2
-    err = [line for line in capsys.readouterr().err.splitlines() if line.startswith("error")]
-    assert len(err) == 1 and repo in err[0] and "Traceback" not in err[0]
-    assert "hub id" in err[0]
+    assert_hub_id_offline_is_one_line(path, repo, capsys, says=("hub id",))

@@ -17,7 +17,6 @@ import torch
 from safetensors.torch import load_file
 
 from aitk.adapters import AdapterNetwork
-from aitk.cli.run import main as cli_main
 from aitk.data.batch import DataBatch
 from aitk.models.base import GenerateImageConfig
 from aitk.models.prx_pixel.model import PRXPixelModel, run_pipeline
@@ -28,17 +27,24 @@ from aitk.run.train import compute_loss, step_generator
 from tests.aitk.models.arch_checks import (
     STEPS,
     assert_a_step_reaches_only_the_lora,
+    assert_checkpointing_keeps_the_lora_gradients,
+    assert_ctrl_c_then_resume_matches,
+    assert_hub_id_offline_is_one_line,
     assert_lora_file,
-    assert_same_weights,
     image_array,
-    interrupt_via_sigint_then_resume,
-    last_step_sample,
+    load_tiny,
     model_cfg,
-    step_grads_without_and_with_checkpointing,
+    run_to_the_end,
     tiny_model_folder,
-    write_lora_job,
+    unseeded_batch,
+    write_flow_job,
 )
 from tests.aitk.models.conftest import NetCfg
+from tests.aitk.models.pipeline_checks import (
+    arch_pipeline_render,
+    interop_preview,
+    trainer_preview,
+)
 
 pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("one_torch_thread")]
 
@@ -46,24 +52,17 @@ prx_dir = tiny_model_folder(PRXPixelModel, scope="session")
 
 
 def prx_job(tmp: Path, model_dir: Path, name: str = "p", **overrides: Any) -> Path:
-    settings = dict(
-        train={"lr": 2e-2, "gradient_checkpointing": True, "seed": 3, "timestep_type": "shift"},
-        sample=last_step_sample(neg="", guidance_scale=2.0),
-    )
-    return write_lora_job(tmp, name, "prx_pixel", model_dir, **{**settings, **overrides})
+    return write_flow_job(tmp, name, "prx_pixel", model_dir, "shift", 2.0, lr=2e-2,
+                          preview={"neg": ""}, **overrides)
 
 
 @pytest.fixture(scope="session")
 def trained(tmp_path_factory: pytest.TempPathFactory, prx_dir: Path) -> Path:
-    tmp = tmp_path_factory.mktemp("prx-run")
-    assert cli_main([str(prx_job(tmp, prx_dir))]) == 0
-    return tmp / "out" / "p"
+    return run_to_the_end(prx_job(tmp_path_factory.mktemp("prx-run"), prx_dir))
 
 
 def loaded_model(model_dir: Path, **cfg) -> PRXPixelModel:
-    model = PRXPixelModel(model_cfg("prx_pixel", model_dir, **cfg))
-    model.load_model()
-    return model
+    return load_tiny(PRXPixelModel, model_dir, **cfg)
 
 
 def test_builds_and_loads_the_diffusers_layout(prx_dir: Path):
@@ -183,8 +182,7 @@ def test_preview_samples_x0_as_velocity_with_the_pipelines_clamp(prx_dir: Path):
 
 def test_ctrl_c_then_resume_gives_the_uninterrupted_weights(tmp_path: Path, prx_dir: Path,
                                                             trained: Path, monkeypatch):
-    interrupt_via_sigint_then_resume([str(prx_job(tmp_path, prx_dir))], monkeypatch)
-    assert_same_weights(tmp_path / "out" / "p" / "p.safetensors", trained / "p.safetensors")
+    assert_ctrl_c_then_resume_matches(prx_job(tmp_path, prx_dir), trained, monkeypatch)
 
 
 def test_peft_on_the_diffusers_transformer_reproduces_the_trainer_preview(
@@ -194,24 +192,13 @@ def test_peft_on_the_diffusers_transformer_reproduces_the_trainer_preview(
     from diffusers import PRXPixelPipeline, PRXTransformer2DModel
     from peft import PeftModel
 
-    model = loaded_model(prx_dir)
-    network = AdapterNetwork.attach(model, NetCfg(linear=4, linear_alpha=8.0))
-    network.load_file(trained / "p.safetensors")
-    gen = GenerateImageConfig(prompt="a red circle", width=32, height=32, sample_steps=3,
-                              seed=5, guidance_scale=2.0)
-    embeds = model.encode_prompts([gen.prompt, ""])
-    ours = image_array(model.generate_images([gen], embeds)[0])
-
+    gen = interop_preview()
+    ours, embeds = trainer_preview(loaded_model(prx_dir), trained / "p.safetensors", gen)
     transformer = PRXTransformer2DModel.from_pretrained(prx_dir, subfolder="transformer")
     pipe = PRXPixelPipeline.from_pretrained(prx_dir, transformer=transformer,
                                             text_encoder=None, tokenizer=None)
     pipe.set_progress_bar_config(disable=True)
-
-    def theirs() -> np.ndarray:
-        return image_array(run_pipeline(pipe, gen, embeds[gen.prompt], embeds[""],
-                                        torch.Generator().manual_seed(gen.seed),
-                                        torch.device("cpu"), torch.float32))
-
+    theirs = arch_pipeline_render(run_pipeline, pipe, gen, embeds[gen.prompt], embeds[""])
     base = theirs()
     PeftModel.from_pretrained(transformer, str(trained / "peft"))  # in place
     assert any("lora_B" in n for n, _ in pipe.transformer.named_parameters())
@@ -250,18 +237,8 @@ def test_a_lokr_adapter_saves_a_peft_folder_peft_loads_back(prx_dir: Path, tmp_p
 
 
 def test_gradient_checkpointing_gives_the_same_lora_gradients(prx_dir: Path):
-    model = loaded_model(prx_dir)
-    network = AdapterNetwork.attach(model, NetCfg(linear=4, linear_alpha=4.0))
-    params = list(network.trainable_parameters())
-    with torch.no_grad():
-        for p in params:  # B starts at zero: give both factors values
-            p.normal_(0.0, 0.05)
-    batch = DataBatch(captions=["a", "b"], latents=torch.rand(2, 3, 32, 32) * 2 - 1,
-                      prompt_embeds=model.get_prompt_embeds(["a red circle", "blue"]))
-    plain, checkpointed = step_grads_without_and_with_checkpointing(model, params, batch)
-    assert all(g.abs().max() > 0 for g in plain)
-    for a, b in zip(plain, checkpointed, strict=True):
-        assert torch.allclose(a, b, atol=1e-6)
+    # Pixel space: the batch's "latents" are its images (encode_images is the identity).
+    assert_checkpointing_keeps_the_lora_gradients(loaded_model(prx_dir), unseeded_batch)
 
 
 def test_quantized_transformer_and_text_encoder_train_only_the_lora(prx_dir: Path):
@@ -272,9 +249,7 @@ def test_quantized_transformer_and_text_encoder_train_only_the_lora(prx_dir: Pat
     for kept in ("img_in", "txt_in", "time_in", "resolution_embedder", "final_layer"):
         assert not is_quantized(getattr(model.model, kept)), kept
     network = AdapterNetwork.attach(model, NetCfg())
-    batch = DataBatch(captions=["a"], latents=torch.rand(1, 3, 32, 32) * 2 - 1,
-                      prompt_embeds=model.get_prompt_embeds(["a red circle"]))
-    assert_a_step_reaches_only_the_lora(model, network, batch)
+    assert_a_step_reaches_only_the_lora(model, network, unseeded_batch(model, 1))
 
 
 def test_peft_converter_refuses_a_non_lora_file_in_one_line(tmp_path: Path, capsys):
@@ -292,7 +267,5 @@ def test_hub_id_offline_is_one_line_exit_2(tmp_path: Path, prx_dir: Path, hub_of
     # user's run reads it at start. Without this, the hub is tried over the network.
     path = prx_job(tmp_path, prx_dir,
                    model={"arch": "prx_pixel", "name_or_path": "Photoroom/prxpixel-t2i"})
-    assert cli_main([str(path)]) == 2
-    err = [line for line in capsys.readouterr().err.splitlines() if line.startswith("error")]
-    assert len(err) == 1 and "Photoroom/prxpixel-t2i" in err[0] and "Traceback" not in err[0]
-    assert "hub id" in err[0] and "huggingface-cli download" in err[0]
+    assert_hub_id_offline_is_one_line(path, "Photoroom/prxpixel-t2i", capsys,
+                                      says=("hub id", "huggingface-cli download"))

@@ -7,30 +7,32 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import pytest
 import torch
 
 from aitk.adapters import AdapterNetwork
-from aitk.cli.run import main as cli_main
-from aitk.models.base import GenerateImageConfig
 from aitk.models.qwen_image.model import QwenImageModel, run_pipeline
 from tests.aitk.models.arch_checks import (
     STEPS,
     amplified,
     assert_a_step_reaches_only_the_lora,
+    assert_checkpointing_keeps_the_lora_gradients,
+    assert_ctrl_c_then_resume_matches,
+    assert_hub_id_offline_is_one_line,
     assert_loaded_lora_reproduces,
     assert_lora_file,
-    assert_same_weights,
-    image_array,
-    interrupt_via_sigint_then_resume,
-    last_step_sample,
-    model_cfg,
-    step_grads_without_and_with_checkpointing,
+    load_tiny,
+    run_to_the_end,
     tiny_model_folder,
-    write_lora_job,
+    unseeded_batch,
+    write_flow_job,
 )
 from tests.aitk.models.conftest import NetCfg
+from tests.aitk.models.pipeline_checks import (
+    arch_pipeline_render,
+    interop_preview,
+    trainer_preview,
+)
 
 pytestmark = pytest.mark.slow
 
@@ -38,24 +40,16 @@ qwen_dir = tiny_model_folder(QwenImageModel)
 
 
 def qwen_job(tmp: Path, model_dir: Path, name: str = "q", **overrides: Any) -> Path:
-    settings = dict(
-        train={"lr": 5e-3, "gradient_checkpointing": True, "seed": 3, "timestep_type": "shift"},
-        sample=last_step_sample(guidance_scale=1.0),
-    )
-    return write_lora_job(tmp, name, "qwen_image", model_dir, **{**settings, **overrides})
+    return write_flow_job(tmp, name, "qwen_image", model_dir, "shift", 1.0, **overrides)
 
 
 @pytest.fixture(scope="module")
 def trained(tmp_path_factory: pytest.TempPathFactory, qwen_dir: Path) -> Path:
-    tmp = tmp_path_factory.mktemp("qwen-run")
-    assert cli_main([str(qwen_job(tmp, qwen_dir))]) == 0
-    return tmp / "out" / "q"
+    return run_to_the_end(qwen_job(tmp_path_factory.mktemp("qwen-run"), qwen_dir))
 
 
 def loaded_model(model_dir: Path, **cfg) -> QwenImageModel:
-    model = QwenImageModel(model_cfg("qwen_image", model_dir, **cfg))
-    model.load_model()
-    return model
+    return load_tiny(QwenImageModel, model_dir, **cfg)
 
 
 def test_trains_previews_and_writes_the_diffusers_layout(trained: Path):
@@ -66,8 +60,7 @@ def test_trains_previews_and_writes_the_diffusers_layout(trained: Path):
 
 def test_ctrl_c_then_resume_gives_the_uninterrupted_weights(tmp_path: Path, qwen_dir: Path,
                                                             trained: Path, monkeypatch):
-    interrupt_via_sigint_then_resume([str(qwen_job(tmp_path, qwen_dir))], monkeypatch)
-    assert_same_weights(tmp_path / "out" / "q" / "q.safetensors", trained / "q.safetensors")
+    assert_ctrl_c_then_resume_matches(qwen_job(tmp_path, qwen_dir), trained, monkeypatch)
 
 
 def test_diffusers_load_lora_weights_reproduces_the_trainer_preview(qwen_dir: Path,
@@ -76,57 +69,29 @@ def test_diffusers_load_lora_weights_reproduces_the_trainer_preview(qwen_dir: Pa
     from diffusers import QwenImagePipeline
 
     lora = amplified(trained / "q.safetensors", tmp_path / "strong.safetensors")
-    model = loaded_model(qwen_dir)
-    network = AdapterNetwork.attach(model, NetCfg(linear=4, linear_alpha=8.0))
-    network.load_file(lora)
-    gen = GenerateImageConfig(prompt="a red circle", width=32, height=32, sample_steps=3,
-                              seed=5, guidance_scale=1.0)
-    embeds = model.encode_prompts([gen.prompt, ""])
-    ours = image_array(model.generate_images([gen], embeds)[0])
-
+    gen = interop_preview(guidance_scale=1.0)
+    ours, embeds = trainer_preview(loaded_model(qwen_dir), lora, gen)
     pipe = QwenImagePipeline.from_pretrained(qwen_dir, text_encoder=None, tokenizer=None,
                                              dtype=torch.float32)
     pipe.set_progress_bar_config(disable=True)
-
-    def theirs() -> np.ndarray:
-        return image_array(run_pipeline(pipe, gen, embeds[gen.prompt], embeds[""],
-                                        torch.Generator().manual_seed(gen.seed),
-                                        torch.device("cpu"), torch.float32))
-
+    theirs = arch_pipeline_render(run_pipeline, pipe, gen, embeds[gen.prompt], embeds[""])
     assert_loaded_lora_reproduces(ours, pipe, lora, theirs)
 
 
 def test_gradient_checkpointing_gives_the_same_lora_gradients(qwen_dir: Path):
-    from aitk.data.batch import DataBatch
-
-    model = loaded_model(qwen_dir)
-    network = AdapterNetwork.attach(model, NetCfg(linear=4, linear_alpha=4.0))
-    params = list(network.trainable_parameters())
-    with torch.no_grad():
-        for p in params:  # B starts at zero: give both factors values
-            p.normal_(0.0, 0.05)
-    batch = DataBatch(captions=["a", "b"],
-                      latents=model.encode_images(torch.rand(2, 3, 32, 32) * 2 - 1),
-                      prompt_embeds=model.get_prompt_embeds(["a red circle", "blue"]))
     # Adapters on the last block's text stream feed nothing: no gradient at all (zeros).
-    plain, checkpointed = step_grads_without_and_with_checkpointing(model, params, batch)
-    assert any(g.abs().max() > 0 for g in plain)
-    for a, b in zip(plain, checkpointed, strict=True):
-        assert torch.allclose(a, b, atol=1e-6)
+    assert_checkpointing_keeps_the_lora_gradients(loaded_model(qwen_dir), unseeded_batch,
+                                                  reached=any)
 
 
 def test_quantized_transformer_trains_only_the_lora(qwen_dir: Path):
-    from aitk.data.batch import DataBatch
     from aitk.models.quantize import is_quantized
 
     model = loaded_model(qwen_dir, quantize=True, qtype="qint8")
     assert is_quantized(model.model)
     assert not is_quantized(model.model.proj_out) and not is_quantized(model.model.img_in)
     network = AdapterNetwork.attach(model, NetCfg())
-    batch = DataBatch(captions=["a"],
-                      latents=model.encode_images(torch.rand(1, 3, 32, 32) * 2 - 1),
-                      prompt_embeds=model.get_prompt_embeds(["a red circle"]))
-    assert_a_step_reaches_only_the_lora(model, network, batch)
+    assert_a_step_reaches_only_the_lora(model, network, unseeded_batch(model, 1))
 
 
 def test_training_schedule_uses_the_models_dynamic_shift(qwen_dir: Path):
@@ -144,7 +109,5 @@ def test_hub_id_offline_is_one_line_exit_2(tmp_path: Path, qwen_dir: Path, hub_o
                                            capsys):
     path = qwen_job(tmp_path, qwen_dir,
                     model={"arch": "qwen_image", "name_or_path": "Qwen/Qwen-Image"})
-    assert cli_main([str(path)]) == 2
-    err = [line for line in capsys.readouterr().err.splitlines() if line.startswith("error")]
-    assert len(err) == 1 and "Qwen/Qwen-Image" in err[0] and "Traceback" not in err[0]
-    assert "hub id" in err[0] and "huggingface-cli download" in err[0]
+    assert_hub_id_offline_is_one_line(path, "Qwen/Qwen-Image", capsys,
+                                      says=("hub id", "huggingface-cli download"))

@@ -17,7 +17,6 @@ import math
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import pytest
 import torch
 from PIL import Image
@@ -31,21 +30,24 @@ from aitk.models.base import GenerateImageConfig
 from aitk.models.qwen_image.model import run_pipeline
 from aitk.models.qwen_image_edit.model import QwenImageEditModel, QwenImageEditPlusModel
 from aitk.models.qwen_image_edit.vision import VisionTextInputs, resized
-from tests.aitk.aitk_testing import write_config
 from tests.aitk.models.arch_checks import (
     STEPS,
     amplified,
+    assert_checkpointing_keeps_the_lora_gradients,
+    assert_ctrl_c_then_resume_matches,
+    assert_hub_id_offline_is_one_line,
     assert_loaded_lora_reproduces,
     assert_lora_file,
-    assert_same_weights,
     image_array,
-    interrupt_via_sigint_then_resume,
-    lora_job_config,
-    model_cfg,
-    step_grads_without_and_with_checkpointing,
+    load_tiny,
+    run_to_the_end,
     tiny_model_folder,
+    write_edit_job,
 )
 from tests.aitk.models.conftest import NetCfg
+from tests.aitk.models.pipeline_checks import (
+    arch_pipeline_render,
+)
 
 pytestmark = pytest.mark.slow
 
@@ -82,30 +84,21 @@ def small_pipeline_controls():
 
 
 def edit_job(tmp: Path, model_dir: Path, name: str = "e", **overrides: Any) -> Path:
-    settings = dict(
-        datasets=[{"folder_path": str(DATA), "control_path": str(DATA / "control"),
-                   "resolution": [32], "caption_dropout_rate": 0.3}],
-        train={"lr": 5e-3, "gradient_checkpointing": True, "seed": 3, "timestep_type": "shift"},
-        sample={"sample_every": STEPS, "width": 32, "height": 32, "sample_steps": 2,
-                "samples": [{"prompt": "make the circle red", "ctrl_img": str(CTRL)}],
-                "seed": 1, "format": "png", "guidance_scale": 1.0},
-    )
-    cfg = lora_job_config(tmp, name, "qwen_image_edit", model_dir, **{**settings, **overrides})
-    cfg["config"]["process"][0].pop("trigger_word")
-    return write_config(tmp / f"{name}.yml", cfg)
+    return write_edit_job(
+        tmp, name, "qwen_image_edit", model_dir,
+        pairs=[{"folder_path": str(DATA), "control_path": str(DATA / "control"),
+                "resolution": [32], "caption_dropout_rate": 0.3}],
+        samples=[{"prompt": "make the circle red", "ctrl_img": str(CTRL)}],
+        guidance_scale=1.0, **overrides)
 
 
 @pytest.fixture(scope="module")
 def trained(tmp_path_factory: pytest.TempPathFactory, edit_dir: Path) -> Path:
-    tmp = tmp_path_factory.mktemp("edit-run")
-    assert cli_main([str(edit_job(tmp, edit_dir))]) == 0
-    return tmp / "out" / "e"
+    return run_to_the_end(edit_job(tmp_path_factory.mktemp("edit-run"), edit_dir))
 
 
 def loaded(model_dir: Path, cls=QwenImageEditModel, **kwargs) -> QwenImageEditModel:
-    model = cls(model_cfg(cls.arch, model_dir, **kwargs))
-    model.load_model()
-    return model
+    return load_tiny(cls, model_dir, **kwargs)
 
 
 def test_load_keeps_the_vision_tower_and_reads_the_processor(edit_dir: Path):
@@ -126,8 +119,7 @@ def test_ctrl_c_then_resume_gives_the_uninterrupted_weights(tmp_path: Path, edit
                                                             trained: Path, monkeypatch):
     path = edit_job(tmp_path, edit_dir, sample={"sample_every": 100, "samples": [
         {"prompt": "make the circle red", "ctrl_img": str(CTRL)}]})
-    interrupt_via_sigint_then_resume([str(path), "--name", "e"], monkeypatch)
-    assert_same_weights(tmp_path / "out" / "e" / "e.safetensors", trained / "e.safetensors")
+    assert_ctrl_c_then_resume_matches(path, trained, monkeypatch, argv=("--name", "e"))
 
 
 def test_the_prediction_is_the_noisy_part_and_reads_the_control(edit_dir: Path):
@@ -178,8 +170,7 @@ def test_text_embeddings_match_the_pipelines_encode_prompt(edit_dir: Path, plus_
 def interop(model_dir: Path, lora: Path, cls, pipe_cls, gen: GenerateImageConfig,
             image) -> None:
     model = loaded(model_dir, cls)
-    network = AdapterNetwork.attach(model, NetCfg(linear=4, linear_alpha=8.0))
-    network.load_file(lora)
+    AdapterNetwork.attach(model, NetCfg(linear=4, linear_alpha=8.0)).load_file(lora)
     ours = image_array(model.generate_images([gen])[0])
     controls = load_sample_controls(gen.ctrl_imgs)
     cond = model.get_prompt_embeds([gen.prompt], control_images=controls)
@@ -188,12 +179,7 @@ def interop(model_dir: Path, lora: Path, cls, pipe_cls, gen: GenerateImageConfig
     pipe = pipe_cls.from_pretrained(model_dir, text_encoder=None, tokenizer=None,
                                     processor=None, dtype=torch.float32)
     pipe.set_progress_bar_config(disable=True)
-
-    def theirs() -> np.ndarray:
-        return image_array(run_pipeline(pipe, gen, cond, uncond,
-                                        torch.Generator().manual_seed(gen.seed),
-                                        torch.device("cpu"), torch.float32, image=image))
-
+    theirs = arch_pipeline_render(run_pipeline, pipe, gen, cond, uncond, image=image)
     assert_loaded_lora_reproduces(ours, pipe, lora, theirs)
 
 
@@ -253,20 +239,14 @@ def test_a_preview_without_ctrl_img_is_a_clear_error(edit_dir: Path):
 
 
 def test_gradient_checkpointing_gives_the_same_lora_gradients_with_controls(edit_dir: Path):
-    model = loaded(edit_dir)
-    network = AdapterNetwork.attach(model, NetCfg(linear=4, linear_alpha=4.0))
-    params = list(network.trainable_parameters())
-    with torch.no_grad():
-        for p in params:  # B starts at zero: give both factors values
-            p.normal_(0.0, 0.05)
-    ctrl = torch.rand(2, 3, 32, 32)
-    batch = DataBatch(captions=["a", "b"], control_tensor=ctrl, control_tensor_list=[ctrl],
-                      latents=model.encode_images(torch.rand(2, 3, 32, 32) * 2 - 1),
-                      prompt_embeds=model.get_prompt_embeds(["a", "b"], control_images=[ctrl]))
-    plain, checkpointed = step_grads_without_and_with_checkpointing(model, params, batch)
-    assert any(g.abs().max() > 0 for g in plain)
-    for a, b in zip(plain, checkpointed, strict=True):
-        assert torch.allclose(a, b, atol=1e-6)
+    def control_batch(model: QwenImageEditModel) -> DataBatch:
+        ctrl = torch.rand(2, 3, 32, 32)
+        return DataBatch(captions=["a", "b"], control_tensor=ctrl, control_tensor_list=[ctrl],
+                         latents=model.encode_images(torch.rand(2, 3, 32, 32) * 2 - 1),
+                         prompt_embeds=model.get_prompt_embeds(["a", "b"],
+                                                               control_images=[ctrl]))
+
+    assert_checkpointing_keeps_the_lora_gradients(loaded(edit_dir), control_batch, reached=any)
 
 
 def test_quantize_te_leaves_the_vision_tower_in_float(edit_dir: Path):
@@ -283,6 +263,4 @@ def test_hub_id_offline_is_one_line_exit_2(tmp_path: Path, edit_dir: Path, hub_o
                                            capsys):
     path = edit_job(tmp_path, edit_dir, model={"arch": "qwen_image_edit",
                                                "name_or_path": "Qwen/Qwen-Image-Edit"})
-    assert cli_main([str(path)]) == 2
-    err = [line for line in capsys.readouterr().err.splitlines() if line.startswith("error")]
-    assert len(err) == 1 and "Qwen/Qwen-Image-Edit" in err[0] and "Traceback" not in err[0]
+    assert_hub_id_offline_is_one_line(path, "Qwen/Qwen-Image-Edit", capsys, says=())

@@ -9,34 +9,40 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import pytest
 import torch
 from safetensors.torch import load_file, save_file
 
 from aitk.adapters import AdapterNetwork
 from aitk.adapters.alpha_folding import fold_alphas
-from aitk.cli.run import main as cli_main
-from aitk.models.base import GenerateImageConfig
 from aitk.models.sd3.model import SD3Model
 from tests.aitk.models.arch_checks import (
     ALPHA,
     STEPS,
     amplified,
     assert_a_step_reaches_only_the_lora,
+    assert_checkpointing_keeps_the_lora_gradients,
+    assert_ctrl_c_then_resume_matches,
+    assert_hub_id_offline_is_one_line,
     assert_loaded_lora_reproduces,
-    assert_same_weights,
-    image_array,
-    interrupt_via_sigint_then_resume,
-    last_step_sample,
-    model_cfg,
+    assert_reads_back,
+    load_tiny,
     randomise,
-    step_grads_without_and_with_checkpointing,
+    run_to_the_end,
+    small_random_factors,
     tiny_model_folder,
     train_cfg,
-    write_lora_job,
+    unseeded_batch,
+    with_alpha_keys,
+    write_flow_job,
 )
 from tests.aitk.models.conftest import NetCfg
+from tests.aitk.models.pipeline_checks import (
+    assert_bf16_previews_through_the_float32_vae,
+    interop_preview,
+    pipeline_render,
+    trainer_preview,
+)
 
 pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("one_torch_thread")]
 
@@ -44,23 +50,16 @@ sd3_dir = tiny_model_folder(SD3Model, scope="session")
 
 
 def sd3_job(tmp: Path, model_dir: Path, name: str = "s", **overrides: Any) -> Path:
-    settings = dict(
-        train={"lr": 5e-3, "gradient_checkpointing": True, "seed": 3, "timestep_type": "shift"},
-        sample=last_step_sample(guidance_scale=3.0),
-    )
-    return write_lora_job(tmp, name, "sd3", model_dir, **{**settings, **overrides})
+    return write_flow_job(tmp, name, "sd3", model_dir, "shift", 3.0, **overrides)
 
 
 @pytest.fixture(scope="module")
 def trained(tmp_path_factory: pytest.TempPathFactory, sd3_dir: Path) -> Path:
-    tmp = tmp_path_factory.mktemp("sd3-run")
-    assert cli_main([str(sd3_job(tmp, sd3_dir))]) == 0
-    return tmp / "out" / "s"
+    return run_to_the_end(sd3_job(tmp_path_factory.mktemp("sd3-run"), sd3_dir))
 
 
 def loaded_model(model_dir: Path, **cfg: Any) -> SD3Model:
-    model = SD3Model(model_cfg("sd3", model_dir, **cfg))
-    model.load_model()
+    model = load_tiny(SD3Model, model_dir, **cfg)
     model.configure_training(train_cfg(timestep_type="shift"))
     return model
 
@@ -129,8 +128,7 @@ def test_job_trains_and_previews(trained: Path) -> None:
 
 def test_ctrl_c_then_resume_gives_the_uninterrupted_weights(tmp_path: Path, sd3_dir: Path,
                                                             trained: Path, monkeypatch) -> None:
-    interrupt_via_sigint_then_resume([str(sd3_job(tmp_path, sd3_dir))], monkeypatch)
-    assert_same_weights(tmp_path / "out" / "s" / "s.safetensors", trained / "s.safetensors")
+    assert_ctrl_c_then_resume_matches(sd3_job(tmp_path, sd3_dir), trained, monkeypatch)
 
 
 # ---- LoRA files -------------------------------------------------------------------------------
@@ -147,17 +145,10 @@ def test_alpha_is_folded_into_the_up_weights_and_read_back(sd3_dir: Path,
     name = "transformer_blocks.0.attn.to_q"
     assert torch.allclose(saved[f"transformer.{name}.lora_B.weight"],
                           internal[f"{name}.lora_B.weight"] * ALPHA / 4)
-    randomise(network, seed=7)
-    network.load_file(tmp_path / "l.safetensors")
-    assert all(torch.equal(network.state_dict()[k], v) for k, v in internal.items())
+    assert_reads_back(network, tmp_path / "l.safetensors", internal, seed=7)
     # A file that carries `.alpha` (other trainers, `diffusion_model.` prefix) reads too.
-    with_alpha = {f"diffusion_model.{k}": v for k, v in internal.items()}
-    with_alpha.update({f"diffusion_model.{k.rsplit('.lora_', 1)[0]}.alpha":
-                       torch.tensor(float(ALPHA)) for k in internal})
-    save_file(with_alpha, str(tmp_path / "old.safetensors"))
-    randomise(network, seed=8)
-    network.load_file(tmp_path / "old.safetensors")
-    assert all(torch.equal(network.state_dict()[k], v) for k, v in internal.items())
+    save_file(with_alpha_keys(internal, "diffusion_model."), str(tmp_path / "old.safetensors"))
+    assert_reads_back(network, tmp_path / "old.safetensors", internal, seed=8)
     lokr = {"m.lokr_w1": torch.ones(2, 2), "m.alpha": torch.tensor(2.0)}
     assert fold_alphas(lokr).keys() == lokr.keys()  # only LoRA modules fold
 
@@ -168,39 +159,22 @@ def test_diffusers_load_lora_weights_reproduces_the_trainer_preview(sd3_dir: Pat
     from diffusers import StableDiffusion3Pipeline
 
     lora = amplified(trained / "s.safetensors", tmp_path / "strong.safetensors")
-    model = loaded_model(sd3_dir)
-    network = AdapterNetwork.attach(model, NetCfg(linear=4, linear_alpha=ALPHA))
-    network.load_file(lora)
-    gen = GenerateImageConfig(prompt="a red circle", width=32, height=32, sample_steps=3,
-                              seed=5, guidance_scale=3.0)
-    embeds = model.encode_prompts([gen.prompt, ""])
-    ours = image_array(model.generate_images([gen], embeds)[0])
-
+    gen = interop_preview(guidance_scale=3.0)
+    ours, embeds = trainer_preview(loaded_model(sd3_dir), lora, gen)
     pipe = StableDiffusion3Pipeline.from_pretrained(sd3_dir)
     pipe.set_progress_bar_config(disable=True)
     cond, uncond = embeds[gen.prompt], embeds[""]
-
-    def theirs() -> np.ndarray:
-        out = pipe(prompt_embeds=cond.text_embeds[0][None],
-                   pooled_prompt_embeds=cond.pooled_embeds[0],
-                   negative_prompt_embeds=uncond.text_embeds[0][None],
-                   negative_pooled_prompt_embeds=uncond.pooled_embeds[0], width=32,
-                   height=32, num_inference_steps=3, guidance_scale=3.0,
-                   generator=torch.Generator().manual_seed(gen.seed))
-        return image_array(out.images[0])
-
+    theirs = pipeline_render(pipe, gen, prompt_embeds=cond.text_embeds[0][None],
+                             pooled_prompt_embeds=cond.pooled_embeds[0],
+                             negative_prompt_embeds=uncond.text_embeds[0][None],
+                             negative_pooled_prompt_embeds=uncond.pooled_embeds[0])
     assert_loaded_lora_reproduces(ours, pipe, lora, theirs)
 
 
 def test_bf16_model_previews_through_the_float32_vae(sd3_dir: Path) -> None:
     """The transformer and text encoders in bf16, the VAE in float32 (as loaded): the
     pipeline's latents are decoded by the model's own float32 decode."""
-    model = SD3Model(model_cfg("sd3", sd3_dir), dtype=torch.bfloat16)
-    model.load_model()
-    assert model.vae.dtype == torch.float32 and model.model.dtype == torch.bfloat16
-    [image] = model.generate_images([GenerateImageConfig("a red circle", width=32,
-                                                         height=32, sample_steps=2)])
-    assert image.size == (32, 32)
+    assert_bf16_previews_through_the_float32_vae(SD3Model, sd3_dir)
 
 
 # ComfyUI's SD3 LoRA map (comfy/lora.py `model_lora_keys_unet`, SD3 branch): a key
@@ -260,24 +234,12 @@ def test_file_keys_are_the_layout_comfyui_maps_for_sd3(trained: Path, sd3_dir: P
 
 # ---- memory -------------------------------------------------------------------------------------
 def test_gradient_checkpointing_gives_the_same_lora_gradients(sd3_dir: Path) -> None:
-    from aitk.data.batch import DataBatch
-
-    model = loaded_model(sd3_dir)
-    network = AdapterNetwork.attach(model, NetCfg(linear=4, linear_alpha=4.0))
-    params = list(network.trainable_parameters())
-    randomise(network, scale=0.05)
-    batch = DataBatch(captions=["a", "b"],
-                      latents=model.encode_images(torch.rand(2, 3, 32, 32) * 2 - 1),
-                      prompt_embeds=model.get_prompt_embeds(["a red circle", "blue"]))
-    plain, checkpointed = step_grads_without_and_with_checkpointing(model, params, batch)
-    assert any(g.abs().max() > 0 for g in plain)
-    for a, b in zip(plain, checkpointed, strict=True):
-        assert torch.allclose(a, b, atol=1e-6)
+    assert_checkpointing_keeps_the_lora_gradients(
+        loaded_model(sd3_dir), unseeded_batch, reached=any, init=small_random_factors)
 
 
 @pytest.mark.parametrize("qtype", ["qfloat8", "qint8"])
 def test_quantized_transformer_trains_only_the_lora(sd3_dir: Path, qtype: str) -> None:
-    from aitk.data.batch import DataBatch
     from aitk.models.quantize import is_quantized
 
     model = loaded_model(sd3_dir, quantize=True, qtype=qtype, quantize_te=True)
@@ -288,10 +250,7 @@ def test_quantized_transformer_trains_only_the_lora(sd3_dir: Path, qtype: str) -
                  tr.time_text_embed.timestep_embedder.linear_1):
         assert not is_quantized(kept)
     network = AdapterNetwork.attach(model, NetCfg())
-    batch = DataBatch(captions=["a"],
-                      latents=model.encode_images(torch.rand(1, 3, 32, 32) * 2 - 1),
-                      prompt_embeds=model.get_prompt_embeds(["a red circle"]))
-    assert_a_step_reaches_only_the_lora(model, network, batch)
+    assert_a_step_reaches_only_the_lora(model, network, unseeded_batch(model, 1))
 
 
 # ---- loading errors -----------------------------------------------------------------------------
@@ -299,7 +258,4 @@ def test_hub_id_offline_is_one_line_exit_2(tmp_path: Path, sd3_dir: Path, hub_of
                                            capsys) -> None:
     repo = "stabilityai/stable-diffusion-3.5-large"
     path = sd3_job(tmp_path, sd3_dir, model={"arch": "sd3", "name_or_path": repo})
-    assert cli_main([str(path)]) == 2
-    err = [line for line in capsys.readouterr().err.splitlines() if line.startswith("error")]
-    assert len(err) == 1 and repo in err[0] and "Traceback" not in err[0]
-    assert "hub id" in err[0]
+    assert_hub_id_offline_is_one_line(path, repo, capsys, says=("hub id",))

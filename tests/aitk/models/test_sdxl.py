@@ -5,10 +5,6 @@ checkpointing, quantization, and the offline hub error."""
 
 from __future__ import annotations
 
-import os
-import signal
-import subprocess
-import sys
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
@@ -18,27 +14,44 @@ import numpy as np
 import pytest
 import torch
 import yaml
-from PIL import Image
 from safetensors import safe_open
-from safetensors.torch import load_file, save_file
+from safetensors.torch import load_file
 
 from aitk.adapters import AdapterNetwork
 from aitk.cli.run import main as cli_main
 from aitk.config.loading import load_config
-from aitk.data.batch import DataBatch
 from aitk.data.batches import BatchSource
 from aitk.data.dataset import scan_folder
-from aitk.diffusion import losses as losses_module
-from aitk.errors import EXIT_INPUT, EXIT_INTERRUPTED, EXIT_OK, ModelLoadError
+from aitk.errors import ModelLoadError
 from aitk.models.base import GenerateImageConfig
 from aitk.models.registry import load_model
 from aitk.models.sdxl.model import SDXLModel, batch_time_ids, time_ids
-from aitk.run import train as train_module
-from aitk.run.job import run_job
 from aitk.run.train import compute_loss, step_generator
 from tests.aitk.aitk_testing import REPO, write_config, write_image
-from tests.aitk.models.arch_checks import model_cfg, randomise, tiny_model_folder, train_cfg
+from tests.aitk.models.arch_checks import (
+    model_cfg,
+    ran_in_process,
+    randomise,
+    tiny_model_folder,
+)
 from tests.aitk.models.conftest import NetCfg
+from tests.aitk.models.pipeline_checks import (
+    assert_lora_turns_the_render_into_the_preview,
+    png_levels,
+    rounded_levels,
+)
+from tests.aitk.models.unet_checks import (
+    assert_checkpointing_reruns_the_block_with_the_same_gradients,
+    assert_ddpm_target_and_every_lora_weight_trains,
+    assert_kohya_file_reads_back_in_every_layout,
+    assert_min_snr_weights_the_loss,
+    assert_offline_run_is_one_line,
+    assert_quantized_step_moves_only_the_lora,
+    assert_sigint_mid_step_3_then_resume_matches,
+    registry_model,
+    stock_pipeline,
+    unet_batch,
+)
 
 pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("one_torch_thread")]
 
@@ -48,9 +61,7 @@ sdxl_dir = tiny_model_folder(SDXLModel, scope="session")
 
 
 def make(sdxl_dir: Path, **kw: Any) -> SDXLModel:
-    model = load_model(sdxl_cfg(sdxl_dir, **kw))
-    model.configure_training(train_cfg())
-    return model
+    return registry_model("sdxl", sdxl_dir, **kw)
 
 
 def perturb(net: AdapterNetwork) -> None:
@@ -58,11 +69,6 @@ def perturb(net: AdapterNetwork) -> None:
     randomise(net, seed=0, scale=0.2)
 
 
-def batch_of(model: SDXLModel, size: int = 2) -> DataBatch:
-    gen = torch.Generator().manual_seed(1)
-    captions = ["a red circle", "a green square"][:size]
-    return DataBatch(captions=captions, latents=torch.randn(size, 4, 8, 12, generator=gen),
-                     prompt_embeds=model.get_prompt_embeds(captions))
 
 
 # ---- load, encoders, conventions ----------------------------------------------------
@@ -154,93 +160,21 @@ def test_ddpm_targets_in_a_real_training_step_and_lora_trains(sdxl_dir: Path, v_
     assert model.training_schedule.prediction_type == kind
     assert model.noise_scheduler.config.prediction_type == kind  # previews agree
     net = AdapterNetwork.attach(model, NET)
-    batch = batch_of(model)
-    seen: dict[str, torch.Tensor] = {}
-    real_loss = losses_module.diffusion_loss
-
-    def spy(kind, pred, target, *args, **kwargs):
-        seen["target"] = target
-        return real_loss(kind, pred, target, *args, **kwargs)
-
-    monkeypatch.setattr(losses_module, "diffusion_loss", spy)
-    compute_loss(model, batch, step_generator(3, 0, 0))
-    gen = step_generator(3, 0, 0)  # the same draws, by hand
-    clean = batch.latents
-    noise = torch.randn(clean.shape, generator=gen)
-    t = torch.randint(0, 1000, (2,), generator=gen)
-    betas = torch.linspace(0.00085 ** 0.5, 0.012 ** 0.5, 1000, dtype=torch.float64) ** 2
-    abar = torch.cumprod(1 - betas, 0)[t].float().view(-1, 1, 1, 1)
-    expected = noise if not v_pred else abar.sqrt() * noise - (1 - abar).sqrt() * clean
-    assert torch.allclose(seen["target"], expected, atol=1e-5)
-
-    params = net.trainable_parameters()
-    before = [p.detach().clone() for p in params]
-    optimizer = torch.optim.AdamW(params, lr=1e-2)
-    for step in range(2):
-        optimizer.zero_grad()
-        loss = compute_loss(model, batch, step_generator(0, step, 0))
-        assert torch.isfinite(loss)
-        loss.backward()
-        optimizer.step()
-    moved = [not torch.equal(a, p) for a, p in zip(before, params, strict=True)]
-    assert all(moved)  # LoRA A and B, every module
+    assert_ddpm_target_and_every_lora_weight_trains(model, net, unet_batch(model), v_pred,
+                                                    monkeypatch)
 
 
 def test_min_snr_gamma_changes_the_loss(sdxl_dir: Path) -> None:
     model = make(sdxl_dir)
-    batch = batch_of(model)
-    with torch.no_grad():
-        plain = compute_loss(model, batch, step_generator(5, 0, 0))
-        model.configure_training(train_cfg(min_snr_gamma=1.0))
-        weighted = compute_loss(model, batch, step_generator(5, 0, 0))
-    t = torch.tensor([10.0, 500.0])
-    snr = model.training_schedule.snr(t)
-    assert torch.allclose(model.training_schedule.loss_weights(t),
-                          torch.clamp(snr, max=1.0) / snr)
-    assert not torch.isclose(plain, weighted)
+    assert_min_snr_weights_the_loss(model, unet_batch(model), v_prediction=False)
 
 
 # ---- LoRA files ---------------------------------------------------------------------
-def predict(model: SDXLModel, batch: DataBatch) -> torch.Tensor:
-    with torch.no_grad():
-        return model.get_noise_prediction(batch.latents, torch.tensor([100.0, 700.0]),
-                                          batch.prompt_embeds)
-
-
 def test_lora_file_is_kohya_with_alpha_and_every_layout_reads_back(sdxl_dir: Path,
                                                                    tmp_path: Path) -> None:
-    model = make(sdxl_dir)
-    net = AdapterNetwork.attach(model, NET)
-    perturb(net)
-    batch = batch_of(model)
-    trained = predict(model, batch)
-    path = tmp_path / "lora.safetensors"
-    net.save_file(path)
-    sd = load_file(path)
-    module = "lora_unet_down_blocks_1_attentions_0_transformer_blocks_0_attn1_to_q"
-    assert {f"{module}.lora_down.weight", f"{module}.lora_up.weight", f"{module}.alpha"} \
-        <= set(sd)
-    assert all(k.startswith("lora_unet_") for k in sd) and float(sd[f"{module}.alpha"]) == 2
-
-    def reloaded(file: Path) -> torch.Tensor:
-        fresh = make(sdxl_dir)
-        AdapterNetwork.attach(fresh, NET).load_file(file)
-        return predict(fresh, batch)
-
-    assert torch.equal(reloaded(path), trained)
-    # diffusers' `unet.` layout without alpha keys: alpha = rank (scale 1).
-    internal = net.state_dict()
-    scale = 2.0 / 4.0
-    unet_layout = {"unet." + k: (v * scale if ".lora_B." in k else v)
-                   for k, v in internal.items()}
-    save_file(unet_layout, tmp_path / "unet.safetensors")
-    assert torch.allclose(reloaded(tmp_path / "unet.safetensors"), trained, atol=1e-5)
-    # aitk's older `diffusion_model.` layout with alpha keys.
-    old = {"diffusion_model." + k: v for k, v in internal.items()}
-    old.update({"diffusion_model." + m + ".alpha": torch.tensor(2.0)
-                for m in {k.rsplit(".lora_", 1)[0] for k in internal}})
-    save_file(old, tmp_path / "old.safetensors")
-    assert torch.equal(reloaded(tmp_path / "old.safetensors"), trained)
+    assert_kohya_file_reads_back_in_every_layout(
+        lambda: make(sdxl_dir), NET, tmp_path,
+        "lora_unet_down_blocks_1_attentions_0_transformer_blocks_0_attn1_to_q")
 
 
 def test_foreign_lora_keys_are_clear_errors() -> None:
@@ -285,33 +219,13 @@ def job(tmp: Path, sdxl_dir: Path, name: str, **train: Any) -> Path:
 
 @pytest.fixture(scope="module")
 def uninterrupted(tmp_path_factory: pytest.TempPathFactory, sdxl_dir: Path) -> Path:
-    tmp = tmp_path_factory.mktemp("sdxl-job")
-    assert run_job(load_config(str(job(tmp, sdxl_dir, "full")))) == EXIT_OK
-    return tmp / "out" / "full"
+    return ran_in_process(job(tmp_path_factory.mktemp("sdxl-job"), sdxl_dir, "full"))
 
 
 def test_sigint_mid_step_then_resume_gives_the_uninterrupted_lora(
         uninterrupted: Path, sdxl_dir: Path, tmp_path: Path, monkeypatch) -> None:
-    real = train_module.compute_loss
-    calls = []
-
-    def interrupting(*args: Any, **kwargs: Any) -> torch.Tensor:
-        calls.append(1)
-        if len(calls) == 3:  # mid step 3: the real handler sets the stop flag
-            os.kill(os.getpid(), signal.SIGINT)
-        return real(*args, **kwargs)
-
-    path = job(tmp_path, sdxl_dir, "full")
-    monkeypatch.setattr(train_module, "compute_loss", interrupting)
-    assert run_job(load_config(str(path))) == EXIT_INTERRUPTED
-    out = tmp_path / "out" / "full"
-    assert (out / "checkpoints" / "step_000000003").is_dir()
-    monkeypatch.setattr(train_module, "compute_loss", real)
-    assert run_job(load_config(str(path))) == EXIT_OK
-    resumed = load_file(out / "full.safetensors")
-    full = load_file(uninterrupted / "full.safetensors")
-    assert resumed.keys() == full.keys()
-    assert all(torch.equal(resumed[k], full[k]) for k in full)
+    assert_sigint_mid_step_3_then_resume_matches(job(tmp_path, sdxl_dir, "full"),
+                                                 uninterrupted, monkeypatch)
 
 
 def test_saved_lora_in_diffusers_gives_the_trainers_preview(uninterrupted: Path,
@@ -319,13 +233,9 @@ def test_saved_lora_in_diffusers_gives_the_trainers_preview(uninterrupted: Path,
     """The job's own preview at the last step vs diffusers' StableDiffusionXLPipeline
     with load_lora_weights(file), same embeds and seed: equal to 1/255; without the
     LoRA the image differs."""
-    from diffusers import StableDiffusionXLPipeline
-
-    preview = np.asarray(Image.open(uninterrupted / "samples" / f"{STEPS:09d}_0.png"),
-                         dtype=np.int16)
+    preview = png_levels(uninterrupted / "samples" / f"{STEPS:09d}_0.png")
     embeds = make(sdxl_dir).get_prompt_embeds(["p1xel a red circle"])
-    pipe = StableDiffusionXLPipeline.from_pretrained(sdxl_dir, add_watermarker=False)
-    pipe.set_progress_bar_config(disable=True)
+    pipe = stock_pipeline("sdxl", sdxl_dir)
 
     def image() -> np.ndarray:
         out = pipe(prompt_embeds=embeds.text_embeds[0][None],
@@ -334,13 +244,10 @@ def test_saved_lora_in_diffusers_gives_the_trainers_preview(uninterrupted: Path,
                    negative_pooled_prompt_embeds=torch.zeros(1, 32), width=16, height=16,
                    num_inference_steps=2, guidance_scale=3.0,
                    generator=torch.Generator().manual_seed(11), output_type="np").images[0]
-        return np.round(out * 255).astype(np.int16)
+        return rounded_levels(out)
 
-    plain = image()
-    pipe.load_lora_weights(str(uninterrupted / "full.safetensors"))
-    with_lora = image()
-    assert np.abs(with_lora - preview).max() <= 1
-    assert np.abs(plain - preview).max() > 2
+    assert_lora_turns_the_render_into_the_preview(pipe, uninterrupted / "full.safetensors",
+                                                  preview, image)
 
 
 def test_file_metadata_names_the_arch(uninterrupted: Path) -> None:
@@ -354,25 +261,10 @@ def test_gradient_checkpointing_gives_the_same_gradients(sdxl_dir: Path) -> None
     model = make(sdxl_dir)
     net = AdapterNetwork.attach(model, NET)
     perturb(net)
-    batch = batch_of(model)
+    batch = unet_batch(model)
     # diffusers checkpoints each transformer block (and each resnet) of the UNet.
     block = model.model.down_blocks[1].attentions[0].transformer_blocks[0]
-
-    def grads(checkpointing: bool) -> tuple[list[torch.Tensor], int]:
-        (model.model.enable_gradient_checkpointing if checkpointing
-         else model.model.disable_gradient_checkpointing)()
-        calls = []
-        hook = block.register_forward_pre_hook(lambda *a: calls.append(1))
-        for p in net.trainable_parameters():
-            p.grad = None
-        compute_loss(model, batch, step_generator(1, 0, 0)).backward()
-        hook.remove()
-        return [p.grad.clone() for p in net.trainable_parameters()], len(calls)
-
-    off, calls_off = grads(False)
-    on, calls_on = grads(True)
-    assert (calls_off, calls_on) == (1, 2)  # the block re-ran in backward
-    assert all(torch.allclose(a, b, atol=1e-6) for a, b in zip(off, on, strict=True))
+    assert_checkpointing_reruns_the_block_with_the_same_gradients(model, net, batch, block)
 
 
 def test_quantized_step_trains_only_lora(sdxl_dir: Path) -> None:
@@ -384,25 +276,7 @@ def test_quantized_step_trains_only_lora(sdxl_dir: Path) -> None:
     assert not is_quantized(model.text_encoder_2.text_projection)  # the pooled output
     net = AdapterNetwork.attach(model, NET)
     perturb(net)
-    batch = batch_of(model)
-
-    def base_and_adapted() -> tuple[torch.Tensor, torch.Tensor]:
-        net.disable()
-        base = predict(model, batch)
-        net.enable()
-        return base, predict(model, batch)
-
-    base, adapted = base_and_adapted()
-    lora = net.trainable_parameters()
-    optimizer = torch.optim.AdamW(lora, lr=1e-2)
-    compute_loss(model, batch, step_generator(0, 0, 0)).backward()
-    optimizer.step()
-    assert all(p.grad is not None for p in lora)
-    trainable = {n for n, p in model.model.named_parameters() if p.requires_grad}
-    assert trainable and all("lora_" in n for n in trainable)
-    base_after, adapted_after = base_and_adapted()
-    assert torch.equal(base_after, base)  # the quantized base did not move
-    assert not torch.equal(adapted_after, adapted)
+    assert_quantized_step_moves_only_the_lora(model, net, unet_batch(model))
 
 
 @pytest.mark.parametrize("low_vram", [False, True])
@@ -463,14 +337,7 @@ def test_hub_id_offline_is_one_line_exit_2(tmp_path: Path, sdxl_dir: Path) -> No
     cfg = yaml.safe_load(job(tmp_path, sdxl_dir, "hub").read_text())
     cfg["config"]["process"][0]["model"]["name_or_path"] = "someone/sdxl-not-cached"
     path = write_config(tmp_path / "hub.yml", cfg)
-    env = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_HOME": str(tmp_path / "hf"),
-           "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1"}
-    proc = subprocess.run([sys.executable, str(REPO / "run.py"), str(path)], env=env,
-                          capture_output=True, text=True, timeout=600)
-    assert proc.returncode == EXIT_INPUT, proc.stderr
-    errors = [line for line in proc.stderr.splitlines() if line.startswith("error:")]
-    assert len(errors) == 1 and "Traceback" not in proc.stderr
-    assert "someone/sdxl-not-cached" in errors[0] and "HF_HUB_OFFLINE" in errors[0]
+    assert_offline_run_is_one_line(path, tmp_path / "hf", "someone/sdxl-not-cached")
 
 
 # ---- LoCon (network.conv) and DoRA ------------------------------------------------------

@@ -7,43 +7,52 @@ encoder's LoRA is in test_text_encoder_lora.py."""
 
 from __future__ import annotations
 
-import os
-import signal
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import pytest
 import torch
 import yaml
-from PIL import Image
 from safetensors import safe_open
-from safetensors.torch import load_file, save_file
+from safetensors.torch import load_file
 
 from aitk.adapters import AdapterNetwork
 from aitk.config.loading import load_config
-from aitk.data.batch import DataBatch
-from aitk.diffusion import losses as losses_module
-from aitk.errors import EXIT_INPUT, EXIT_INTERRUPTED, EXIT_OK, ModelLoadError
+from aitk.errors import ModelLoadError
 from aitk.models.base import GenerateImageConfig
 from aitk.models.registry import load_model
 from aitk.models.stable_diffusion.model import SD1Model, SD2Model
-from aitk.run import train as train_module
-from aitk.run.job import run_job
-from aitk.run.train import compute_loss, step_generator
 from tests.aitk.aitk_testing import REPO, write_config
 from tests.aitk.models.arch_checks import (
     ALPHA,
     STEPS,
     model_cfg,
+    ran_in_process,
     randomise,
     tiny_model_folder,
-    train_cfg,
     write_lora_job,
 )
 from tests.aitk.models.conftest import NetCfg
+from tests.aitk.models.pipeline_checks import (
+    assert_lora_turns_the_render_into_the_preview,
+    png_levels,
+)
+from tests.aitk.models.unet_checks import (
+    arch_fixture,
+    assert_checkpointing_reruns_the_block_with_the_same_gradients,
+    assert_ddpm_target_and_every_lora_weight_trains,
+    assert_kohya_file_reads_back_in_every_layout,
+    assert_min_snr_weights_the_loss,
+    assert_offline_run_is_one_line,
+    assert_quantized_step_moves_only_the_lora,
+    assert_sigint_mid_step_3_then_resume_matches,
+    folder_fixture,
+    prompt_levels,
+    registry_model,
+    stock_pipeline,
+    unet_batch,
+    unet_prediction,
+)
 
 # Trains and reloads tiny models: the per-arch tier (docs/testing.md).
 pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("one_torch_thread")]
@@ -77,47 +86,13 @@ def comfy_unet_table(arch: str) -> dict[str, str]:
             for ours, theirs in COMFY_UNET_MODULES.items() for layer in layers}
 
 
-@pytest.fixture(params=sorted(CLASSES))
-def arch(request: pytest.FixtureRequest) -> str:
-    return request.param
-
-
-@pytest.fixture
-def folder(arch: str, request: pytest.FixtureRequest) -> Path:
-    return request.getfixturevalue(f"{arch}_dir")
-
-
-def make(arch: str, folder: Path, **kw: Any) -> SD1Model:
-    model = load_model(model_cfg(arch, folder, **kw))
-    model.configure_training(train_cfg())
-    return model
-
-
-def batch_of(model: SD1Model) -> DataBatch:
-    gen = torch.Generator().manual_seed(1)
-    captions = ["a red circle", "a green square"]
-    return DataBatch(captions=captions, latents=torch.randn(2, 4, 8, 12, generator=gen),
-                     prompt_embeds=model.get_prompt_embeds(captions))
-
-
-def predict(model: SD1Model, batch: DataBatch) -> torch.Tensor:
-    with torch.no_grad():
-        return model.get_noise_prediction(batch.latents, torch.tensor([100.0, 700.0]),
-                                          batch.prompt_embeds)
-
-
-def sd_pipeline(folder: Path) -> Any:
-    from diffusers import StableDiffusionPipeline
-
-    pipe = StableDiffusionPipeline.from_pretrained(folder, safety_checker=None,
-                                                   requires_safety_checker=False)
-    pipe.set_progress_bar_config(disable=True)
-    return pipe
+arch = arch_fixture(CLASSES)
+folder = folder_fixture()
 
 
 # ---- load, encoders, conventions ----------------------------------------------------
 def test_builds_and_loads_through_the_registry(arch: str, folder: Path) -> None:
-    model = make(arch, folder)
+    model = registry_model(arch, folder)
     assert type(model) is CLASSES[arch] and model.unet is model.model
     assert not any(p.requires_grad for p in model.model.parameters())
     # VAE factor 2 (tiny) x two UNet levels; real SD: 8 x 8 = 64.
@@ -143,8 +118,8 @@ def test_sd15_is_sd1(sd1_dir: Path) -> None:
 def test_prompt_embeds_are_the_pipelines(arch: str, folder: Path) -> None:
     """What the StableDiffusionPipeline feeds its UNet for a prompt (and the empty
     negative) is what the trainer trains on."""
-    model = make(arch, folder)
-    pipe = sd_pipeline(folder)
+    model = registry_model(arch, folder)
+    pipe = stock_pipeline(arch, folder)
     prompts = ["a red circle on blue", "x " * 100]  # the second one is truncated at 77
     with torch.no_grad():
         theirs = [pipe.encode_prompt(p, "cpu", 1, False)[0][0] for p in prompts]
@@ -169,97 +144,33 @@ def test_ddpm_targets_in_a_real_training_step_and_lora_trains(
         arch: str, folder: Path, v_pred: bool | None, monkeypatch) -> None:
     """The scheduler config's prediction type (or `is_v_pred`'s) is the training
     target and the previews' sampler's; a step on it trains every LoRA module."""
-    model = make(arch, folder, is_v_pred=v_pred)
+    model = registry_model(arch, folder, is_v_pred=v_pred)
     v = (arch == "sd2") if v_pred is None else v_pred
     kind = "v_prediction" if v else "epsilon"
     assert model.training_schedule.prediction_type == kind
     assert model.noise_scheduler.config.prediction_type == kind
     net = AdapterNetwork.attach(model, NET)
-    batch = batch_of(model)
-    seen: dict[str, torch.Tensor] = {}
-    real_loss = losses_module.diffusion_loss
-
-    def spy(kind, pred, target, *args, **kwargs):
-        seen["target"] = target
-        return real_loss(kind, pred, target, *args, **kwargs)
-
-    monkeypatch.setattr(losses_module, "diffusion_loss", spy)
-    compute_loss(model, batch, step_generator(3, 0, 0))
-    gen = step_generator(3, 0, 0)  # the same draws, by hand
-    clean = batch.latents
-    noise = torch.randn(clean.shape, generator=gen)
-    t = torch.randint(0, 1000, (2,), generator=gen)
-    betas = torch.linspace(0.00085 ** 0.5, 0.012 ** 0.5, 1000, dtype=torch.float64) ** 2
-    abar = torch.cumprod(1 - betas, 0)[t].float().view(-1, 1, 1, 1)
-    expected = noise if not v else abar.sqrt() * noise - (1 - abar).sqrt() * clean
-    assert torch.allclose(seen["target"], expected, atol=1e-5)
-
-    params = net.trainable_parameters()
-    before = [p.detach().clone() for p in params]
-    optimizer = torch.optim.AdamW(params, lr=1e-2)
-    for step in range(2):
-        optimizer.zero_grad()
-        loss = compute_loss(model, batch, step_generator(0, step, 0))
-        assert torch.isfinite(loss)
-        loss.backward()
-        optimizer.step()
-    assert all(not torch.equal(a, p) for a, p in zip(before, params, strict=True))
+    assert_ddpm_target_and_every_lora_weight_trains(model, net, unet_batch(model), v,
+                                                    monkeypatch)
 
 
 def test_min_snr_gamma_weights_the_loss(arch: str, folder: Path) -> None:
-    model = make(arch, folder)
-    batch = batch_of(model)
-    with torch.no_grad():
-        plain = compute_loss(model, batch, step_generator(5, 0, 0))
-        model.configure_training(train_cfg(min_snr_gamma=1.0))
-        weighted = compute_loss(model, batch, step_generator(5, 0, 0))
-    t = torch.tensor([10.0, 500.0])
-    snr = model.training_schedule.snr(t)
-    denominator = snr + 1 if arch == "sd2" else snr  # Min-SNR's v-prediction form
-    assert torch.allclose(model.training_schedule.loss_weights(t),
-                          torch.clamp(snr, max=1.0) / denominator)
-    assert not torch.isclose(plain, weighted)
+    model = registry_model(arch, folder)
+    assert_min_snr_weights_the_loss(model, unet_batch(model), v_prediction=arch == "sd2")
 
 
 # ---- LoRA files ---------------------------------------------------------------------
 def test_lora_file_is_kohya_with_alpha_and_every_layout_reads_back(
         arch: str, folder: Path, tmp_path: Path) -> None:
-    model = make(arch, folder)
-    net = AdapterNetwork.attach(model, NET)
-    randomise(net, seed=0, scale=0.2)
-    batch = batch_of(model)
-    trained = predict(model, batch)
-    path = tmp_path / "lora.safetensors"
-    net.save_file(path)
-    sd = load_file(path)
-    module = "lora_unet_down_blocks_0_attentions_0_transformer_blocks_0_attn1_to_q"
-    assert {f"{module}.lora_down.weight", f"{module}.lora_up.weight", f"{module}.alpha"} \
-        <= set(sd)
-    assert all(k.startswith("lora_unet_") for k in sd) and float(sd[f"{module}.alpha"]) == 2
-
-    def reloaded(file: Path) -> torch.Tensor:
-        fresh = make(arch, folder)
-        AdapterNetwork.attach(fresh, NET).load_file(file)
-        return predict(fresh, batch)
-
-    assert torch.equal(reloaded(path), trained)
-    internal = net.state_dict()
-    # diffusers' `unet.` layout without alpha keys: alpha = rank (scale 1).
-    save_file({"unet." + k: (v * 0.5 if ".lora_B." in k else v) for k, v in internal.items()},
-              tmp_path / "unet.safetensors")
-    assert torch.allclose(reloaded(tmp_path / "unet.safetensors"), trained, atol=1e-5)
-    # aitk's older `diffusion_model.` layout with alpha keys.
-    old = {"diffusion_model." + k: v for k, v in internal.items()}
-    old.update({"diffusion_model." + m + ".alpha": torch.tensor(2.0)
-                for m in {k.rsplit(".lora_", 1)[0] for k in internal}})
-    save_file(old, tmp_path / "old.safetensors")
-    assert torch.equal(reloaded(tmp_path / "old.safetensors"), trained)
+    assert_kohya_file_reads_back_in_every_layout(
+        lambda: registry_model(arch, folder), NET, tmp_path,
+        "lora_unet_down_blocks_0_attentions_0_transformer_blocks_0_attn1_to_q")
 
 
 def test_every_key_is_one_comfyui_maps(arch: str, folder: Path, tmp_path: Path) -> None:
     """The file's modules are exactly the ComfyUI UNet weights of the table, each with
     the down/up/alpha triple ComfyUI's load_lora reads."""
-    model = make(arch, folder)
+    model = registry_model(arch, folder)
     AdapterNetwork.attach(model, NET).save_file(tmp_path / "lora.safetensors")
     keys = set(load_file(tmp_path / "lora.safetensors"))
     table = comfy_unet_table(arch)
@@ -276,20 +187,20 @@ def test_every_key_is_one_comfyui_maps(arch: str, folder: Path, tmp_path: Path) 
 
 def test_a_lokr_file_keeps_the_lycoris_names_and_reads_back(arch: str, folder: Path,
                                                            tmp_path: Path) -> None:
-    model = make(arch, folder)
+    model = registry_model(arch, folder)
     net = AdapterNetwork.attach(model, NetCfg(type="lokr", linear=4, linear_alpha=2))
     randomise(net, seed=0, scale=0.2)
-    batch = batch_of(model)
-    trained = predict(model, batch)
+    batch = unet_batch(model)
+    trained = unet_prediction(model, batch)
     net.save_file(tmp_path / "lokr.safetensors")
     keys = set(load_file(tmp_path / "lokr.safetensors"))
     module = "lora_unet_down_blocks_0_attentions_0_transformer_blocks_0_attn1_to_q"
     assert f"{module}.alpha" in keys and any(k.startswith(f"{module}.lokr_w") for k in keys)
     assert all(k.startswith("lora_unet_") for k in keys)
-    fresh = make(arch, folder)
+    fresh = registry_model(arch, folder)
     AdapterNetwork.attach(fresh, NetCfg(type="lokr", linear=4, linear_alpha=2)).load_file(
         tmp_path / "lokr.safetensors")
-    assert torch.equal(predict(fresh, batch), trained)
+    assert torch.equal(unet_prediction(fresh, batch), trained)
 
 
 # ---- end to end: a real job, SIGINT, resume, interop ----------------------------------
@@ -306,32 +217,14 @@ def uninterrupted(request: pytest.FixtureRequest,
     arch = request.param
     folder = request.getfixturevalue(f"{arch}_dir")
     root = tmp_path_factory.mktemp(f"{arch}-job")
-    assert run_job(load_config(str(sd_job(root, arch, folder, "full")))) == EXIT_OK
-    return arch, folder, root / "out" / "full"
+    return arch, folder, ran_in_process(sd_job(root, arch, folder, "full"))
 
 
 def test_sigint_mid_step_then_resume_gives_the_uninterrupted_lora(
         uninterrupted: tuple[str, Path, Path], tmp_path: Path, monkeypatch) -> None:
     arch, folder, straight = uninterrupted
-    real = train_module.compute_loss
-    calls = []
-
-    def interrupting(*args: Any, **kwargs: Any) -> torch.Tensor:
-        calls.append(1)
-        if len(calls) == 3:  # mid step 3: the real handler sets the stop flag
-            os.kill(os.getpid(), signal.SIGINT)
-        return real(*args, **kwargs)
-
-    path = sd_job(tmp_path, arch, folder, "full")
-    monkeypatch.setattr(train_module, "compute_loss", interrupting)
-    assert run_job(load_config(str(path))) == EXIT_INTERRUPTED
-    out = tmp_path / "out" / "full"
-    assert (out / "checkpoints" / "step_000000003").is_dir()
-    monkeypatch.setattr(train_module, "compute_loss", real)
-    assert run_job(load_config(str(path))) == EXIT_OK
-    resumed, full = load_file(out / "full.safetensors"), load_file(straight / "full.safetensors")
-    assert resumed.keys() == full.keys()
-    assert all(torch.equal(resumed[k], full[k]) for k in full)
+    assert_sigint_mid_step_3_then_resume_matches(sd_job(tmp_path, arch, folder, "full"),
+                                                 straight, monkeypatch)
 
 
 def test_saved_lora_in_diffusers_gives_the_trainers_preview(
@@ -344,19 +237,10 @@ def test_saved_lora_in_diffusers_gives_the_trainers_preview(
     ups = [v for k, v in weights.items() if k.endswith(".lora_up.weight")]
     assert ups and any(v.abs().max() > 0 for v in ups)  # trained: up left its zero init
     assert all(float(v) == ALPHA for k, v in weights.items() if k.endswith(".alpha"))
-    preview = np.asarray(Image.open(out / "samples" / f"{STEPS:09d}_0.png"), dtype=np.int16)
-    pipe = sd_pipeline(folder)
-
-    def image() -> np.ndarray:
-        got = pipe(prompt=PROMPT, width=32, height=32, num_inference_steps=2,
-                   guidance_scale=4.0, generator=torch.Generator().manual_seed(1),
-                   output_type="np").images[0]
-        return np.round(got * 255).astype(np.int16)
-
-    plain = image()
-    pipe.load_lora_weights(str(out / "full.safetensors"))
-    assert np.abs(image() - preview).max() <= 1
-    assert np.abs(plain - preview).max() > 2
+    preview = png_levels(out / "samples" / f"{STEPS:09d}_0.png")
+    pipe = stock_pipeline(arch, folder)
+    assert_lora_turns_the_render_into_the_preview(pipe, out / "full.safetensors", preview,
+                                                  lambda: prompt_levels(pipe, PROMPT))
 
 
 def test_file_metadata_names_the_arch(uninterrupted: tuple[str, Path, Path]) -> None:
@@ -368,62 +252,28 @@ def test_file_metadata_names_the_arch(uninterrupted: tuple[str, Path, Path]) -> 
 
 # ---- memory features ----------------------------------------------------------------
 def test_gradient_checkpointing_gives_the_same_gradients(arch: str, folder: Path) -> None:
-    model = make(arch, folder)
+    model = registry_model(arch, folder)
     net = AdapterNetwork.attach(model, NET)
     randomise(net, seed=0, scale=0.2)
-    batch = batch_of(model)
     block = model.model.down_blocks[0].attentions[0].transformer_blocks[0]
-
-    def grads(checkpointing: bool) -> tuple[list[torch.Tensor], int]:
-        (model.model.enable_gradient_checkpointing if checkpointing
-         else model.model.disable_gradient_checkpointing)()
-        model.model.train()
-        calls = []
-        hook = block.register_forward_pre_hook(lambda *a: calls.append(1))
-        for p in net.trainable_parameters():
-            p.grad = None
-        compute_loss(model, batch, step_generator(1, 0, 0)).backward()
-        hook.remove()
-        return [p.grad.clone() for p in net.trainable_parameters()], len(calls)
-
-    off, calls_off = grads(False)
-    on, calls_on = grads(True)
-    assert (calls_off, calls_on) == (1, 2)  # the block re-ran in backward
-    assert all(torch.allclose(a, b, atol=1e-6) for a, b in zip(off, on, strict=True))
+    assert_checkpointing_reruns_the_block_with_the_same_gradients(
+        model, net, unet_batch(model), block, train_mode=True)
 
 
 def test_quantized_step_trains_only_lora(arch: str, folder: Path) -> None:
     from aitk.models.quantize import is_quantized
 
-    model = make(arch, folder, quantize=True, qtype="qint8", quantize_te=True,
+    model = registry_model(arch, folder, quantize=True, qtype="qint8", quantize_te=True,
                  qtype_te="qint8")
     assert is_quantized(model.model) and is_quantized(model.text_encoder)
     assert not is_quantized(model.model.time_embedding)
     net = AdapterNetwork.attach(model, NET)
     randomise(net, seed=0, scale=0.2)
-    batch = batch_of(model)
-
-    def base_and_adapted() -> tuple[torch.Tensor, torch.Tensor]:
-        net.disable()
-        base = predict(model, batch)
-        net.enable()
-        return base, predict(model, batch)
-
-    base, adapted = base_and_adapted()
-    lora = net.trainable_parameters()
-    optimizer = torch.optim.AdamW(lora, lr=1e-2)
-    compute_loss(model, batch, step_generator(0, 0, 0)).backward()
-    optimizer.step()
-    assert all(p.grad is not None for p in lora)
-    trainable = {n for n, p in model.model.named_parameters() if p.requires_grad}
-    assert trainable and all("lora_" in n for n in trainable)
-    base_after, adapted_after = base_and_adapted()
-    assert torch.equal(base_after, base)  # the quantized base did not move
-    assert not torch.equal(adapted_after, adapted)
+    assert_quantized_step_moves_only_the_lora(model, net, unet_batch(model))
 
 
 def test_preview_samples_through_the_pipeline(arch: str, folder: Path) -> None:
-    model = make(arch, folder)
+    model = registry_model(arch, folder)
     [img] = model.generate_images([GenerateImageConfig(prompt="a cat", width=16, height=24,
                                                        sample_steps=2, seed=1)])
     assert img.size == (16, 24)
@@ -464,11 +314,4 @@ def test_hub_id_offline_is_one_line_exit_2(arch: str, folder: Path, tmp_path: Pa
     cfg = yaml.safe_load(path.read_text())
     cfg["config"]["process"][0]["model"]["name_or_path"] = "someone/sd-not-cached"
     write_config(path, cfg)
-    env = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_HOME": str(tmp_path / "hf"),
-           "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1"}
-    proc = subprocess.run([sys.executable, str(REPO / "run.py"), str(path)], env=env,
-                          capture_output=True, text=True, timeout=600)
-    assert proc.returncode == EXIT_INPUT, proc.stderr
-    errors = [line for line in proc.stderr.splitlines() if line.startswith("error:")]
-    assert len(errors) == 1 and "Traceback" not in proc.stderr
-    assert "someone/sd-not-cached" in errors[0] and "HF_HUB_OFFLINE" in errors[0]
+    assert_offline_run_is_one_line(path, tmp_path / "hf", "someone/sd-not-cached")

@@ -13,7 +13,6 @@ from typing import Any
 import numpy as np
 import pytest
 import torch
-from PIL import Image
 from safetensors import safe_open
 from safetensors.torch import load_file, save_file
 
@@ -21,14 +20,13 @@ from aitk.adapters import AdapterNetwork
 from aitk.cli.run import main as run_main
 from aitk.config.loading import load_config
 from aitk.data.batch import DataBatch
-from aitk.errors import EXIT_OK, AdapterError, AdapterKeyError
+from aitk.errors import AdapterError, AdapterKeyError
 from aitk.models.base import BaseModel, GenerateImageConfig
 from aitk.models.kohya import clip_name
 from aitk.models.registry import load_model
 from aitk.models.sdxl.model import SDXLModel
 from aitk.models.stable_diffusion.model import SD1Model, SD2Model
 from aitk.run.assembly import create_network, parameter_groups
-from aitk.run.job import run_job
 from aitk.run.optim import build_optimizer, set_lr
 from aitk.run.train import compute_loss, step_generator
 from tests.aitk.aitk_testing import write_config
@@ -39,12 +37,23 @@ from tests.aitk.models.arch_checks import (
     interrupt_via_stop_flag_then_resume,
     lora_job_config,
     model_cfg,
+    ran_in_process,
     randomise,
     tiny_model_folder,
-    train_cfg,
     write_lora_job,
 )
 from tests.aitk.models.conftest import NetCfg
+from tests.aitk.models.pipeline_checks import (
+    png_levels,
+)
+from tests.aitk.models.unet_checks import (
+    arch_fixture,
+    folder_fixture,
+    prompt_levels,
+    registry_model,
+    stock_pipeline,
+    unet_batch,
+)
 
 # Trains and reloads tiny models: the per-arch tier (docs/testing.md).
 pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("one_torch_thread")]
@@ -92,33 +101,18 @@ def module_names(keys: set[str]) -> set[str]:
             for k in keys}
 
 
-@pytest.fixture(params=sorted(CLASSES))
-def arch(request: pytest.FixtureRequest) -> str:
-    return request.param
-
-
-@pytest.fixture
-def folder(arch: str, request: pytest.FixtureRequest) -> Path:
-    return request.getfixturevalue(f"{arch}_dir")
-
-
-def make(arch: str, folder: Path, **kw: Any) -> BaseModel:
-    model = load_model(model_cfg(arch, folder, **kw))
-    model.configure_training(train_cfg())
-    return model
+arch = arch_fixture(CLASSES)
+folder = folder_fixture()
 
 
 def live_batch(model: BaseModel) -> DataBatch:
     """A batch embedded as the trainer does while a text encoder trains: live."""
-    gen = torch.Generator().manual_seed(1)
-    captions = ["a red circle", "a green square"]
-    return DataBatch(captions=captions, latents=torch.randn(2, 4, 8, 12, generator=gen),
-                     prompt_embeds=model.get_prompt_embeds(captions))
+    return unet_batch(model)
 
 
 # ---- the adapter on the encoders ------------------------------------------------------
 def test_every_clip_layer_linear_trains_with_the_unet(arch: str, folder: Path) -> None:
-    model = make(arch, folder)
+    model = registry_model(arch, folder)
     net = AdapterNetwork.attach(model, NET)
     parts = model.text_encoder_parts()
     assert list(parts) == list(ENCODERS[arch]) and model.text_encoder_trains
@@ -146,7 +140,7 @@ def test_every_clip_layer_linear_trains_with_the_unet(arch: str, folder: Path) -
 
 def test_file_keys_are_the_layout_comfyui_maps_and_read_back(arch: str, folder: Path,
                                                              tmp_path: Path) -> None:
-    model = make(arch, folder)
+    model = registry_model(arch, folder)
     net = AdapterNetwork.attach(model, NET)
     randomise(net, seed=2, scale=0.2)
     path = tmp_path / "lora.safetensors"
@@ -162,7 +156,7 @@ def test_file_keys_are_the_layout_comfyui_maps_and_read_back(arch: str, folder: 
         f"{clip}.transformer.text_model.encoder.layers.1.self_attn.out_proj.weight"
 
     saved = net.state_dict()
-    fresh = AdapterNetwork.attach(make(arch, folder), NET)
+    fresh = AdapterNetwork.attach(registry_model(arch, folder), NET)
     fresh.load_file(path)
     assert all(torch.equal(v, saved[k]) for k, v in fresh.state_dict().items())
     # diffusers' own layout: `text_encoder.` + transformers 4's CLIP names, lora_A/B.
@@ -177,7 +171,8 @@ def test_file_keys_are_the_layout_comfyui_maps_and_read_back(arch: str, folder: 
     assert all(torch.allclose(v, saved[k] * (1 / scale if ".lora_B." in k else 1))
                for k, v in fresh.state_dict().items())
     # A network that trains no text encoder refuses the file, naming why.
-    unet_only = AdapterNetwork.attach(make(arch, folder), NetCfg(linear=4, linear_alpha=2))
+    unet_only = AdapterNetwork.attach(registry_model(arch, folder),
+                                      NetCfg(linear=4, linear_alpha=2))
     with pytest.raises(AdapterKeyError, match="text-encoder LoRA, and this run trains no"):
         unet_only.load_file(path)
 
@@ -189,7 +184,7 @@ def test_text_encoder_lr_is_its_groups_rate_on_the_one_schedule(sd1_dir: Path,
             "lr": 1e-3, "train_text_encoder": True, "cache_text_embeddings": False,
             **train})
         proc = load_config(str(write_config(tmp_path / "lr.yml", raw))).job.config.process[0]
-        model = make("sd1", sd1_dir)
+        model = registry_model("sd1", sd1_dir)
         net = create_network(model, proc)
         found = parameter_groups(net, proc)
         assert {id(p) for p in found[1]["params"]} == {id(p) for p in
@@ -216,7 +211,7 @@ def test_low_vram_keeps_a_training_text_encoder_on_the_device(sd1_dir: Path,
                                                              monkeypatch) -> None:
     """An encoder that trains is not sent back to the CPU after embedding (its LoRA's
     gradients are computed later, on the device); before it trains it visits."""
-    model = make("sd1", sd1_dir, low_vram=True)
+    model = registry_model("sd1", sd1_dir, low_vram=True)
     moves: list[str] = []
     real_to = torch.nn.Module.to
 
@@ -248,27 +243,16 @@ def te_run(request: pytest.FixtureRequest,
     arch = request.param
     folder = request.getfixturevalue(f"{arch}_dir")
     root = tmp_path_factory.mktemp(f"{arch}-te-job")
-    assert run_job(load_config(str(te_job(root, arch, folder, "te")))) == EXIT_OK
-    return arch, folder, root / "out" / "te"
+    return arch, folder, ran_in_process(te_job(root, arch, folder, "te"))
 
 
 def pipeline_image(arch: str, folder: Path, lora: Path | None) -> np.ndarray:
     """diffusers' own pipeline for the arch, from the folder and the prompt's text (its
     own text encoders), after load_lora_weights(lora): the job's preview settings."""
-    from diffusers import StableDiffusionPipeline, StableDiffusionXLPipeline
-
-    if arch == "sdxl":
-        pipe = StableDiffusionXLPipeline.from_pretrained(folder, add_watermarker=False)
-    else:
-        pipe = StableDiffusionPipeline.from_pretrained(folder, safety_checker=None,
-                                                       requires_safety_checker=False)
-    pipe.set_progress_bar_config(disable=True)
+    pipe = stock_pipeline(arch, folder)
     if lora is not None:
         pipe.load_lora_weights(str(lora))
-    out = pipe(prompt=PROMPT, width=32, height=32, num_inference_steps=2,
-               guidance_scale=4.0, generator=torch.Generator().manual_seed(1),
-               output_type="np").images[0]
-    return np.round(out * 255).astype(np.int16)
+    return prompt_levels(pipe, PROMPT)
 
 
 def test_the_job_trains_both_and_saves_their_keys(te_run: tuple[str, Path, Path]) -> None:
@@ -293,11 +277,11 @@ def test_diffusers_load_lora_weights_gives_the_trainers_preview(
     from it visibly changes diffusers' image: they are what it applied."""
     arch, folder, out = te_run
     lora = out / "te.safetensors"
-    preview = np.asarray(Image.open(out / "samples" / f"{STEPS:09d}_0.png"), dtype=np.int16)
+    preview = png_levels(out / "samples" / f"{STEPS:09d}_0.png")
     assert np.abs(pipeline_image(arch, folder, lora) - preview).max() <= 1
 
     strong = amplified(lora, tmp_path / "strong.safetensors")
-    model = make(arch, folder)
+    model = registry_model(arch, folder)
     AdapterNetwork.attach(model, NET).load_file(strong)
     [ours] = model.generate_images([GenerateImageConfig(
         prompt=PROMPT, width=32, height=32, seed=1, guidance_scale=4.0, sample_steps=2)])

@@ -11,37 +11,38 @@ import shutil
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import pytest
 import torch
 from safetensors.torch import load_file, save_file
 
 from aitk.adapters import AdapterNetwork
-from aitk.cli.run import main as cli_main
-from aitk.config.loading import load_config
-from aitk.data.batch import DataBatch
 from aitk.errors import ModelLoadError
-from aitk.models.base import GenerateImageConfig
 from aitk.models.zimage.arch import TURBO_ADAPTER
 from aitk.models.zimage.model import ZImageModel, run_pipeline
-from tests.aitk.aitk_testing import write_config
 from tests.aitk.models.arch_checks import (
     STEPS,
     amplified,
     assert_a_step_reaches_only_the_lora,
+    assert_adapter_merged_for_training_and_out_of_previews,
+    assert_checkpointing_keeps_the_lora_gradients,
+    assert_ctrl_c_then_resume_matches,
+    assert_hub_id_offline_is_one_line,
     assert_loaded_lora_reproduces,
     assert_lora_file,
-    assert_same_weights,
-    image_array,
-    interrupt_via_sigint_then_resume,
-    last_step_sample,
-    lora_job_config,
-    model_cfg,
-    step_grads_without_and_with_checkpointing,
+    image_batch,
+    load_tiny,
+    run_to_the_end,
+    tagged_process,
     tiny_model_folder,
-    write_lora_job,
+    write_flow_job,
 )
 from tests.aitk.models.conftest import NetCfg
+from tests.aitk.models.pipeline_checks import (
+    arch_pipeline_render,
+    float32_pipeline,
+    interop_preview,
+    trainer_preview,
+)
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
@@ -63,32 +64,16 @@ COMFY_LAYER_KEYS = {
 
 
 def zimage_job(tmp: Path, model_dir: Path, name: str = "z", **overrides: Any) -> Path:
-    settings = dict(
-        train={"lr": 5e-3, "gradient_checkpointing": True, "seed": 3,
-               "timestep_type": "weighted"},
-        sample=last_step_sample(guidance_scale=2.0),
-    )
-    return write_lora_job(tmp, name, "zimage", model_dir, **{**settings, **overrides})
+    return write_flow_job(tmp, name, "zimage", model_dir, "weighted", 2.0, **overrides)
 
 
 @pytest.fixture(scope="module")
 def trained(tmp_path_factory: pytest.TempPathFactory, zimage_dir: Path) -> Path:
-    tmp = tmp_path_factory.mktemp("zimage-run")
-    assert cli_main([str(zimage_job(tmp, zimage_dir))]) == 0
-    return tmp / "out" / "z"
+    return run_to_the_end(zimage_job(tmp_path_factory.mktemp("zimage-run"), zimage_dir))
 
 
 def loaded_model(model_dir: Path, **cfg: Any) -> ZImageModel:
-    model = ZImageModel(model_cfg("zimage", model_dir, **cfg))
-    model.load_model()
-    return model
-
-
-def one_batch(model: ZImageModel, size: int = 2) -> DataBatch:
-    prompts = ["a red circle", "blue"][:size]
-    pixels = torch.rand(size, 3, 32, 32, generator=torch.Generator().manual_seed(0)) * 2 - 1
-    return DataBatch(captions=prompts, latents=model.encode_images(pixels),
-                     prompt_embeds=model.get_prompt_embeds(prompts))
+    return load_tiny(ZImageModel, model_dir, **cfg)
 
 
 # ---- the job end to end, and the file it writes -------------------------------------------
@@ -104,8 +89,7 @@ def test_trains_previews_and_writes_the_layout_comfyui_maps(trained: Path, zimag
 
 def test_ctrl_c_then_resume_gives_the_uninterrupted_weights(tmp_path: Path, zimage_dir: Path,
                                                             trained: Path, monkeypatch):
-    interrupt_via_sigint_then_resume([str(zimage_job(tmp_path, zimage_dir))], monkeypatch)
-    assert_same_weights(tmp_path / "out" / "z" / "z.safetensors", trained / "z.safetensors")
+    assert_ctrl_c_then_resume_matches(zimage_job(tmp_path, zimage_dir), trained, monkeypatch)
 
 
 def test_diffusers_load_lora_weights_reproduces_the_trainer_preview(zimage_dir: Path,
@@ -114,23 +98,11 @@ def test_diffusers_load_lora_weights_reproduces_the_trainer_preview(zimage_dir: 
     from diffusers import ZImagePipeline
 
     lora = amplified(trained / "z.safetensors", tmp_path / "strong.safetensors")
-    model = loaded_model(zimage_dir)
-    network = AdapterNetwork.attach(model, NetCfg(linear=4, linear_alpha=8.0))
-    network.load_file(lora)
     # guidance 2: the pipeline's zero-based CFG at scale 1 against the negative prompt.
-    gen = GenerateImageConfig(prompt="a red circle", width=32, height=32, sample_steps=3,
-                              seed=5, guidance_scale=2.0)
-    embeds = model.encode_prompts([gen.prompt, ""])
-    ours = image_array(model.generate_images([gen], embeds)[0])
-
-    pipe = ZImagePipeline.from_pretrained(zimage_dir, torch_dtype=torch.float32)
-    pipe.set_progress_bar_config(disable=True)
-
-    def theirs() -> np.ndarray:
-        return image_array(run_pipeline(pipe, gen, embeds[gen.prompt], embeds[""],
-                                        torch.Generator().manual_seed(gen.seed),
-                                        torch.device("cpu"), torch.float32))
-
+    gen = interop_preview()
+    ours, embeds = trainer_preview(loaded_model(zimage_dir), lora, gen)
+    pipe = float32_pipeline(ZImagePipeline, zimage_dir)
+    theirs = arch_pipeline_render(run_pipeline, pipe, gen, embeds[gen.prompt], embeds[""])
     assert_loaded_lora_reproduces(ours, pipe, lora, theirs)
 
 
@@ -174,17 +146,7 @@ def test_training_shift_is_the_schedulers_fixed_shift(zimage_dir: Path):
 
 
 def test_gradient_checkpointing_gives_the_same_lora_gradients(zimage_dir: Path):
-    model = loaded_model(zimage_dir)
-    network = AdapterNetwork.attach(model, NetCfg(linear=4, linear_alpha=4.0))
-    params = list(network.trainable_parameters())
-    with torch.no_grad():
-        for p in params:  # B starts at zero: give both factors values
-            p.normal_(0.0, 0.05)
-    plain, checkpointed = step_grads_without_and_with_checkpointing(model, params,
-                                                                    one_batch(model))
-    assert all(bool(g.abs().max() > 0) for g in plain)
-    for a, b in zip(plain, checkpointed, strict=True):
-        assert torch.allclose(a, b, atol=1e-6)
+    assert_checkpointing_keeps_the_lora_gradients(loaded_model(zimage_dir), image_batch)
 
 
 def test_quantized_transformer_trains_only_the_lora(zimage_dir: Path):
@@ -195,7 +157,7 @@ def test_quantized_transformer_trains_only_the_lora(zimage_dir: Path):
     assert not is_quantized(model.model.t_embedder)
     assert not is_quantized(model.model.all_final_layer)
     network = AdapterNetwork.attach(model, NetCfg())
-    assert_a_step_reaches_only_the_lora(model, network, one_batch(model, 1))
+    assert_a_step_reaches_only_the_lora(model, network, image_batch(model, 1))
 
 
 # ---- the training adapter (Turbo) ----------------------------------------------------------
@@ -223,26 +185,7 @@ def test_training_adapter_is_merged_for_training_and_out_of_the_previews(zimage_
     name = "layers.0.attention.to_k"
     down = weights[f"diffusion_model.{name}.lora_A.weight"]
     up = weights[f"diffusion_model.{name}.lora_B.weight"]
-    merged = turbo.model.get_submodule(name).weight
-    assert torch.allclose(merged, plain.model.get_submodule(name).weight + up @ down,
-                          atol=1e-5)
-    assert not any(p.requires_grad for p in turbo.model.parameters())
-    # Training sees the merged model ...
-    latents = torch.randn(1, 4, 4, 4, generator=torch.Generator().manual_seed(1))
-    embeds = plain.get_prompt_embeds(["a red circle"])
-    with torch.no_grad():
-        before = plain.get_noise_prediction(latents, torch.tensor([500.0]), embeds)
-        after = turbo.get_noise_prediction(latents, torch.tensor([500.0]), embeds)
-    assert (before - after).abs().max() > 1e-3
-    # ... the previews the model without it, as upstream samples Turbo.
-    gen = GenerateImageConfig(prompt="a red circle", width=32, height=32, sample_steps=2,
-                              seed=3, guidance_scale=1.0)
-    assert np.abs(image_array(turbo.generate_images([gen])[0])
-                  - image_array(plain.generate_images([gen])[0])).max() <= 1 / 255
-    # and training after a preview has it back.
-    with torch.no_grad():
-        again = turbo.get_noise_prediction(latents, torch.tensor([500.0]), embeds)
-    assert torch.equal(again, after)
+    assert_adapter_merged_for_training_and_out_of_previews(plain, turbo, name, down, up)
 
 
 def test_training_adapter_errors_are_one_line(zimage_dir: Path, tmp_path: Path, monkeypatch):
@@ -285,33 +228,23 @@ def test_a_transformer_only_folder_takes_its_other_parts_from_extras(zimage_dir:
 
 
 # ---- upstream's tags -----------------------------------------------------------------------
-def tagged_job(tmp_path: Path, zimage_dir: Path, arch: str, **model: Any) -> Any:
-    """The job's process as loaded, with `model.arch` = `arch` and only `model`'s keys
-    besides it (no name_or_path unless given), no sample settings."""
-    config = lora_job_config(tmp_path, "tag", "zimage", zimage_dir)
-    proc = config["config"]["process"][0]
-    proc["model"] = {"arch": arch, **model}
-    proc["sample"] = {"sample_every": 4, "prompts": ["a"]}
-    return load_config(str(write_config(tmp_path / "tag.yml", config))).job.config.process[0]
-
-
 def test_a_tag_picks_its_variants_defaults_where_the_job_is_silent(tmp_path: Path,
                                                                    zimage_dir: Path):
-    turbo = tagged_job(tmp_path, zimage_dir, "zimage:turbo")
+    turbo = tagged_process(tmp_path, zimage_dir, "zimage:turbo")
     assert turbo.model.arch == "zimage"
     assert turbo.model.name_or_path == "Tongyi-MAI/Z-Image-Turbo"
     assert turbo.model.assistant_lora_path == TURBO_ADAPTER
     assert (turbo.sample.guidance_scale, turbo.sample.sample_steps) == (1.0, 9)
-    deturbo = tagged_job(tmp_path, zimage_dir, "zimage:deturbo")
+    deturbo = tagged_process(tmp_path, zimage_dir, "zimage:deturbo")
     assert deturbo.model.extras_name_or_path == "Tongyi-MAI/Z-Image-Turbo"
     assert deturbo.model.assistant_lora_path is None
     # What the job says wins; a plain `zimage` (or an unknown tag) fills in nothing.
-    mine = tagged_job(tmp_path, zimage_dir, "zimage:turbo", name_or_path=str(zimage_dir),
+    mine = tagged_process(tmp_path, zimage_dir, "zimage:turbo", name_or_path=str(zimage_dir),
                       assistant_lora_path="mine.safetensors")
     assert mine.model.name_or_path == str(zimage_dir)
     assert mine.model.assistant_lora_path == "mine.safetensors"
     for arch in ("zimage", "zimage:nonsense"):
-        plain = tagged_job(tmp_path, zimage_dir, arch, name_or_path=str(zimage_dir))
+        plain = tagged_process(tmp_path, zimage_dir, arch, name_or_path=str(zimage_dir))
         assert plain.model.assistant_lora_path is None and plain.sample.sample_steps != 9
 
 
@@ -319,7 +252,5 @@ def test_hub_id_offline_is_one_line_exit_2(tmp_path: Path, zimage_dir: Path, hub
                                            capsys):
     hub_id = "Tongyi-MAI/Z-Image-Turbo"
     path = zimage_job(tmp_path, zimage_dir, model={"arch": "zimage", "name_or_path": hub_id})
-    assert cli_main([str(path)]) == 2
-    err = [line for line in capsys.readouterr().err.splitlines() if line.startswith("error")]
-    assert len(err) == 1 and hub_id in err[0] and "Traceback" not in err[0]
-    assert "hub id" in err[0] and "huggingface-cli download" in err[0], err[0]
+    assert_hub_id_offline_is_one_line(path, hub_id, capsys,
+                                      says=("hub id", "huggingface-cli download"))
