@@ -28,7 +28,7 @@ import torch
 from aitk.data.augment import augment
 from aitk.data.batch import DataBatch
 from aitk.data.buckets import BatchSampler, Group, ResizeCrop, random_resize_crop, resize_crop
-from aitk.data.captions import CaptionRules, dropped_prompts, vary_batch
+from aitk.data.captions import CaptionRules, dropped_prompts, embed_blanked, vary_batch
 from aitk.data.controls import ControlEmbeds, control_batch
 from aitk.data.dataset import DatasetError, Item, dropped_captions, load_pixels
 from aitk.models.prompt_embeds import AdvancedPromptEmbeds
@@ -134,16 +134,11 @@ class BatchSource:
         blanks = dropped_prompts(self.seed, epoch, index, self.prompt_dropout,
                                  items=len(items), encoders=self.prompt_encoders,
                                  stream=stream)
-        blanked = blanks is not None and any(b for row in blanks for b in row)
-        if controls is not None and self._control_embeds is not None:
-            # an edit model's embeddings read the controls: a blanked item's whole prompt
-            shown = ["" if any(row) else c for c, row in zip(captions, blanks, strict=True)] \
-                if blanked and blanks is not None else captions
-            prompt_embeds = self._control_embeds(shown, items, controls)
-        elif blanked:
-            prompt_embeds = self._embeds(captions, blanks)
-        else:
-            prompt_embeds = self._embeds(captions)
+        control_embeds = self._control_embeds
+        prompt_embeds = embed_blanked(
+            captions, blanks, self._embeds,
+            None if controls is None or control_embeds is None else
+            lambda texts: control_embeds(texts, items, controls))
         return DataBatch(captions=captions, latents=latents, prompt_embeds=prompt_embeds,
                          control_tensor=None if controls is None else controls[0],
                          control_tensor_list=controls,

@@ -20,8 +20,9 @@ resumed run draws exactly what an uninterrupted one would.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -95,3 +96,19 @@ def dropped_prompts(seed: int, epoch: int, batch_index: int, p: float, *, items:
     key = [seed, stream, epoch, batch_index, 19] + ([pass_] if pass_ else [])
     draws = np.random.default_rng(key).random((items, encoders))
     return tuple(tuple(bool(d < p) for d in row) for row in draws)
+
+
+def embed_blanked(captions: list[str], blanks: PromptBlanks | None,
+                  embed: Callable[..., Any],
+                  control_embed: Callable[[list[str]], Any] | None = None) -> Any:
+    """`captions` embedded with `dropped_prompts`' draw: through `embed(captions,
+    blanks)` (the model blanks each encoder's part, BaseModel.get_prompt_embeds_dropped)
+    or, for an edit model whose embeddings read the controls (`control_embed`), with a
+    blanked item's whole caption as "". No blank drawn: the plain call, as without
+    prompt dropout (a cached embedder takes the captions alone)."""
+    if blanks is None or not any(b for row in blanks for b in row):
+        return embed(captions) if control_embed is None else control_embed(captions)
+    if control_embed is not None:
+        return control_embed(["" if any(row) else c
+                              for c, row in zip(captions, blanks, strict=True)])
+    return embed(captions, blanks)

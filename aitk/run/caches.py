@@ -20,6 +20,7 @@ from aitk.config.loading import REPO_ROOT
 from aitk.config.schema import TrainingProcess
 from aitk.data import controls
 from aitk.data.cache import AudioOf, ItemAudio, LatentCache, TextEmbedCache, default_cache_dir
+from aitk.data.captions import embed_blanked
 from aitk.data.dataset import Item
 from aitk.run import distributed
 from aitk.run.signals import StopFlag
@@ -48,14 +49,11 @@ class Inputs:
         cache as its own; with its controls for a model whose embeddings read them.
         `blanks`: train.prompt_dropout_prob's draw for these captions (only drawn when
         they are embedded live), as for the batch's own (aitk.data.batches)."""
-        if blanks is not None and not any(b for row in blanks for b in row):
-            blanks = None
-        if self.control_embeds is not None and batch.control_tensor_list is not None:
-            if blanks is not None:  # the controls' embedder blanks a whole prompt
-                captions = ["" if any(row) else c
-                            for c, row in zip(captions, blanks, strict=True)]
-            return self.control_embeds(captions, batch.items, batch.control_tensor_list)
-        return self.embeds(captions) if blanks is None else self.embeds(captions, blanks)
+        control_embeds = self.control_embeds
+        return embed_blanked(
+            captions, blanks, self.embeds,
+            None if control_embeds is None or batch.control_tensor_list is None else
+            lambda texts: control_embeds(texts, batch.items, batch.control_tensor_list))
 
 
 def caches_text(proc: TrainingProcess) -> bool:

@@ -102,13 +102,13 @@ def test_units_are_quantized_and_frozen_one_after_another() -> None:
     assert _frozen(net.embed) and not isinstance(net.out, QModuleMixin)
 
 
-def test_kernel_build_gets_a_space_free_torch_lib_path(tmp_path, monkeypatch) -> None:
-    """torch writes -L<torch>/lib unquoted into quanto's ninja file: a checkout under a
-    folder with a space must link against a space-free path to the same folder."""
+@pytest.fixture
+def spaced_torch_lib(tmp_path, monkeypatch):
+    """torch's lib folder seen from a checkout under "new user" (a link to the real
+    one), quanto's build folder restored and the kernel cache in tmp_path: (that lib
+    path, quanto's extension)."""
     import torch.utils.cpp_extension as cpp_extension
     from optimum.quanto.library.extensions import get_extension
-
-    from aitk.models import quantize
 
     spaced = tmp_path / "new user"
     spaced.mkdir()
@@ -117,34 +117,38 @@ def test_kernel_build_gets_a_space_free_torch_lib_path(tmp_path, monkeypatch) ->
     monkeypatch.setattr(cpp_extension, "TORCH_LIB_PATH", str(spaced / "lib"))
     monkeypatch.setattr(ext, "build_directory", ext.build_directory)
     monkeypatch.setenv("AITK_KERNEL_CACHE", str(tmp_path / "kernels"))
+    return spaced / "lib", ext
+
+
+def test_kernel_build_gets_a_space_free_torch_lib_path(tmp_path, spaced_torch_lib) -> None:
+    """torch writes -L<torch>/lib unquoted into quanto's ninja file: a checkout under a
+    folder with a space must link against a space-free path to the same folder."""
+    import torch.utils.cpp_extension as cpp_extension
+
+    from aitk.models import quantize
+
+    lib, ext = spaced_torch_lib
     quantize.prepare_quanto_kernel_build.__wrapped__()
     assert " " not in cpp_extension.TORCH_LIB_PATH
-    assert Path(cpp_extension.TORCH_LIB_PATH).resolve() == (spaced / "lib").resolve()
+    assert Path(cpp_extension.TORCH_LIB_PATH).resolve() == lib.resolve()
     assert ext.build_directory.startswith(str(tmp_path / "kernels"))
 
 
 def test_a_stale_torch_lib_link_from_a_removed_checkout_is_replaced(tmp_path,
-                                                                   monkeypatch) -> None:
+                                                                   spaced_torch_lib) -> None:
     """The kernel cache outlives checkouts: a link left by one that was removed (CI's
     temp clones, a user's moved folder) must not be what this checkout links against
     (ld: cannot find -ltorch_python, and qint4 fell back to uint4)."""
     import torch.utils.cpp_extension as cpp_extension
-    from optimum.quanto.library.extensions import get_extension
 
     from aitk.models import quantize
 
-    spaced = tmp_path / "new user"
-    spaced.mkdir()
-    (spaced / "lib").symlink_to(cpp_extension.TORCH_LIB_PATH, target_is_directory=True)
-    ext = get_extension("quanto_cpp")
-    monkeypatch.setattr(cpp_extension, "TORCH_LIB_PATH", str(spaced / "lib"))
-    monkeypatch.setattr(ext, "build_directory", ext.build_directory)
-    monkeypatch.setenv("AITK_KERNEL_CACHE", str(tmp_path / "kernels"))
+    lib, _ = spaced_torch_lib
     root = quantize.kernel_cache_dir()
     root.mkdir(parents=True)
-    for old in (root / "torch-lib", root / quantize.torch_lib_link_name(spaced / "lib")):
+    for old in (root / "torch-lib", root / quantize.torch_lib_link_name(lib)):
         old.symlink_to(tmp_path / "removed checkout" / "lib", target_is_directory=True)
     quantize.prepare_quanto_kernel_build.__wrapped__()
-    assert Path(cpp_extension.TORCH_LIB_PATH).resolve() == (spaced / "lib").resolve()
+    assert Path(cpp_extension.TORCH_LIB_PATH).resolve() == lib.resolve()
     assert " " not in cpp_extension.TORCH_LIB_PATH
     assert Path(cpp_extension.TORCH_LIB_PATH).is_dir()  # not dangling
